@@ -1,0 +1,25 @@
+"""Exceptions whose message is meant for the client or the operator as is."""
+
+
+class TrtpoolError(Exception):
+    """Base class: the message names the tensor, parameter or file and what was expected."""
+
+
+class ConfigError(TrtpoolError):
+    """The model configuration is invalid; the model does not load."""
+
+
+class EngineError(TrtpoolError):
+    """The engine file is missing, corrupt, or built for another TensorRT or GPU."""
+
+
+class InvalidInput(TrtpoolError):
+    """A request's tensors do not match the model; only that request fails."""
+
+
+class ContextFailure(TrtpoolError):
+    """An execution context failed while running; the pool rebuilds it."""
+
+
+class Overloaded(TrtpoolError):
+    """The request queue is full; the client should retry later."""

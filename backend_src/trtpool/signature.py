@@ -1,0 +1,121 @@
+"""What a loaded model accepts and returns: tensors, dtypes, shape ranges, profiles.
+
+Shapes here are full engine shapes: when the model is batched the first
+dimension is the batch dimension. ``-1`` marks a dynamic dimension.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from trtpool.errors import InvalidInput
+
+# Triton's data types by numpy dtype; also the names config.pbtxt uses.
+TRITON_DTYPES: dict[np.dtype, str] = {
+    np.dtype(np.bool_): "TYPE_BOOL",
+    np.dtype(np.uint8): "TYPE_UINT8",
+    np.dtype(np.int8): "TYPE_INT8",
+    np.dtype(np.int32): "TYPE_INT32",
+    np.dtype(np.int64): "TYPE_INT64",
+    np.dtype(np.float16): "TYPE_FP16",
+    np.dtype(np.float32): "TYPE_FP32",
+    np.dtype(np.float64): "TYPE_FP64",
+}
+DTYPES_BY_TRITON_NAME = {name: dtype for dtype, name in TRITON_DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class ShapeRange:
+    """One optimization profile's min/opt/max for one input (full shapes)."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def contains(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.min) and all(
+            lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max)
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """An optimization profile: a shape range per input."""
+
+    index: int
+    ranges: dict[str, ShapeRange]
+
+    def fits(self, shapes: dict[str, tuple[int, ...]]) -> bool:
+        return all(self.ranges[name].contains(shape) for name, shape in shapes.items())
+
+    def max_batch(self) -> int:
+        return min(r.max[0] for r in self.ranges.values())
+
+    def slack(self, shapes: dict[str, tuple[int, ...]]) -> int:
+        """How much larger the profile's max is than the request: smaller fits better."""
+        return sum(prod(self.ranges[n].max) - prod(s) for n, s in shapes.items())
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def triton_dtype(self) -> str:
+        return TRITON_DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A model's I/O and profiles, as read from the engine or ONNX file."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    profiles: tuple[Profile, ...]
+    batched: bool
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest batch any profile accepts (0 when the model is not batched)."""
+        return max(p.max_batch() for p in self.profiles) if self.batched else 0
+
+    def input(self, name: str) -> TensorSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def max_shape(self, name: str) -> tuple[int, ...]:
+        """The largest shape any profile allows for an input (what buffers are sized for)."""
+        maxima = [p.ranges[name].max for p in self.profiles]
+        return tuple(max(dims) for dims in zip(*maxima))
+
+    def choose_profile(self, shapes: dict[str, tuple[int, ...]]) -> Profile:
+        """The profile whose range fits these input shapes most tightly."""
+        fitting = [p for p in self.profiles if p.fits(shapes)]
+        if fitting:
+            return min(fitting, key=lambda p: p.slack(shapes))
+        raise InvalidInput(self.describe_misfit(shapes))
+
+    def describe_misfit(self, shapes: dict[str, tuple[int, ...]]) -> str:
+        """Name the first input and dimension that no profile admits."""
+        for name, shape in shapes.items():
+            ranges = [p.ranges[name] for p in self.profiles]
+            if not any(r.contains(shape) for r in ranges):
+                allowed = " or ".join(f"[{list(r.min)} .. {list(r.max)}]" for r in ranges)
+                return (
+                    f"input '{name}': shape {list(shape)} is outside the engine's "
+                    f"optimization profiles; expected a shape within {allowed}"
+                )
+        return (
+            "no single optimization profile admits the shapes "
+            + ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
+        )
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    return prod(shape)
