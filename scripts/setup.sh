@@ -100,12 +100,18 @@ setup_tritonserver() {
   local stub="$server/tritonserver/python_backend_stubs/$PYVER/triton_python_backend_stub"
   [ -x "$stub" ] || die "nvidia-pytriton $PYTRITON_VERSION has no Python backend stub for Python $PYVER."
   local backends="$TRITON/backends"
+  rm -rf "$backends/python"
   mkdir -p "$backends/python"
-  ln -sfn "$server/tritonserver/backends/python/libtriton_python.so" "$backends/python/libtriton_python.so"
-  ln -sfn "$server/tritonserver/backends/python/triton_python_backend_utils.py" "$backends/python/triton_python_backend_utils.py"
-  # The stub must sit beside libtriton_python.so and match the serving Python.
-  cp -f "$stub" "$backends/python/triton_python_backend_stub"
-  ln -sfn "$ROOT/backend_src" "$backends/trtpool"
+  # Real copies: Triton refuses a backend library that resolves outside the
+  # backend directory. The stub must sit beside libtriton_python.so and
+  # match the serving Python.
+  cp -f "$server/tritonserver/backends/python/libtriton_python.so" \
+        "$server/tritonserver/backends/python/triton_python_backend_utils.py" \
+        "$stub" "$backends/python/"
+  # The trtpool backend: model.py only; it imports the installed trtpool package.
+  rm -rf "$backends/trtpool"
+  mkdir -p "$backends/trtpool"
+  ln -sfn "$ROOT/backend_src/model.py" "$backends/trtpool/model.py"
   mkdir -p "$TRITON/bin"
   cat >"$TRITON/bin/tritonserver" <<EOF
 #!/usr/bin/env bash

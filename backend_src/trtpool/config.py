@@ -1,0 +1,117 @@
+"""The model config's ``parameters`` read and validated into one frozen dataclass.
+
+    parameters [
+      { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | module:Class
+      { key: "model_file"      value: { string_value: "" } },       # default: the runtime's usual file name
+      { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
+      { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
+      { key: "mode"            value: { string_value: "sync" } },   # sync | decoupled
+      { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
+      { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
+      { key: "batch_wait_microseconds" value: { string_value: "500" } }  # decoupled: wait to fill a batch
+    ]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtpool.errors import ConfigError
+from trtpool.shapes import parse_profile
+from trtpool.signature import ShapeRange
+
+RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
+MODES = ("sync", "decoupled")
+KNOWN_KEYS = {
+    "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
+    "max_queue_size", "batch_wait_microseconds",
+}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    model_name: str
+    version_dir: Path
+    runtime: str
+    model_file: str
+    contexts: int | None          # None: derive from memory ("auto")
+    memory_fraction: float
+    mode: str
+    profiles: tuple[dict[str, ShapeRange], ...]
+    max_queue_size: int
+    batch_wait_us: int
+    max_batch_size: int
+    device: str                   # "cpu" or "cuda:N"
+
+    @property
+    def model_path(self) -> Path:
+        return self.version_dir / self.model_file
+
+
+def parameters_of(model_config: dict[str, Any]) -> dict[str, str]:
+    """Triton's {"key": {"string_value": v}} parameters as a plain dict."""
+    return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
+
+
+def _positive_int(params: dict[str, str], key: str, default: int) -> int:
+    text = params.get(key, "").strip() or str(default)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected a whole number >= 1") from None
+    if value < 1:
+        raise ConfigError(f"parameter '{key}': {value} is too small; expected a whole number >= 1")
+    return value
+
+
+def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default: str) -> str:
+    value = params.get(key, "").strip() or default
+    if value not in accepted and not (key == "runtime" and ":" in value):
+        raise ConfigError(f"parameter '{key}': '{value}' is not accepted; expected one of {', '.join(accepted)}")
+    return value
+
+
+def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:
+    """Validate the parameters; every error names the parameter and the accepted values."""
+    params = parameters_of(model_config)
+    unknown = sorted(set(params) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {unknown}; trtpool accepts {sorted(KNOWN_KEYS)}")
+
+    contexts_text = params.get("contexts", "").strip() or "auto"
+    contexts = None if contexts_text == "auto" else _positive_int(params, "contexts", 1)
+
+    fraction_text = params.get("memory_fraction", "").strip() or "0.5"
+    try:
+        memory_fraction = float(fraction_text)
+    except ValueError:
+        memory_fraction = -1.0
+    if not 0.0 < memory_fraction <= 1.0:
+        raise ConfigError(f"parameter 'memory_fraction': '{fraction_text}' is not accepted; expected a number in (0, 1]")
+
+    mode = _choice(params, "mode", MODES, "sync")
+    decoupled = model_config.get("model_transaction_policy", {}).get("decoupled", False)
+    if (mode == "decoupled") != bool(decoupled):
+        raise ConfigError(
+            f"parameter 'mode' is '{mode}' but model_transaction_policy.decoupled is "
+            f"{str(bool(decoupled)).lower()}; set decoupled: {str(mode == 'decoupled').lower()}"
+        )
+
+    profile_text = params.get("profile", "").strip()
+    profiles = tuple(parse_profile(p) for p in profile_text.split(";") if p.strip())
+
+    return PoolConfig(
+        model_name=model_config.get("name", ""),
+        version_dir=version_dir,
+        runtime=_choice(params, "runtime", RUNTIMES, "auto"),
+        model_file=params.get("model_file", "").strip(),
+        contexts=contexts,
+        memory_fraction=memory_fraction,
+        mode=mode,
+        profiles=profiles,
+        max_queue_size=_positive_int(params, "max_queue_size", 256),
+        batch_wait_us=_positive_int(params, "batch_wait_microseconds", 500),
+        max_batch_size=int(model_config.get("max_batch_size", 0)),
+        device=device,
+    )

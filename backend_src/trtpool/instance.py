@@ -1,0 +1,62 @@
+"""One trtpool model instance: config -> runtime -> context pool -> batch runner."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from trtpool import config as pool_config
+from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, check_agreement
+from trtpool.pool import ContextPool, auto_size
+from trtpool.runtimes import load_runtime
+from trtpool.runtimes.base import Runtime
+from trtpool.serving import BatchRunner, BatchObserver
+from trtpool.signature import Signature
+
+log = logging.getLogger("trtpool")
+
+
+def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
+    """The model's signature, for auto-completing a config that leaves fields out."""
+    provisional = dict(model_config)
+    if not provisional.get("max_batch_size"):
+        cfg = pool_config.load(provisional, version_dir, "cpu")
+        # An ONNX file carries no batch limit: take the profile's, else a default.
+        provisional["max_batch_size"] = max(
+            (r.max[0] for p in cfg.profiles for r in p.values()), default=DEFAULT_ONNX_MAX_BATCH
+        )
+    runtime = load_runtime(pool_config.load(provisional, version_dir, "cpu"))
+    try:
+        return runtime.signature
+    finally:
+        runtime.close()
+
+
+class ModelInstance:
+    def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
+                 on_batch: BatchObserver | None = None) -> None:
+        self.cfg = pool_config.load(model_config, version_dir, device)
+        self.runtime: Runtime = load_runtime(self.cfg)
+        try:
+            check_agreement(model_config, self.runtime.signature)
+            size = self.cfg.contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
+            self.pool = ContextPool(self.runtime, size)
+        except Exception:
+            self.runtime.close()
+            raise
+        self.runner = BatchRunner(self.pool, on_batch)
+        log.info(
+            "model '%s': runtime %s on %s, %d context(s), mode %s, max batch %d",
+            self.cfg.model_name, self.runtime.name, device, size, self.cfg.mode,
+            self.runtime.signature.max_batch_size,
+        )
+
+    def _ceiling(self) -> int | None:
+        """On the CPU, more contexts than cores only adds contention."""
+        import os
+
+        return os.cpu_count() if self.cfg.device == "cpu" else None
+
+    def close(self) -> None:
+        self.runner.close()
+        self.pool.close()

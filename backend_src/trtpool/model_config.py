@@ -1,0 +1,66 @@
+"""config.pbtxt against the model: fill what is missing, refuse what disagrees."""
+from __future__ import annotations
+
+from typing import Any
+
+from trtpool.errors import ConfigError
+from trtpool.signature import Signature, TensorSpec
+
+DEFAULT_ONNX_MAX_BATCH = 16
+
+
+def config_dims(spec: TensorSpec, batched: bool) -> list[int]:
+    return list(spec.shape[1:] if batched else spec.shape)
+
+
+def completion(signature: Signature) -> dict[str, Any]:
+    """max_batch_size, inputs and outputs as auto_complete_config adds them."""
+    batched = signature.batched
+    return {
+        "max_batch_size": signature.max_batch_size,
+        "input": [
+            {"name": s.name, "data_type": s.triton_dtype, "dims": config_dims(s, batched)}
+            for s in signature.inputs
+        ],
+        "output": [
+            {"name": s.name, "data_type": s.triton_dtype, "dims": config_dims(s, batched)}
+            for s in signature.outputs
+        ],
+    }
+
+
+def _dims_agree(config: list[int], model: list[int]) -> bool:
+    """A config dim may fix a dimension the model leaves dynamic, not change a fixed one."""
+    return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model))
+
+
+def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
+    """Raise ConfigError naming the tensor, the field and both values on any mismatch."""
+    configured = model_config.get("max_batch_size", 0)
+    if signature.batched and configured > signature.max_batch_size:
+        raise ConfigError(
+            f"max_batch_size: config.pbtxt says {configured}, the model's largest profile "
+            f"allows {signature.max_batch_size}"
+        )
+    if not signature.batched and configured > 0:
+        raise ConfigError(f"max_batch_size: config.pbtxt says {configured}, the model has no batch dimension (0)")
+    batched = configured > 0
+    for section, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        by_name = {s.name: s for s in specs}
+        for entry in model_config.get(section, []):
+            name = entry["name"]
+            if name not in by_name:
+                raise ConfigError(f"{section} '{name}': not in the model, which has {sorted(by_name)}")
+            spec = by_name[name]
+            if entry["data_type"] != spec.triton_dtype:
+                raise ConfigError(
+                    f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
+                )
+            model_dims = config_dims(spec, batched)
+            if not _dims_agree([int(d) for d in entry["dims"]], model_dims):
+                raise ConfigError(
+                    f"{section} '{name}' dims: config.pbtxt says {list(entry['dims'])}, the model has {model_dims}"
+                )
+        declared = {e["name"] for e in model_config.get(section, [])}
+        if section == "input" and declared != set(by_name):
+            raise ConfigError(f"input: config.pbtxt declares {sorted(declared)}, the model needs {sorted(by_name)}")

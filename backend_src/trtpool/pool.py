@@ -1,0 +1,113 @@
+"""The context pool: sizing, fair hand-out, failure and rebuild, statistics."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from trtpool.errors import ConfigError, InvalidInput
+from trtpool.runtimes.base import ExecutionContext, Runtime
+
+log = logging.getLogger("trtpool")
+
+
+def auto_size(runtime: Runtime, memory_fraction: float, ceiling: int | None = None) -> int:
+    """How many contexts fit in memory_fraction of the device's free memory (at least 1)."""
+    free = runtime.free_memory_bytes()
+    per_context = max(1, runtime.context_memory_bytes())
+    budget = int(free * memory_fraction)
+    fits = budget // per_context
+    size = max(1, fits if ceiling is None else min(fits, ceiling))
+    log.info(
+        "contexts: auto -> %d = max(1, %s(floor(%d free bytes x %.2f memory_fraction = %d) / "
+        "%d bytes per context = %d%s))",
+        size, "min" if ceiling else "", free, memory_fraction, budget, per_context, fits,
+        f", ceiling {ceiling}" if ceiling else "",
+    )
+    return size
+
+
+@dataclass
+class ContextStats:
+    runs: int = 0
+    busy_ns: int = 0
+    failures: int = 0
+    rebuilds: int = 0
+
+
+@dataclass
+class PoolStats:
+    contexts: dict[int, ContextStats] = field(default_factory=dict)
+    wait_ns: int = 0
+    acquisitions: int = 0
+
+
+class ContextPool:
+    """N execution contexts over one runtime, handed out first come, first served.
+
+    queue.Queue wakes blocked getters in arrival order (its Condition keeps a
+    FIFO of waiters), so a waiting batch is never overtaken.
+    """
+
+    def __init__(self, runtime: Runtime, size: int) -> None:
+        if size < 1:
+            raise ConfigError(f"parameter 'contexts': {size} is too small; expected a whole number >= 1")
+        self.runtime = runtime
+        self.size = size
+        self.stats = PoolStats()
+        self._lock = threading.Lock()
+        self._free: queue.Queue[ExecutionContext] = queue.Queue()
+        for index in range(size):
+            self._free.put(runtime.create_context(index))
+            self.stats.contexts[index] = ContextStats()
+
+    @contextmanager
+    def acquire(self) -> Iterator[ExecutionContext]:
+        """Take a free context (waiting if none is); give it back afterwards.
+
+        If the body raises anything but an input error, the context is
+        presumed broken: it is closed, rebuilt and put back in its place.
+        """
+        start = time.monotonic_ns()
+        context = self._free.get()
+        taken = time.monotonic_ns()
+        with self._lock:
+            self.stats.wait_ns += taken - start
+            self.stats.acquisitions += 1
+        stats = self.stats.contexts[context.index]
+        try:
+            yield context
+        except Exception as exc:
+            if not isinstance(exc, InvalidInput):
+                context = self._rebuild(context, exc)
+            raise
+        finally:
+            stats.runs += 1
+            stats.busy_ns += time.monotonic_ns() - taken
+            self._free.put(context)
+
+    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext:
+        stats = self.stats.contexts[broken.index]
+        stats.failures += 1
+        log.warning("context %d failed (%s); rebuilding it", broken.index, cause)
+        try:
+            broken.close()
+        except Exception:  # a broken context may fail to close too; the rebuild matters
+            log.exception("closing failed context %d", broken.index)
+        try:
+            fresh = self.runtime.create_context(broken.index)
+        except Exception:
+            # Keep the slot: the next run on it fails and tries the rebuild again.
+            log.exception("rebuilding context %d failed", broken.index)
+            return broken
+        stats.rebuilds += 1
+        return fresh
+
+    def close(self) -> None:
+        while not self._free.empty():
+            self._free.get_nowait().close()
+        self.runtime.close()

@@ -1,0 +1,60 @@
+"""Check one request's tensors against the model before it joins a batch.
+
+Triton already checks names, data types and dims against config.pbtxt; this
+is the engine's own word (profile ranges, fixed dimensions), and the only
+check for paths that bypass Triton's (decoupled mode, BLS callers). Every
+message names the tensor and the expected value.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trtpool.errors import InvalidInput
+from trtpool.signature import Signature, TRITON_DTYPES
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return TRITON_DTYPES.get(dtype, str(dtype)).removeprefix("TYPE_")
+
+
+def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Return the request's input shapes, or raise InvalidInput naming what is wrong."""
+    expected = {spec.name for spec in signature.inputs}
+    missing = sorted(expected - set(tensors))
+    if missing:
+        raise InvalidInput(f"missing input tensor(s) {missing}; the model expects {sorted(expected)}")
+    unknown = sorted(set(tensors) - expected)
+    if unknown:
+        raise InvalidInput(f"unknown input tensor(s) {unknown}; the model expects {sorted(expected)}")
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    batch_sizes = set()
+    for spec in signature.inputs:
+        array = tensors[spec.name]
+        if array.dtype != spec.dtype:
+            raise InvalidInput(
+                f"input '{spec.name}': data type {_dtype_name(array.dtype)} given, expected {_dtype_name(spec.dtype)}"
+            )
+        if array.ndim != len(spec.shape):
+            raise InvalidInput(
+                f"input '{spec.name}': rank {array.ndim} (shape {list(array.shape)}) given, "
+                f"expected rank {len(spec.shape)} (shape {list(spec.shape)}, -1 = any)"
+            )
+        for axis, (given, want) in enumerate(zip(array.shape, spec.shape)):
+            if want != -1 and given != want:
+                raise InvalidInput(
+                    f"input '{spec.name}': dimension {axis} is {given}, expected {want} "
+                    f"(shape {list(spec.shape)}, -1 = any)"
+                )
+        if signature.batched:
+            batch_sizes.add(array.shape[0])
+        shapes[spec.name] = tuple(array.shape)
+
+    if signature.batched:
+        if len(batch_sizes) > 1:
+            raise InvalidInput(f"inputs disagree on the batch size: {sorted(batch_sizes)}")
+        batch = batch_sizes.pop()
+        if not 1 <= batch <= signature.max_batch_size:
+            raise InvalidInput(f"batch size {batch} is outside 1..{signature.max_batch_size} (the engine's largest profile)")
+    signature.choose_profile(shapes)  # raises InvalidInput naming the input and its allowed range
+    return shapes
