@@ -1,0 +1,140 @@
+"""The pool and batch runner driven in-process over the real ONNX Runtime."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.doubles.flaky_runtime import SENTINEL, FlakyOnnxRuntime
+from trtpool import config as pool_config
+from trtpool.errors import ConfigError, ContextFailure, InvalidInput
+from trtpool.pool import ContextPool, auto_size
+from trtpool.runtimes.onnxruntime import OnnxRuntime
+from trtpool.serving import BatchRunner, Item
+from trtpool_builder.examples import write_example
+from trtpool_builder.examples.tiny import tiny_reference
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 ONNX Runtime vs float64 numpy
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    version_dir = tmp_path_factory.mktemp("tiny") / "1"
+    version_dir.mkdir()
+    write_example("tiny", version_dir / "model.onnx")
+    return version_dir
+
+
+def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
+    config = {"name": "tiny", "max_batch_size": 8,
+              "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    return pool_config.load(config, version_dir, "cpu")
+
+
+def run(runner: BatchRunner, requests):
+    results: dict[int, object] = {}
+    runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
+               lambda i, err: results.__setitem__(i, err))
+    return [results[i] for i in range(len(requests))]
+
+
+def test_batch_matches_float64_reference_and_splits_per_request(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, contexts="2"), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 2))
+    rng = np.random.default_rng(1)
+    requests = [{"INPUT0": rng.standard_normal((n, 16)).astype(np.float32)} for n in (1, 3, 2)]
+    for request, result in zip(requests, run(runner, requests)):
+        np.testing.assert_allclose(result["OUTPUT0"], tiny_reference(request["INPUT0"]), **TOLERANCE)
+
+
+def test_batch_above_profile_is_split_across_contexts(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, profile="INPUT0=1x16:4x16:4x16"), tiny_dir / "model.onnx")
+    pool = ContextPool(runtime, 3)
+    runner = BatchRunner(pool)
+    rng = np.random.default_rng(2)
+    requests = [{"INPUT0": rng.standard_normal((2, 16)).astype(np.float32)} for _ in range(5)]
+    planned = runner.plan([Item(i, {}, {"INPUT0": (2, 16)}) for i in range(5)])
+    assert [sum(i.batch for i in chunk) for chunk in planned] == [4, 4, 2]
+    results = run(runner, requests)
+    for request, result in zip(requests, results):
+        np.testing.assert_allclose(result["OUTPUT0"], tiny_reference(request["INPUT0"]), **TOLERANCE)
+    assert sum(s.runs for s in pool.stats.contexts.values()) == 3
+
+
+def test_invalid_request_fails_alone(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    good = {"INPUT0": np.ones((1, 16), np.float32)}
+    results = run(runner, [good, {"INPUT0": np.ones((1, 16), np.int32)}, {"INPUT0": np.ones((1, 15), np.float32)}, {}])
+    np.testing.assert_allclose(results[0]["OUTPUT0"], tiny_reference(good["INPUT0"]), **TOLERANCE)
+    assert isinstance(results[1], InvalidInput) and "INPUT0" in str(results[1]) and "expected FP32" in str(results[1])
+    assert isinstance(results[2], InvalidInput) and "dimension 1 is 15, expected 16" in str(results[2])
+    assert isinstance(results[3], InvalidInput) and "missing input" in str(results[3])
+
+
+def test_batch_above_max_batch_is_refused(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    [result] = run(runner, [{"INPUT0": np.ones((9, 16), np.float32)}])
+    assert isinstance(result, InvalidInput) and "outside 1..8" in str(result)
+
+
+def test_failed_context_is_rebuilt_and_only_the_poisoned_request_fails(tiny_dir):
+    runtime = FlakyOnnxRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    pool = ContextPool(runtime, 2)
+    runner = BatchRunner(pool)
+    rng = np.random.default_rng(3)
+    requests = [{"INPUT0": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(4)]
+    requests[2]["INPUT0"][0, 0] = SENTINEL
+    results = run(runner, requests)
+    assert isinstance(results[2], ContextFailure) and "injected failure" in str(results[2])
+    for i in (0, 1, 3):
+        np.testing.assert_allclose(results[i]["OUTPUT0"], tiny_reference(requests[i]["INPUT0"]), **TOLERANCE)
+    assert sum(s.rebuilds for s in pool.stats.contexts.values()) >= 1
+    # Every context serves again after the rebuild.
+    for _ in range(4):
+        [ok] = run(runner, [requests[0]])
+        np.testing.assert_allclose(ok["OUTPUT0"], tiny_reference(requests[0]["INPUT0"]), **TOLERANCE)
+
+
+def test_concurrent_batches_share_the_pool(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    pool = ContextPool(runtime, 2)
+    runner = BatchRunner(pool)
+    errors = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            x = rng.standard_normal((4, 16)).astype(np.float32)
+            [out] = run(runner, [{"INPUT0": x}])
+            if not np.allclose(out["OUTPUT0"], tiny_reference(x), **TOLERANCE):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert errors == []
+    assert pool.stats.acquisitions == 200
+    assert all(s.runs > 0 for s in pool.stats.contexts.values())
+
+
+def test_auto_size_uses_memory_fraction(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    per_context = runtime.context_memory_bytes()
+    assert per_context == 8 * 16 * 4 + 8 * 4 * 4  # input and output buffers at batch 8
+    assert auto_size(runtime, 0.5, ceiling=3) == 3
+    assert auto_size(runtime, 1e-12) == 1  # floor of one
+
+
+def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
+    with pytest.raises(ConfigError, match="parameter 'contexts': 'many' is not an integer"):
+        make_cfg(tiny_dir, contexts="many")
+    with pytest.raises(ConfigError, match=r"parameter 'mode': 'async' is not accepted; expected one of sync, decoupled"):
+        make_cfg(tiny_dir, mode="async")
+    with pytest.raises(ConfigError, match=r"memory_fraction.*expected a number in \(0, 1\]"):
+        make_cfg(tiny_dir, memory_fraction="2")
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        make_cfg(tiny_dir, context="2")
