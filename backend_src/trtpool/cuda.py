@@ -1,0 +1,216 @@
+"""The thin layer over CUDA's runtime API (cuda-python's ``cuda.bindings.runtime``).
+
+Every call's return code is checked and a failure becomes a CudaError that
+names the call and CUDA's description of the error. cuda-python is imported
+on first use, so this module imports on any machine; on one without a GPU or
+driver the calls raise CudaError. Handles (streams, events, pointers) are
+plain ints, which is what TensorRT and torch take.
+
+The current device is per host thread: a thread that works on a device other
+than 0 calls ``set_device`` first.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trtpool.errors import ConfigError, TrtpoolError
+
+log = logging.getLogger("trtpool")
+
+# Codes that mean "no usable GPU here" rather than "something broke".
+NO_GPU = ("cudaErrorNoDevice", "cudaErrorInsufficientDriver")
+
+_cudart: Any = None  # cuda.bindings.runtime, loaded on first use (tests put a double here)
+
+
+class CudaError(TrtpoolError):
+    """A CUDA runtime call failed; ``call`` and ``code`` (cudaError_t name) say which and how."""
+
+    def __init__(self, call: str, code: str | None, message: str) -> None:
+        super().__init__(message)
+        self.call = call
+        self.code = code
+
+
+def _rt() -> Any:
+    global _cudart
+    if _cudart is None:
+        try:
+            from cuda.bindings import runtime
+        except ImportError as exc:
+            raise CudaError("import cuda.bindings", None,
+                            f"cuda-python is not installed ({exc}); install it with "
+                            "pip install 'cuda-python>=12.6'") from exc
+        _cudart = runtime
+    return _cudart
+
+
+def _call(name: str, *args: Any) -> Any:
+    """Call cudart.<name>; raise CudaError unless it returns cudaSuccess; return its value(s)."""
+    rt = _rt()
+    err, *values = getattr(rt, name)(*args)
+    if err != rt.cudaError_t.cudaSuccess:
+        code = rt.cudaGetErrorName(err)[1].decode()
+        text = rt.cudaGetErrorString(err)[1].decode()
+        hint = (" (is an NVIDIA driver installed and a GPU visible? check nvidia-smi and "
+                "CUDA_VISIBLE_DEVICES)") if code in NO_GPU else ""
+        raise CudaError(name, code, f"{name} failed: {code}: {text}{hint}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _release_quietly(call: str, handle: int) -> None:
+    """Free on garbage collection, where an exception has nowhere to go."""
+    try:
+        _call(call, handle)
+    except CudaError as exc:
+        log.warning("freeing a CUDA resource when it was garbage-collected: %s", exc)
+
+
+def device_index(device: str) -> int:
+    """'cuda:N' -> N ('cuda' -> 0)."""
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index.isdigit() or index == ""):
+        raise ConfigError(f"device '{device}' is not a CUDA device; expected 'cuda:N'")
+    return int(index or 0)
+
+
+def device_count() -> int:
+    """GPUs visible to this process; 0 when there is no GPU, driver or cuda-python."""
+    try:
+        return _call("cudaGetDeviceCount")
+    except CudaError as exc:
+        if exc.code is None or exc.code in NO_GPU:
+            return 0
+        raise
+
+
+def set_device(index: int) -> None:
+    """Make device `index` current for the calling thread."""
+    _call("cudaSetDevice", index)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+
+    @property
+    def compute_capability(self) -> str:
+        """'major.minor', e.g. '9.0' (the form engine sidecars record)."""
+        return f"{self.major}.{self.minor}"
+
+
+def device_properties(index: int) -> DeviceProperties:
+    prop = _call("cudaGetDeviceProperties", index)
+    name = prop.name.split(b"\0", 1)[0].decode() if isinstance(prop.name, bytes) else str(prop.name)
+    return DeviceProperties(name, prop.major, prop.minor, prop.totalGlobalMem)
+
+
+def mem_get_info() -> tuple[int, int]:
+    """(free, total) bytes on the current device."""
+    free, total = _call("cudaMemGetInfo")
+    return free, total
+
+
+class _Resource:
+    """Owns one handle freed by one CUDA call: on close() (errors raised) or when
+    garbage-collected (errors logged). Not at interpreter exit: the driver frees all."""
+
+    def _own(self, free_call: str, handle: int) -> None:
+        self._finalizer = weakref.finalize(self, _release_quietly, free_call, handle)
+        self._finalizer.atexit = False
+
+    def close(self) -> None:
+        detached = self._finalizer.detach()
+        if detached is not None:
+            _call(*detached[2])
+
+
+class Stream(_Resource):
+    """A non-blocking stream: it does not synchronize with the legacy default stream."""
+
+    def __init__(self) -> None:
+        self.handle: int = int(_call("cudaStreamCreateWithFlags", _rt().cudaStreamNonBlocking))
+        self._own("cudaStreamDestroy", self.handle)
+
+    def synchronize(self) -> None:
+        _call("cudaStreamSynchronize", self.handle)
+
+
+class Event(_Resource):
+    """An event; timing is off by default (cheaper to record and wait on)."""
+
+    def __init__(self, timing: bool = False) -> None:
+        rt = _rt()
+        flags = rt.cudaEventDefault if timing else rt.cudaEventDisableTiming
+        self.handle: int = int(_call("cudaEventCreateWithFlags", flags))
+        self._own("cudaEventDestroy", self.handle)
+
+    def record(self, stream: Stream) -> None:
+        _call("cudaEventRecord", self.handle, stream.handle)
+
+    def synchronize(self) -> None:
+        _call("cudaEventSynchronize", self.handle)
+
+    def elapsed_ms(self, start: Event) -> float:
+        """Milliseconds from `start` to this event (both created with timing=True, both done)."""
+        return float(_call("cudaEventElapsedTime", start.handle, self.handle))
+
+
+class DeviceBuffer(_Resource):
+    """`nbytes` of device memory on the current device (at least 1 byte, so `ptr` is never 0)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.ptr: int = int(_call("cudaMalloc", max(1, nbytes)))
+        self._own("cudaFree", self.ptr)
+
+
+def pinned_allocator(dtype: np.dtype, count: int) -> np.ndarray:
+    """`count` elements of page-locked host memory as a flat numpy array (a buffers.Allocator).
+
+    The memory is freed with cudaFreeHost when the last array or view over it
+    is garbage-collected: the finalizer hangs on the ctypes object at the
+    bottom of every view's base chain.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = max(1, dtype.itemsize * count)
+    ptr = int(_call("cudaHostAlloc", nbytes, _rt().cudaHostAllocPortable))
+    memory = (ctypes.c_byte * nbytes).from_address(ptr)
+    weakref.finalize(memory, _release_quietly, "cudaFreeHost", ptr).atexit = False
+    return np.frombuffer(memory, dtype=dtype, count=count)
+
+
+def _host_ptr(array: np.ndarray, nbytes: int) -> int:
+    if not array.flags.c_contiguous:
+        raise ValueError("host array for an async copy must be C-contiguous")
+    if nbytes > array.nbytes:
+        raise ValueError(f"copy of {nbytes} bytes exceeds the host array's {array.nbytes} bytes")
+    return array.ctypes.data
+
+
+def memcpy_htod_async(dst_ptr: int, host_array: np.ndarray, nbytes: int, stream: Stream) -> None:
+    """Queue a copy of host_array's first nbytes to device memory (pinned: truly async)."""
+    _call("cudaMemcpyAsync", dst_ptr, _host_ptr(host_array, nbytes), nbytes,
+          _rt().cudaMemcpyKind.cudaMemcpyHostToDevice, stream.handle)
+
+
+def memcpy_dtoh_async(host_array: np.ndarray, src_ptr: int, nbytes: int, stream: Stream) -> None:
+    """Queue a copy of nbytes of device memory into host_array; valid after a synchronize."""
+    _call("cudaMemcpyAsync", _host_ptr(host_array, nbytes), src_ptr, nbytes,
+          _rt().cudaMemcpyKind.cudaMemcpyDeviceToHost, stream.handle)
+
+
+def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
+    _call("cudaMemcpyAsync", dst_ptr, src_ptr, nbytes,
+          _rt().cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
