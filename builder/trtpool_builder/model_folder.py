@@ -1,0 +1,149 @@
+"""A complete Triton model folder for the trtpool backend from an ONNX file or an engine.
+
+    <repo>/<name>/config.pbtxt
+    <repo>/<name>/1/model.onnx                      (ONNX Runtime), or
+    <repo>/<name>/1/model.plan + model.plan.json    (TensorRT engine and its sidecar)
+
+config.pbtxt is written from Triton's own protobuf classes and validated with
+the backend's own parameter reader, so what is written is what loads.
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from trtpool import config as backend_config
+from trtpool.errors import ConfigError
+from trtpool.shapes import format_profile
+from trtpool.sidecar import read_sidecar, write_sidecar
+from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool_builder.onnx_io import io_specs, load_graph
+from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
+
+ENGINE_SUFFIXES = (".plan", ".engine")
+MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "model.engine.json")
+INSTANCE_KINDS = {"auto": None, "gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc.ModelInstanceGroup.KIND_CPU}
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How the model is served; the string fields become config.pbtxt parameters."""
+
+    runtime: str = "auto"            # auto: the backend picks by the file in the version folder
+    contexts: str = "auto"
+    memory_fraction: str = "0.5"
+    mode: str = "sync"               # sync | decoupled
+    instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
+    max_queue_delay_microseconds: int = 100
+    preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
+
+
+def _tensor(message: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
+    message.name = spec.name
+    message.data_type = mc.DataType.Value(spec.triton_dtype)
+    message.dims.extend(spec.shape[1:] if batched else spec.shape)
+
+
+def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list[int]:
+    largest = signature.max_batch_size
+    sizes = options.preferred_batch_sizes or (*(opt_batch(p) for p in signature.profiles), largest)
+    too_large = [s for s in sizes if not 1 <= s <= largest]
+    if too_large:
+        raise ConfigError(f"preferred batch sizes {too_large} are outside 1..{largest}, "
+                          "the largest batch the profiles allow")
+    return sorted(set(sizes))
+
+
+def model_config(name: str, signature: Signature, options: ServingOptions = ServingOptions()) -> mc.ModelConfig:
+    """The ModelConfig message; raises ConfigError for values the backend would refuse."""
+    config = mc.ModelConfig(name=name, backend="trtpool", max_batch_size=signature.max_batch_size)
+    for spec in signature.inputs:
+        _tensor(config.input.add(), spec, signature.batched)
+    for spec in signature.outputs:
+        _tensor(config.output.add(), spec, signature.batched)
+    if signature.batched:
+        config.dynamic_batching.preferred_batch_size.extend(preferred_batch_sizes(signature, options))
+        config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_microseconds
+    if options.instance_kind not in INSTANCE_KINDS:
+        raise ConfigError(f"instance kind '{options.instance_kind}': expected one of {sorted(INSTANCE_KINDS)}")
+    kind = INSTANCE_KINDS[options.instance_kind]
+    if kind is not None:
+        config.instance_group.add(kind=kind, count=1)
+    if options.mode == "decoupled":
+        config.model_transaction_policy.decoupled = True
+    parameters = {
+        "runtime": options.runtime,
+        "contexts": options.contexts,
+        "memory_fraction": options.memory_fraction,
+        "mode": options.mode,
+        "profile": ";".join(format_profile(p.ranges) for p in signature.profiles),
+    }
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    # The backend's own reader: a value it would refuse fails here, not at load time.
+    backend_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True),
+                        Path("."), "cpu")
+    return config
+
+
+def write_config(folder: Path, config: mc.ModelConfig) -> Path:
+    path = folder / "config.pbtxt"
+    path.write_text(text_format.MessageToString(config))
+    return path
+
+
+def read_config(folder: Path) -> mc.ModelConfig:
+    return text_format.Parse((folder / "config.pbtxt").read_text(), mc.ModelConfig())
+
+
+def _signature(model_file: Path, shapes: Sequence[str]) -> tuple[Signature, str]:
+    """The signature and the version folder's file name for an ONNX file or an engine."""
+    if model_file.suffix in ENGINE_SUFFIXES:
+        if shapes:
+            raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
+                              "it was built (see its sidecar); do not pass shapes")
+        return read_sidecar(model_file).signature(), "model.plan"
+    if model_file.suffix != ".onnx":
+        raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
+                          f"({', '.join(ENGINE_SUFFIXES)})")
+    inputs, outputs = io_specs(load_graph(model_file))
+    profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
+    return Signature(inputs, outputs, profiles, is_batched(inputs, outputs)), "model.onnx"
+
+
+def _place(source: Path, dest: Path) -> None:
+    """Copy `source` to `dest` unless it already is that file; remove other model files."""
+    for name in MODEL_FILES:
+        other = dest.parent / name
+        if other.exists() and other.name not in (dest.name, dest.name + ".json"):
+            other.unlink()
+    if not (dest.exists() and dest.samefile(source)):
+        shutil.copyfile(source, dest)
+
+
+def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
+                      options: ServingOptions = ServingOptions(), version: int = 1) -> Path:
+    """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
+
+    `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
+    with dynamic dimensions; an engine's profiles come from its sidecar.
+    """
+    model_file = Path(model_file)
+    if not model_file.is_file():
+        raise ConfigError(f"model file '{model_file}' does not exist")
+    signature, file_name = _signature(model_file, shapes)
+    config = model_config(name, signature, options)
+    folder = Path(repo) / name
+    version_dir = folder / str(version)
+    version_dir.mkdir(parents=True, exist_ok=True)
+    dest = version_dir / file_name
+    _place(model_file, dest)
+    if file_name == "model.plan":
+        write_sidecar(dest, read_sidecar(model_file))
+    write_config(folder, config)
+    return folder

@@ -1,0 +1,21 @@
+"""Small helpers for building tritonclient inputs in tests."""
+from __future__ import annotations
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+TINY_TOLERANCE = dict(rtol=1e-5, atol=1e-5)     # float32 served vs float64 numpy
+LARGE_TOLERANCE = dict(rtol=1e-4, atol=1e-4)    # served vs in-process ONNX Runtime, float32 both
+
+
+def http_input(name: str, array: np.ndarray, dtype: str) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, list(array.shape), dtype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def grpc_input(name: str, array: np.ndarray, dtype: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+    tensor.set_data_from_numpy(array)
+    return tensor

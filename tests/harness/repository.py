@@ -1,0 +1,69 @@
+"""The model repository the end-to-end tests serve, made with the builder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtpool_builder.examples import get_example, write_example
+from trtpool_builder.model_folder import ServingOptions, make_model_folder
+
+FLAKY_RUNTIME = "tests.doubles.flaky_runtime:FlakyOnnxRuntime"
+# Long enough that concurrent clients' requests meet in one batch.
+QUEUE_DELAY_US = 20_000
+
+
+def example_onnx(cache: Path, name: str, **options) -> Path:
+    path = cache / f"{name}.onnx"
+    if not path.exists():
+        write_example(name, path, **options)
+    return path
+
+
+def add_example(repo: Path, cache: Path, name: str, model_name: str | None = None, **serving) -> Path:
+    example = get_example(name)
+    options = ServingOptions(max_queue_delay_microseconds=QUEUE_DELAY_US, **serving)
+    return make_model_folder(repo, model_name or name, example_onnx(cache, name),
+                             example.serving_profiles(), options)
+
+
+def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) -> Path:
+    repo.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    add_example(repo, cache, "tiny", contexts="2")
+    add_example(repo, cache, "tiny", "tiny_flaky", contexts="2", runtime=FLAKY_RUNTIME)
+    if large_examples:
+        add_example(repo, cache, "resnet50", contexts="2")
+        add_example(repo, cache, "bert_base", contexts="2")
+
+    # Only `backend: "trtpool"` and the model file: auto-complete fills the rest.
+    bare = repo / "tiny_autocomplete"
+    (bare / "1").mkdir(parents=True, exist_ok=True)
+    (bare / "1" / "model.onnx").write_bytes(example_onnx(cache, "tiny").read_bytes())
+    (bare / "config.pbtxt").write_text('backend: "trtpool"\n')
+    return repo
+
+
+def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
+    """Models that must fail to load, with a fragment their error must contain."""
+    tiny = example_onnx(cache, "tiny")
+    expected = {}
+
+    mismatch = make_model_folder(repo, "bad_dims", tiny, get_example("tiny").serving_profiles())
+    config = (mismatch / "config.pbtxt").read_text()
+    (mismatch / "config.pbtxt").write_text(config.replace("dims: 16", "dims: 15", 1))
+    expected["bad_dims"] = "input 'INPUT0' dims: config.pbtxt says [15], the model has [16]"
+
+    missing = repo / "missing_file"
+    (missing / "1").mkdir(parents=True, exist_ok=True)
+    (missing / "config.pbtxt").write_text(config.replace('name: "bad_dims"', 'name: "missing_file"'))
+    expected["missing_file"] = "no model file in"
+
+    truncated = make_model_folder(repo, "truncated_onnx", tiny, get_example("tiny").serving_profiles())
+    data = (truncated / "1" / "model.onnx").read_bytes()
+    (truncated / "1" / "model.onnx").write_bytes(data[: len(data) // 2])
+    expected["truncated_onnx"] = "cannot be loaded by ONNX Runtime"
+
+    engine = make_model_folder(repo, "engine_without_tensorrt", tiny, get_example("tiny").serving_profiles())
+    (engine / "1" / "model.onnx").rename(engine / "1" / "model.plan")
+    (engine / "1" / "model.plan").write_bytes(b"not an engine")
+    expected["engine_without_tensorrt"] = "model.plan"
+    return expected
