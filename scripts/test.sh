@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run the whole test suite: set up if needed, then pytest (which starts every
+# tritonserver the tests need on free loopback ports). Extra arguments go to pytest.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$ROOT/scripts/setup.sh"
+cd "$ROOT"
+exec "$ROOT/.venv/bin/python" -m pytest -ra "$@"
