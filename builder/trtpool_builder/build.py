@@ -1,0 +1,203 @@
+"""ONNX -> serialized engine + sidecar, with every option checked before building."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import onnx
+
+from trtpool.errors import ConfigError
+from trtpool.shapes import format_profile
+from trtpool.sidecar import (
+    RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
+)
+from trtpool.signature import Profile
+from trtpool_builder import precision as prec
+from trtpool_builder.accuracy import AccuracyReport, compare, onnxruntime_runner
+from trtpool_builder.errors import BuildError
+from trtpool_builder.gpu import gpu_status
+from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer
+from trtpool_builder.profiles import resolve_profiles
+from trtpool_builder.samples import Samples, batches, load_samples, random_samples
+from trtpool_builder.trt_build import TrtSettings, build_serialized, compute_capability_enum, io_tensors
+from trtpool_builder.trt_module import load_trt
+
+OPT_LEVELS = range(0, 6)
+ACCURACY_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The `trtpool-build` options; field names are the flags' names (--opt-level: opt_level)."""
+
+    shapes: tuple[str, ...] = ()          # one optimization profile each (trtpool.shapes text)
+    trt_module: str | None = None         # None: tensorrt when importable, else tensorrt_rtx
+    precision: str = "fp32"
+    calib: Path | None = None
+    workspace: int | None = None          # MiB
+    timing_cache: Path | None = None
+    opt_level: int | None = None
+    version_compatible: bool = False
+    hardware_compatible: bool = False     # tensorrt only
+    compute_capability: tuple[str, ...] = ()  # tensorrt_rtx targets, e.g. ("8.9",)
+    legacy_precision_flags: bool = False  # tensorrt 10.x only
+    verbose: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    engine: Path
+    sidecar: Sidecar
+    seconds: float
+    accuracy: AccuracyReport | None
+    notes: tuple[str, ...]
+
+
+def check_options(options: BuildOptions, module_name: str) -> None:
+    """Refuse what the chosen module cannot do, before any work."""
+    if options.hardware_compatible and module_name != "tensorrt":
+        raise ConfigError("--hardware-compatible is a TensorRT option; TensorRT-RTX engines are portable "
+                          f"across their target GPUs already (default {', '.join(RTX_DEFAULT_TARGETS)}; "
+                          "choose them with --compute-capability)")
+    if options.compute_capability and module_name != "tensorrt_rtx":
+        raise ConfigError("--compute-capability is a TensorRT-RTX option; TensorRT builds for the GPU "
+                          "it runs on (see --hardware-compatible for Ampere-and-later portability)")
+    if options.opt_level is not None and options.opt_level not in OPT_LEVELS:
+        raise ConfigError(f"--opt-level {options.opt_level}: expected 0..5")
+    if options.workspace is not None and options.workspace < 1:
+        raise ConfigError(f"--workspace {options.workspace}: expected a size in MiB >= 1")
+
+
+def _gpu_target(trt: ModuleType, module_name: str, options: BuildOptions) -> Target:
+    if module_name == "tensorrt_rtx":
+        for text in options.compute_capability:
+            compute_capability_enum(trt, text)
+        targets = tuple(options.compute_capability) or RTX_DEFAULT_TARGETS
+        return Target(targets, None, False, options.version_compatible)
+    gpu, why = gpu_status()
+    if gpu is None:
+        raise BuildError(f"the 'tensorrt' builder needs a CUDA GPU to build for: {why}. Build on the "
+                         "serving GPU, or build ahead of time without one with --trt-module tensorrt_rtx")
+    return Target((gpu.compute_capability,), gpu.name, options.hardware_compatible, options.version_compatible)
+
+
+def _tensor_infos(described: list[tuple[str, str, tuple[int, ...]]],
+                  ranges: Callable[[str], tuple[ShapeRangeInfo, ...]]) -> tuple[TensorInfo, ...]:
+    return tuple(TensorInfo(name, dtype, shape, ranges(name)) for name, dtype, shape in described)
+
+
+def _output_ranges(model: Any, profiles: tuple[Profile, ...]) -> dict[str, tuple[ShapeRangeInfo, ...]]:
+    infer = output_shape_inferrer(model)
+    per_profile = []
+    for p in profiles:
+        shapes = [infer({n: getattr(r, which) for n, r in p.ranges.items()}) for which in ("min", "opt", "max")]
+        per_profile.append(shapes)
+    names = per_profile[0][0].keys() if per_profile else ()
+    return {name: tuple(ShapeRangeInfo(lo[name], opt[name], hi[name]) for lo, opt, hi in per_profile)
+            for name in names}
+
+
+def _accuracy(source: Path, prepared: Path, feeds: list[Samples], notes: list[str]) -> AccuracyReport | None:
+    try:
+        report = compare(onnxruntime_runner(source), onnxruntime_runner(prepared), feeds,
+                         f"fp32 '{source.name}' on ONNX Runtime", "the converted ONNX on ONNX Runtime")
+    except BuildError as exc:
+        notes.append(f"no accuracy report: {exc}")
+        return None
+    notes.append("the engine itself was not executed for the accuracy report (run trtpool-accuracy "
+                 "on a GPU that can run it); the report compares the ONNX graph it was built from")
+    return report
+
+
+def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOptions(),
+                 log: Callable[[str], None] = print) -> BuildResult:
+    """Build `onnx_path` into `output` and write `<output>.json`; the file appears only on success."""
+    started = time.perf_counter()
+    onnx_path, output = Path(onnx_path).resolve(), Path(output).resolve()
+    trt, module_name = load_trt(options.trt_module)
+    check_options(options, module_name)
+    model = load_graph(onnx_path)
+    inputs, _ = io_specs(model)
+    profiles = resolve_profiles(options.shapes, inputs)
+    prec.check_precision(options.precision, module_name, trt.__version__, options.legacy_precision_flags,
+                         options.calib is not None,
+                         prec.graph_has_dtype(model, onnx.TensorProto.BFLOAT16))
+    target = _gpu_target(trt, module_name, options)
+    samples = load_samples(options.calib, inputs) if options.calib else None
+    notes: list[str] = []
+    timing_cache = options.timing_cache
+    if timing_cache is not None and module_name == "tensorrt_rtx":
+        notes.append(f"--timing-cache '{timing_cache}' ignored: timing cache operations are no-ops in "
+                     "TensorRT-RTX (deprecated since 1.2; it picks kernels when the engine first runs), "
+                     "so nothing is read or written")
+        timing_cache = None
+
+    with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir:
+        prepared = prec.prepare(onnx_path, options.precision, options.legacy_precision_flags,
+                                samples, Path(workdir))
+        settings = TrtSettings(profiles, prec.network_flags(trt, options.legacy_precision_flags),
+                               options.workspace, options.opt_level, options.version_compatible,
+                               options.hardware_compatible, tuple(options.compute_capability),
+                               prepared.legacy_flags, timing_cache)
+        engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes)
+        accuracy = None
+        if options.precision != "fp32" and prepared.converted:
+            feeds = (list(batches({k: v[:ACCURACY_SAMPLES] for k, v in samples.items()}, 8)) if samples
+                     else [random_samples(inputs, profiles[0])])
+            accuracy = _accuracy(onnx_path, prepared.path, feeds, notes)
+        elif options.precision != "fp32":
+            notes.append(f"no accuracy report: the {options.precision} engine was built from the ONNX "
+                         "graph as given (precision set by builder flags or already in the graph)")
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    partial.write_bytes(engine)
+    os.replace(partial, output)
+    seconds = time.perf_counter() - started
+
+    input_desc, output_desc = io_tensors(trt, network)
+    input_ranges = {n: tuple(ShapeRangeInfo(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
+                             for p in profiles) for n, _, _ in input_desc}
+    output_ranges = _output_ranges(model, profiles)
+    sidecar = Sidecar(
+        engine=str(output),
+        module=module_name,
+        module_version=trt.__version__,
+        target=target,
+        precision=Precision(options.precision, strongly_typed=not options.legacy_precision_flags,
+                            legacy_flags=prepared.legacy_flags, quantizer=prepared.quantizer),
+        profiles=tuple(format_profile(p.ranges) for p in profiles),
+        inputs=_tensor_infos(input_desc, lambda n: input_ranges[n]),
+        outputs=_tensor_infos(output_desc, lambda n: output_ranges.get(n, ())),
+        onnx_path=str(onnx_path),
+        onnx_sha256=file_sha256(onnx_path),
+        build_options=command_options(onnx_path, output, options, module_name),
+        build_seconds=round(seconds, 3),
+        build_date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    write_sidecar(output, sidecar)
+    for note in notes:
+        log(f"note: {note}")
+    if accuracy is not None:
+        log(accuracy.format())
+    return BuildResult(output, sidecar, seconds, accuracy, tuple(notes))
+
+
+def command_options(onnx_path: Path, output: Path, options: BuildOptions, module_name: str) -> dict[str, Any]:
+    """The options as `trtpool-build` flags (sidecar.format_command renders them), paths absolute."""
+    recorded = {"onnx": str(onnx_path), "output": str(output)}
+    for key, value in asdict(options).items():
+        if key == "verbose":
+            continue
+        if isinstance(value, Path):
+            value = str(value.resolve())
+        recorded[key] = list(value) if isinstance(value, tuple) else value
+    recorded["trt_module"] = module_name
+    return recorded

@@ -1,0 +1,176 @@
+"""Console scripts: trtpool-build, trtpool-model, trtpool-examples, trtpool-accuracy.
+
+Each parses its arguments, calls one library function and turns a
+TrtpoolError into one clear line on stderr with exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from trtpool.errors import TrtpoolError
+from trtpool_builder.precision import PRECISIONS
+from trtpool_builder.trt_module import MODULES
+
+# trtpool-accuracy: the candidate cannot be executed on this machine.
+EXIT_CANNOT_RUN = 3
+
+
+def _run(prog: str, main: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser,
+         argv: Sequence[str] | None) -> int:
+    args = parser.parse_args(argv)
+    try:
+        return main(args)
+    except (TrtpoolError, ValueError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trtpool-build", description=(
+        "Build a TensorRT (or TensorRT-RTX) engine from an ONNX file and write its sidecar "
+        "<engine>.json. Options follow trtexec/Polygraphy."))
+    p.add_argument("--onnx", type=Path, required=True, help="the fp32 ONNX model")
+    p.add_argument("--output", type=Path, required=True, help="the engine file to write (e.g. model.plan)")
+    p.add_argument("--shapes", action="append", default=[], metavar="NAME=MIN:OPT:MAX,...",
+                   help="one optimization profile per use, e.g. input=1x3x224x224:8x3x224x224:32x3x224x224")
+    p.add_argument("--trt-module", choices=MODULES, help="default: tensorrt when importable, else tensorrt_rtx")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--calib", type=Path, metavar="DIR_OR_FILE",
+                   help="int8/fp8 calibration samples: .npz named by input, .npy (one input), or a folder")
+    p.add_argument("--workspace", type=int, metavar="MIB", help="workspace memory pool limit in MiB")
+    p.add_argument("--timing-cache", type=Path, metavar="PATH",
+                   help="timing cache read before and written after the build (TensorRT only)")
+    p.add_argument("--opt-level", type=int, metavar="0-5", help="builder optimization level")
+    p.add_argument("--version-compatible", action="store_true")
+    p.add_argument("--hardware-compatible", action="store_true", help="TensorRT only: Ampere and later")
+    p.add_argument("--compute-capability", action="append", default=[], metavar="X.Y",
+                   help="TensorRT-RTX target (repeatable), e.g. 8.9")
+    p.add_argument("--legacy-precision-flags", action="store_true",
+                   help="TensorRT 10.x only: builder flags on a weakly typed network instead of converting the graph")
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+def _build(args: argparse.Namespace) -> int:
+    from trtpool_builder.build import BuildOptions, build_engine
+
+    options = BuildOptions(
+        shapes=tuple(args.shapes), trt_module=args.trt_module, precision=args.precision, calib=args.calib,
+        workspace=args.workspace, timing_cache=args.timing_cache, opt_level=args.opt_level,
+        version_compatible=args.version_compatible, hardware_compatible=args.hardware_compatible,
+        compute_capability=tuple(args.compute_capability),
+        legacy_precision_flags=args.legacy_precision_flags, verbose=args.verbose)
+    result = build_engine(args.onnx, args.output, options)
+    sidecar = result.sidecar
+    print(f"built {result.engine} with {sidecar.module} {sidecar.module_version} in {result.seconds:.2f} s "
+          f"({sidecar.precision.mode}, {len(sidecar.profiles)} profile(s), targets "
+          f"{', '.join(sidecar.target.compute_capabilities)}); sidecar {result.engine}.json")
+    return 0
+
+
+def build_main(argv: Sequence[str] | None = None) -> int:
+    return _run("trtpool-build", _build, build_parser(), argv)
+
+
+def model_parser() -> argparse.ArgumentParser:
+    from trtpool.config import MODES, RUNTIMES
+    from trtpool_builder.model_folder import INSTANCE_KINDS, ServingOptions
+
+    d = ServingOptions()
+    p = argparse.ArgumentParser(prog="trtpool-model", description=(
+        "Write a Triton model folder <repo>/<name>/ (config.pbtxt and 1/model.onnx or 1/model.plan "
+        "with its sidecar) for the trtpool backend."))
+    p.add_argument("model_file", type=Path, help="an ONNX file, or an engine with its <engine>.json sidecar")
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--shapes", action="append", default=[], metavar="NAME=MIN:OPT:MAX,...",
+                   help="ONNX only: one profile per use (needed for dynamic dimensions)")
+    p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or module:Class")
+    p.add_argument("--contexts", default=d.contexts, help="N, or auto")
+    p.add_argument("--memory-fraction", default=d.memory_fraction)
+    p.add_argument("--mode", choices=MODES, default=d.mode)
+    p.add_argument("--instance-kind", choices=sorted(INSTANCE_KINDS), default=d.instance_kind)
+    p.add_argument("--max-queue-delay-us", type=int, default=d.max_queue_delay_microseconds)
+    p.add_argument("--preferred-batch-sizes", type=int, nargs="+", default=[])
+    p.add_argument("--version", type=int, default=1)
+    return p
+
+
+def _model(args: argparse.Namespace) -> int:
+    from trtpool_builder.model_folder import ServingOptions, make_model_folder
+
+    options = ServingOptions(runtime=args.runtime, contexts=args.contexts, memory_fraction=args.memory_fraction,
+                             mode=args.mode, instance_kind=args.instance_kind,
+                             max_queue_delay_microseconds=args.max_queue_delay_us,
+                             preferred_batch_sizes=tuple(args.preferred_batch_sizes))
+    folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version)
+    print(f"wrote {folder}")
+    return 0
+
+
+def model_main(argv: Sequence[str] | None = None) -> int:
+    return _run("trtpool-model", _model, model_parser(), argv)
+
+
+def examples_parser() -> argparse.ArgumentParser:
+    from trtpool_builder.example_repo import RUNTIMES
+    from trtpool_builder.examples import EXAMPLES
+
+    p = argparse.ArgumentParser(prog="trtpool-examples", description=(
+        "Generate the deterministic example models and their model folders. A second run with the "
+        "same options does nothing."))
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--names", nargs="+", choices=sorted(EXAMPLES), default=list(EXAMPLES))
+    p.add_argument("--runtime", choices=RUNTIMES, default="auto",
+                   help="auto: a TensorRT engine when 'tensorrt' imports and a GPU is present, else ONNX")
+    p.add_argument("--image-size", type=int, help="resnet50 input height and width (default 224)")
+    return p
+
+
+def _examples(args: argparse.Namespace) -> int:
+    from trtpool_builder.example_repo import make_example_folder
+
+    for name in args.names:
+        options = {"image_size": args.image_size} if name == "resnet50" and args.image_size else {}
+        made = make_example_folder(args.repo, name, args.runtime, options)
+        state = "generated" if made.regenerated else "up to date"
+        print(f"{made.folder}: {state} ({made.runtime})")
+    return 0
+
+
+def examples_main(argv: Sequence[str] | None = None) -> int:
+    return _run("trtpool-examples", _examples, examples_parser(), argv)
+
+
+def accuracy_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trtpool-accuracy", description=(
+        "Compare a model's outputs with the fp32 ONNX model on ONNX Runtime: max absolute and relative "
+        "error per output. The candidate is an engine (run when this machine can), a model folder, or "
+        "an ONNX file (e.g. an fp16 or int8 conversion)."))
+    p.add_argument("candidate", type=Path, help="engine file, model folder, or ONNX file")
+    p.add_argument("--reference", type=Path,
+                   help="the fp32 ONNX file (default for an engine: the ONNX file its sidecar names)")
+    p.add_argument("--inputs", type=Path, metavar="DIR_OR_FILE",
+                   help=".npz/.npy samples (default: random inputs at the first profile's opt shapes)")
+    p.add_argument("--shapes", default=None, metavar="NAME=MIN:OPT:MAX,...",
+                   help="profile for random inputs of an ONNX model with dynamic dimensions")
+    return p
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from trtpool_builder.accuracy_run import EngineNotRunnable, run_accuracy
+
+    try:
+        report = run_accuracy(args.candidate, args.reference, args.inputs, args.shapes)
+    except EngineNotRunnable as exc:
+        print(f"trtpool-accuracy: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    print(report.format())
+    return 0
+
+
+def accuracy_main(argv: Sequence[str] | None = None) -> int:
+    return _run("trtpool-accuracy", _accuracy, accuracy_parser(), argv)

@@ -1,0 +1,85 @@
+"""An ONNX file's graph inputs and outputs as trtpool TensorSpecs (-1: dynamic)."""
+from __future__ import annotations
+
+import hashlib
+from math import prod
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper
+
+from trtpool.errors import ConfigError
+from trtpool.signature import TRITON_DTYPES, TensorSpec
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+    if dtype not in TRITON_DTYPES:
+        raise ConfigError(f"tensor '{value.name}': ONNX type "
+                          f"{onnx.TensorProto.DataType.Name(tensor_type.elem_type)} has no Triton data type")
+    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1
+                  for d in tensor_type.shape.dim)
+    return TensorSpec(value.name, dtype, shape)
+
+
+def load_graph(path: Path) -> onnx.ModelProto:
+    """The model without external weight files (enough for the graph's I/O)."""
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot read ONNX file '{path}': {exc}") from exc
+    except DecodeError as exc:
+        raise ConfigError(f"'{path}' is not an ONNX file (protobuf decoding failed: {exc})") from exc
+
+
+def io_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs); graph inputs that are initializers are weights, not inputs."""
+    weights = {init.name for init in model.graph.initializer}
+    inputs = tuple(_spec(v) for v in model.graph.input if v.name not in weights)
+    return inputs, tuple(_spec(v) for v in model.graph.output)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+
+def _skeleton(model: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
+    """The graph with large weights turned into typed graph inputs: cheap to copy and to
+    shape-infer, since only small (shape-like) constants carry values inference needs."""
+    graph = model.graph
+    small = [t for t in graph.initializer if prod(t.dims) <= max_elements]
+    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+             for t in graph.initializer if prod(t.dims) > max_elements]
+    skeleton = helper.make_model(
+        helper.make_graph(graph.node, graph.name, [*graph.input, *typed], graph.output, initializer=small),
+        opset_imports=model.opset_import, functions=model.functions)
+    skeleton.ir_version = model.ir_version
+    return skeleton
+
+
+def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Output shapes for these input shapes by ONNX shape inference (-1 where it cannot tell).
+
+    Pass a skeleton (see `output_shape_inferrer`) for large models."""
+    for value in model.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, shapes[value.name]):
+                dim.Clear()
+                dim.dim_value = size
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    return {spec.name: spec.shape for spec in io_specs(inferred)[1]}
+
+
+def output_shape_inferrer(model: onnx.ModelProto):
+    """A function from input shapes to output shapes, sharing one weightless copy of the graph."""
+    skeleton = _skeleton(model)
+    return lambda shapes: infer_output_shapes(skeleton, shapes)
