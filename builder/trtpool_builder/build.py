@@ -146,7 +146,9 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
                                options.workspace, options.opt_level, options.version_compatible,
                                options.hardware_compatible, tuple(options.compute_capability),
                                prepared.legacy_flags, timing_cache)
-        engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes)
+        label = (f"the {options.precision} conversion of '{onnx_path}'" if prepared.converted
+                 else f"'{onnx_path}'")
+        engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes, label)
         accuracy = None
         if options.precision != "fp32" and prepared.converted:
             feeds = (list(batches({k: v[:ACCURACY_SAMPLES] for k, v in samples.items()}, 8)) if samples

@@ -52,8 +52,8 @@ class TrtSettings:
     timing_cache: Path | None = None        # tensorrt only (no-op in tensorrt_rtx)
 
 
-def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: int) -> Any:
-    """The network; a parse error names the node index, node name and operator."""
+def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: int, label: str) -> Any:
+    """The network; a parse error names the model (`label`), node index, node name and operator."""
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(path)):
@@ -66,7 +66,7 @@ def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: in
             if e.node_operator():
                 where += f" ({e.node_operator()})"
             problems.append(f"{where}: {e.desc()}")
-        raise BuildError(f"{trt.__name__} cannot parse '{path}':\n  " + "\n  ".join(problems or logger.errors))
+        raise BuildError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
     return network
 
 
@@ -113,15 +113,17 @@ def _configure(trt: ModuleType, builder: Any, settings: TrtSettings, notes: list
 
 
 def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, verbose: bool,
-                     notes: list[str]) -> tuple[bytes, Any]:
-    """(serialized engine, network) — the network describes the engine's I/O tensors."""
+                     notes: list[str], label: str) -> tuple[bytes, Any]:
+    """(serialized engine, network) — the network describes the engine's I/O tensors.
+
+    `label` names the model in errors (the user's file, not a temporary conversion)."""
     logger = make_logger(trt, verbose)
     builder = trt.Builder(logger)
-    network = parse_onnx(trt, builder, logger, onnx_path, settings.network_flags)
+    network = parse_onnx(trt, builder, logger, onnx_path, settings.network_flags, label)
     config = _configure(trt, builder, settings, notes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise BuildError(f"{trt.__name__} could not build an engine from '{onnx_path}':\n  "
+        raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
                          + "\n  ".join(logger.errors or ["(no error was logged; rerun with --verbose)"]))
     if settings.timing_cache is not None:
         data = bytes(memoryview(config.get_timing_cache().serialize()))

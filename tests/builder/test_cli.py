@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trtpool_builder.cli import EXIT_CANNOT_RUN, accuracy_main, build_main, examples_main, model_main
+from trtpool_builder.examples import EXAMPLES
+from trtpool_builder.gpu import current_gpu
+from trtpool_builder.trt_module import is_importable
+
+needs_rtx = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+
+
+@needs_rtx
+def test_build_then_model_then_accuracy(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    engine = tmp_path / "tiny.plan"
+    assert build_main(["--onnx", str(tiny_onnx), "--output", str(engine), "--shapes", "INPUT0=1x16:4x16:32x16",
+                       "--trt-module", "tensorrt_rtx", "--compute-capability", "8.6"]) == 0
+    assert "built" in capsys.readouterr().out and engine.with_name("tiny.plan.json").is_file()
+    assert model_main([str(engine), "--repo", str(tmp_path / "repo"), "--name", "tiny", "--mode", "decoupled"]) == 0
+    assert (tmp_path / "repo" / "tiny" / "1" / "model.plan").is_file()
+    if current_gpu() is None:
+        assert accuracy_main([str(tmp_path / "repo" / "tiny")]) == EXIT_CANNOT_RUN
+        err = capsys.readouterr().err
+        assert "cannot run engine" in err and "compute capability 8.6" in err
+
+
+def test_errors_are_one_line_with_status_2(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    status = build_main(["--onnx", str(tiny_onnx), "--output", str(tmp_path / "x.plan"),
+                         "--shapes", "NOPE=1x16", "--trt-module", "tensorrt_rtx"])
+    assert status == 2
+    assert capsys.readouterr().err.startswith("trtpool-build: error: profile 0 ('NOPE=1x16'): the model has no input(s) ['NOPE']")
+
+
+def test_accuracy_of_a_converted_onnx(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    import onnx
+
+    fp16 = tmp_path / "tiny.fp16.onnx"
+    onnx.save(convert_float_to_float16(onnx.load(str(tiny_onnx)), keep_io_types=True), str(fp16))
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, **EXAMPLES["tiny"].sample_inputs(12))
+    assert accuracy_main([str(fp16), "--reference", str(tiny_onnx), "--inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "(12 samples)" in out and "OUTPUT0: max abs error" in out
+    assert accuracy_main([str(fp16)]) == 2
+    assert "give the fp32 model to compare with" in capsys.readouterr().err
+
+
+def test_examples_are_idempotent(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = ["--repo", str(tmp_path), "--names", "tiny", "resnet50", "--runtime", "onnx", "--image-size", "64"]
+    assert examples_main(argv) == 0
+    assert capsys.readouterr().out.count("generated (onnx)") == 2
+    model = tmp_path / "resnet50" / "1" / "model.onnx"
+    before = model.stat().st_mtime_ns
+    assert examples_main(argv) == 0
+    assert capsys.readouterr().out.count("up to date (onnx)") == 2
+    assert model.stat().st_mtime_ns == before
+    stamp = json.loads((tmp_path / "resnet50" / ".trtpool-example.json").read_text())
+    assert stamp["options"]["image_size"] == 64
+    # A changed option regenerates only that example.
+    assert examples_main(argv[:-1] + ["112"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny: up to date" in out and "resnet50: generated" in out
+    assert "3x112x112" in (tmp_path / "resnet50" / "config.pbtxt").read_text()
+
+
+@needs_rtx
+def test_examples_with_engines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert examples_main(["--repo", str(tmp_path), "--names", "tiny", "--runtime", "tensorrt"]) == 0
+    folder = tmp_path / "tiny"
+    assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.plan", "model.plan.json"]
+    assert (folder / "model.onnx").is_file()  # the source, outside the version folder
+    assert "generated (tensorrt)" in capsys.readouterr().out
+    # Switching to ONNX replaces the engine, so the backend's auto runtime cannot pick a stale one.
+    assert examples_main(["--repo", str(tmp_path), "--names", "tiny", "--runtime", "onnx"]) == 0
+    assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx"]
+    assert not (folder / "model.onnx").exists()
+
+
+def test_auto_runtime_serves_onnx_without_tensorrt_and_gpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if is_importable("tensorrt") and current_gpu() is not None:
+        pytest.skip("TensorRT and a GPU are present: auto builds engines here")
+    assert examples_main(["--repo", str(tmp_path), "--names", "tiny"]) == 0
+    assert "generated (onnx)" in capsys.readouterr().out
