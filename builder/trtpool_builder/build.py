@@ -18,7 +18,7 @@ from trtpool.shapes import format_profile
 from trtpool.sidecar import (
     RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
 )
-from trtpool.signature import Profile
+from trtpool.signature import Profile, TensorSpec
 from trtpool_builder import precision as prec
 from trtpool_builder.accuracy import AccuracyReport, compare, onnxruntime_runner
 from trtpool_builder.errors import BuildError
@@ -66,6 +66,9 @@ def check_options(options: BuildOptions, module_name: str) -> None:
         raise ConfigError("--hardware-compatible is a TensorRT option; TensorRT-RTX engines are portable "
                           f"across their target GPUs already (default {', '.join(RTX_DEFAULT_TARGETS)}; "
                           "choose them with --compute-capability)")
+    if options.version_compatible and module_name != "tensorrt":
+        raise ConfigError("--version-compatible is a TensorRT option: TensorRT-RTX engines only run on the "
+                          "TensorRT-RTX release that built them (rebuild after upgrading it)")
     if options.compute_capability and module_name != "tensorrt_rtx":
         raise ConfigError("--compute-capability is a TensorRT-RTX option; TensorRT builds for the GPU "
                           "it runs on (see --hardware-compatible for Ampere-and-later portability)")
@@ -116,9 +119,58 @@ def _accuracy(source: Path, prepared: Path, feeds: list[Samples], notes: list[st
     return report
 
 
+def _accuracy_report(onnx_path: Path, prepared: prec.PreparedModel, precision: str, samples: Samples | None,
+                     inputs: tuple[TensorSpec, ...], profiles: tuple[Profile, ...],
+                     notes: list[str]) -> AccuracyReport | None:
+    """Converted graph vs the fp32 one, on the calibration samples or one random batch."""
+    if precision == "fp32":
+        return None
+    if not prepared.converted:
+        notes.append(f"no accuracy report: the {precision} engine was built from the ONNX graph as "
+                     "given (precision set by builder flags or already in the graph)")
+        return None
+    feeds = (list(batches({k: v[:ACCURACY_SAMPLES] for k, v in samples.items()}, 8)) if samples
+             else [random_samples(inputs, profiles[0])])
+    return _accuracy(onnx_path, prepared.path, feeds, notes)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def _describe(trt: ModuleType, module_name: str, network: Any, model: onnx.ModelProto, onnx_path: Path,
+              output: Path, options: BuildOptions, target: Target, prepared: prec.PreparedModel,
+              profiles: tuple[Profile, ...], seconds: float) -> Sidecar:
+    input_desc, output_desc = io_tensors(trt, network)
+    input_ranges = {n: tuple(ShapeRangeInfo(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
+                             for p in profiles) for n, _, _ in input_desc}
+    output_ranges = _output_ranges(model, profiles)
+    return Sidecar(
+        engine=str(output),
+        module=module_name,
+        module_version=trt.__version__,
+        target=target,
+        precision=Precision(options.precision, strongly_typed=not options.legacy_precision_flags,
+                            legacy_flags=prepared.legacy_flags, quantizer=prepared.quantizer),
+        profiles=tuple(format_profile(p.ranges) for p in profiles),
+        inputs=_tensor_infos(input_desc, lambda n: input_ranges[n]),
+        outputs=_tensor_infos(output_desc, lambda n: output_ranges.get(n, ())),
+        onnx_path=str(onnx_path),
+        onnx_sha256=file_sha256(onnx_path),
+        build_options=command_options(onnx_path, output, options, module_name),
+        build_seconds=round(seconds, 3),
+        build_date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
 def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOptions(),
                  log: Callable[[str], None] = print) -> BuildResult:
-    """Build `onnx_path` into `output` and write `<output>.json`; the file appears only on success."""
+    """Build `onnx_path` into `output` and write `<output>.json`; the file appears only on success.
+
+    Every option is checked against the model and the TensorRT module first."""
     started = time.perf_counter()
     onnx_path, output = Path(onnx_path).resolve(), Path(output).resolve()
     trt, module_name = load_trt(options.trt_module)
@@ -149,41 +201,12 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
         label = (f"the {options.precision} conversion of '{onnx_path}'" if prepared.converted
                  else f"'{onnx_path}'")
         engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes, label)
-        accuracy = None
-        if options.precision != "fp32" and prepared.converted:
-            feeds = (list(batches({k: v[:ACCURACY_SAMPLES] for k, v in samples.items()}, 8)) if samples
-                     else [random_samples(inputs, profiles[0])])
-            accuracy = _accuracy(onnx_path, prepared.path, feeds, notes)
-        elif options.precision != "fp32":
-            notes.append(f"no accuracy report: the {options.precision} engine was built from the ONNX "
-                         "graph as given (precision set by builder flags or already in the graph)")
+        accuracy = _accuracy_report(onnx_path, prepared, options.precision, samples, inputs, profiles, notes)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    partial.write_bytes(engine)
-    os.replace(partial, output)
+    _write_atomically(output, engine)
     seconds = time.perf_counter() - started
-
-    input_desc, output_desc = io_tensors(trt, network)
-    input_ranges = {n: tuple(ShapeRangeInfo(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
-                             for p in profiles) for n, _, _ in input_desc}
-    output_ranges = _output_ranges(model, profiles)
-    sidecar = Sidecar(
-        engine=str(output),
-        module=module_name,
-        module_version=trt.__version__,
-        target=target,
-        precision=Precision(options.precision, strongly_typed=not options.legacy_precision_flags,
-                            legacy_flags=prepared.legacy_flags, quantizer=prepared.quantizer),
-        profiles=tuple(format_profile(p.ranges) for p in profiles),
-        inputs=_tensor_infos(input_desc, lambda n: input_ranges[n]),
-        outputs=_tensor_infos(output_desc, lambda n: output_ranges.get(n, ())),
-        onnx_path=str(onnx_path),
-        onnx_sha256=file_sha256(onnx_path),
-        build_options=command_options(onnx_path, output, options, module_name),
-        build_seconds=round(seconds, 3),
-        build_date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
+    sidecar = _describe(trt, module_name, network, model, onnx_path, output, options, target, prepared,
+                        profiles, seconds)
     write_sidecar(output, sidecar)
     for note in notes:
         log(f"note: {note}")

@@ -137,6 +137,7 @@ def test_bf16_graph_is_built_as_given(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("options, message", [
     (dict(hardware_compatible=True), "--hardware-compatible is a TensorRT option"),
+    (dict(version_compatible=True), "only run on the TensorRT-RTX release that built them"),
     (dict(legacy_precision_flags=True, precision="fp16"),
      r"--legacy-precision-flags needs the 'tensorrt' module version 10\.x; this build uses tensorrt_rtx"),
     (dict(precision="bf16"), "no ONNX converter writes bfloat16"),
