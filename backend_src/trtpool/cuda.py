@@ -53,7 +53,10 @@ def _rt() -> Any:
 
 def _call(name: str, *args: Any) -> Any:
     """Call cudart.<name>; raise CudaError unless it returns cudaSuccess; return its value(s)."""
-    rt = _rt()
+    return _call_on(_rt(), name, *args)
+
+
+def _call_on(rt: Any, name: str, *args: Any) -> Any:
     err, *values = getattr(rt, name)(*args)
     if err != rt.cudaError_t.cudaSuccess:
         code = rt.cudaGetErrorName(err)[1].decode()
@@ -66,10 +69,10 @@ def _call(name: str, *args: Any) -> Any:
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _release_quietly(call: str, handle: int) -> None:
+def _release_quietly(rt: Any, call: str, handle: int) -> None:
     """Free on garbage collection, where an exception has nowhere to go."""
     try:
-        _call(call, handle)
+        _call_on(rt, call, handle)
     except CudaError as exc:
         log.warning("freeing a CUDA resource when it was garbage-collected: %s", exc)
 
@@ -122,18 +125,25 @@ def mem_get_info() -> tuple[int, int]:
     return free, total
 
 
+def _free_later(owner: object, free_call: str, handle: int) -> weakref.finalize:
+    """Free `handle` with `free_call` when `owner` is garbage-collected, through the
+    API that allocated it. Not at interpreter exit: the driver frees everything then."""
+    finalizer = weakref.finalize(owner, _release_quietly, _rt(), free_call, handle)
+    finalizer.atexit = False
+    return finalizer
+
+
 class _Resource:
     """Owns one handle freed by one CUDA call: on close() (errors raised) or when
-    garbage-collected (errors logged). Not at interpreter exit: the driver frees all."""
+    garbage-collected (errors logged)."""
 
     def _own(self, free_call: str, handle: int) -> None:
-        self._finalizer = weakref.finalize(self, _release_quietly, free_call, handle)
-        self._finalizer.atexit = False
+        self._finalizer = _free_later(self, free_call, handle)
 
     def close(self) -> None:
         detached = self._finalizer.detach()
         if detached is not None:
-            _call(*detached[2])
+            _call_on(*detached[2])
 
 
 class Stream(_Resource):
@@ -187,7 +197,7 @@ def pinned_allocator(dtype: np.dtype, count: int) -> np.ndarray:
     nbytes = max(1, dtype.itemsize * count)
     ptr = int(_call("cudaHostAlloc", nbytes, _rt().cudaHostAllocPortable))
     memory = (ctypes.c_byte * nbytes).from_address(ptr)
-    weakref.finalize(memory, _release_quietly, "cudaFreeHost", ptr).atexit = False
+    _free_later(memory, "cudaFreeHost", ptr)
     return np.frombuffer(memory, dtype=dtype, count=count)
 
 
