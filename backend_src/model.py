@@ -9,7 +9,9 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
+from trtpool.config import parameters_of
 from trtpool.errors import TrtpoolError
+from trtpool.handlers import DecoupledHandler, ForwardHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import completion
@@ -35,6 +37,8 @@ class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
         config = auto_complete_model_config.as_dict()
+        if "forward_to" in parameters_of(config):
+            return auto_complete_model_config  # a front declares its target's I/O
         filled = completion(describe(config, _stub_version_dir()))
         if not config.get("max_batch_size") and filled["max_batch_size"]:
             auto_complete_model_config.set_max_batch_size(filled["max_batch_size"])
@@ -53,6 +57,11 @@ class TritonPythonModel:
             logger.addHandler(_TritonLogHandler())
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
+        self.instance = None
+        target = parameters_of(model_config).get("forward_to")
+        if target:
+            self.handler = ForwardHandler(pb_utils, target, [o["name"] for o in model_config["output"]])
+            return
         device = "cuda:" + args["model_instance_device_id"] if args["model_instance_kind"] == "GPU" else "cpu"
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
@@ -60,26 +69,18 @@ class TritonPythonModel:
             self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch)
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
-        self.input_names = [s.name for s in self.instance.runtime.signature.inputs]
+        if self.instance.cfg.mode == "decoupled":
+            self.handler = DecoupledHandler(pb_utils, self.instance, self.metrics)
+        else:
+            self.handler = SyncHandler(pb_utils, self.instance)
 
-    def execute(self, requests):
-        responses = [None] * len(requests)
-
-        def emit(index, outputs):
-            # pb_utils.Tensor keeps a reference until execute returns, and the
-            # context's output buffer is reused as soon as it is released: copy.
-            tensors = [pb_utils.Tensor(name, array.copy()) for name, array in outputs.items()]
-            responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
-
-        def fail(index, error):
-            responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
-
-        batch = [
-            {t.name(): t.as_numpy() for t in request.inputs()} for request in requests
-        ]
-        self.instance.runner.run(batch, emit, fail)
-        self.metrics.publish(self.instance.pool.stats)
+    async def execute(self, requests):
+        responses = await self.handler(requests)
+        if self.instance:
+            self.metrics.publish(self.instance.pool.stats)
         return responses
 
     def finalize(self):
-        self.instance.close()
+        self.handler.close()
+        if self.instance:
+            self.instance.close()

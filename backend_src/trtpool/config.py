@@ -8,7 +8,8 @@
       { key: "mode"            value: { string_value: "sync" } },   # sync | decoupled
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
-      { key: "batch_wait_microseconds" value: { string_value: "500" } }  # decoupled: wait to fill a batch
+      { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
+      { key: "forward_to"      value: { string_value: "bert_base" } } # a unary front for a decoupled model
     ]
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 MODES = ("sync", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
-    "max_queue_size", "batch_wait_microseconds",
+    "max_queue_size", "batch_wait_microseconds", "forward_to",
 }
 
 

@@ -5,6 +5,7 @@
     trtpool_context_failures_total{model,context}  runs that broke a context (rebuilt)
     trtpool_queue_wait_us_total{model}             time batches waited for a free context
     trtpool_batches_total{model,batch_size}        executed batches by size
+    trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ class PoolMetrics:
                                    description="Microseconds batches waited for a free execution context", kind=counter)
         self._batches = metric_family(name="trtpool_batches_total",
                                       description="Batches executed, by batch size", kind=counter)
+        self._request_wait = metric_family(name="trtpool_request_wait_us_total",
+                                           description="Microseconds decoupled requests waited in trtpool's queue",
+                                           kind=counter)
         self._metrics: dict[tuple, Any] = {}
         self._published: dict[tuple, int] = {}
         self._lock = threading.Lock()
@@ -49,6 +53,10 @@ class PoolMetrics:
     def record_batch(self, batch_size: int) -> None:
         with self._lock:
             self._metric(self._batches, batch_size=str(batch_size)).increment(1)
+
+    def record_queue_wait(self, wait_ns: int) -> None:
+        with self._lock:
+            self._metric(self._request_wait).increment(wait_ns // 1000)
 
     def publish(self, stats: PoolStats) -> None:
         with self._lock:

@@ -73,7 +73,7 @@ class BatchRunner:
             groups.setdefault(key, []).append(item)
         chunks = []
         for group in groups.values():
-            limit = self._chunk_limit(group[0])
+            limit = self.chunk_limit(group[0])
             chunk: list[Item] = []
             for item in group:
                 if chunk and sum(i.batch for i in chunk) + item.batch > limit:
@@ -83,7 +83,7 @@ class BatchRunner:
             chunks.append(chunk)
         return chunks
 
-    def _chunk_limit(self, item: Item) -> int:
+    def chunk_limit(self, item: Item) -> int:
         """The largest batch any profile takes for this request's other dimensions."""
         limits = [
             p.ranges[next(iter(item.shapes))].max[0]

@@ -12,7 +12,8 @@ import tritonclient.http as httpclient
 from tests.harness.repository import add_broken_models, build_test_repository
 from tests.harness.server import ROOT, TritonServer
 
-GOOD_MODELS = ("tiny", "tiny_flaky", "tiny_autocomplete", "resnet50", "bert_base")
+GOOD_MODELS = ("tiny", "tiny_flaky", "tiny_autocomplete", "resnet50", "bert_base", "tiny_decoupled",
+               "tiny_decoupled_unary", "tiny_decoupled_flaky", "tiny_small_queue")
 
 
 @dataclass

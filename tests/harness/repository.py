@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtpool_builder.examples import get_example, write_example
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.front import make_front_folder
+from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config
 
 FLAKY_RUNTIME = "tests.doubles.flaky_runtime:FlakyOnnxRuntime"
 # Long enough that concurrent clients' requests meet in one batch.
@@ -30,6 +31,16 @@ def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) 
     cache.mkdir(parents=True, exist_ok=True)
     add_example(repo, cache, "tiny", contexts="2")
     add_example(repo, cache, "tiny", "tiny_flaky", contexts="2", runtime=FLAKY_RUNTIME)
+    add_example(repo, cache, "tiny", "tiny_decoupled", contexts="2", mode="decoupled")
+    add_example(repo, cache, "tiny", "tiny_decoupled_flaky", contexts="2", mode="decoupled",
+                runtime=FLAKY_RUNTIME)
+    make_front_folder(repo, "tiny_decoupled")
+    # One context and a queue of two: a slow batch makes it overflow.
+    small = add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
+                        runtime=FLAKY_RUNTIME)
+    config = read_config(small)
+    config.parameters["max_queue_size"].string_value = "2"
+    write_config(small, config)
     if large_examples:
         add_example(repo, cache, "resnet50", contexts="2")
         add_example(repo, cache, "bert_base", contexts="2")
@@ -62,8 +73,8 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     (truncated / "1" / "model.onnx").write_bytes(data[: len(data) // 2])
     expected["truncated_onnx"] = "cannot be loaded by ONNX Runtime"
 
-    engine = make_model_folder(repo, "engine_without_tensorrt", tiny, get_example("tiny").serving_profiles())
+    engine = make_model_folder(repo, "engine_on_cpu", tiny, get_example("tiny").serving_profiles())
     (engine / "1" / "model.onnx").rename(engine / "1" / "model.plan")
     (engine / "1" / "model.plan").write_bytes(b"not an engine")
-    expected["engine_without_tensorrt"] = "model.plan"
+    expected["engine_on_cpu"] = "engines run on a GPU"
     return expected

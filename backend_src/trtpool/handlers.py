@@ -1,0 +1,135 @@
+"""How each mode turns Triton requests into work and answers them.
+
+    sync       execute() runs the batch on the pool and returns the responses
+    decoupled  execute() queues the requests for the scheduler and returns at once;
+               workers answer through each request's response sender
+    forward    a unary front for a decoupled model: forwards each request with
+               BLS and returns its single response (for HTTP /infer and unary gRPC)
+
+These classes take Triton's ``pb_utils`` module as an argument: it exists only
+inside the Python backend's stub.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+
+from trtpool.instance import ModelInstance
+from trtpool.metrics import PoolMetrics
+from trtpool.scheduler import Scheduler
+
+
+def request_tensors(request: Any) -> dict[str, np.ndarray]:
+    return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+
+
+def output_tensors(pb_utils: Any, outputs: dict[str, np.ndarray]) -> list[Any]:
+    # pb_utils.Tensor keeps a reference until the response is sent, while the
+    # context's output buffer is reused as soon as the context is released: copy.
+    return [pb_utils.Tensor(name, array.copy()) for name, array in outputs.items()]
+
+
+class SyncHandler:
+    def __init__(self, pb_utils: Any, instance: ModelInstance) -> None:
+        self.pb = pb_utils
+        self.instance = instance
+
+    async def __call__(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+
+        def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
+            responses[index] = self.pb.InferenceResponse(output_tensors=output_tensors(self.pb, outputs))
+
+        def fail(index: int, error: Exception) -> None:
+            responses[index] = self.pb.InferenceResponse(error=self.pb.TritonError(str(error)))
+
+        self.instance.runner.run([request_tensors(r) for r in requests], emit, fail)
+        return responses
+
+    def close(self) -> None:
+        pass
+
+
+class SenderResponder:
+    """Answers one decoupled request once, with the final flag."""
+
+    def __init__(self, pb_utils: Any, request: Any) -> None:
+        self.pb = pb_utils
+        self.request = request
+        self.sender = request.get_response_sender()
+        self._answered = threading.Event()
+
+    def _final(self, response: Any | None) -> None:
+        if self._answered.is_set():
+            return
+        self._answered.set()
+        flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if response is None:
+            self.sender.send(flags=flags)
+        else:
+            self.sender.send(response, flags=flags)
+
+    def send(self, outputs: dict[str, np.ndarray]) -> None:
+        self._final(self.pb.InferenceResponse(output_tensors=output_tensors(self.pb, outputs)))
+
+    def fail(self, error: Exception) -> None:
+        code = self.pb.TritonError.UNAVAILABLE if "overloaded" in str(error) else self.pb.TritonError.INTERNAL
+        self._final(self.pb.InferenceResponse(error=self.pb.TritonError(str(error), code)))
+
+    def cancelled(self) -> bool:
+        # In decoupled mode the response sender is what learns of a cancellation.
+        return self.sender.is_cancelled()
+
+    def drop(self) -> None:
+        error = self.pb.TritonError("request cancelled before it ran", self.pb.TritonError.CANCELLED)
+        self._final(self.pb.InferenceResponse(error=error))
+
+
+class DecoupledHandler:
+    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+        self.pb = pb_utils
+        cfg = instance.cfg
+        self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us,
+                                   on_wait=metrics.record_queue_wait,
+                                   on_done=lambda: metrics.publish(instance.pool.stats))
+
+    async def __call__(self, requests: list[Any]) -> None:
+        for request in requests:
+            self.scheduler.submit(request_tensors(request), SenderResponder(self.pb, request))
+        return None
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+class ForwardHandler:
+    """Forwards unary requests to a decoupled trtpool model, all at once."""
+
+    def __init__(self, pb_utils: Any, target: str, output_names: list[str]) -> None:
+        self.pb = pb_utils
+        self.target = target
+        self.output_names = output_names
+
+    async def _forward(self, request: Any) -> Any:
+        forwarded = self.pb.InferenceRequest(
+            model_name=self.target, inputs=request.inputs(),
+            requested_output_names=self.output_names,
+        )
+        answer = None
+        # trtpool's decoupled models send one final response per request.
+        for response in await forwarded.async_exec(decoupled=True):
+            if response.has_error():
+                return self.pb.InferenceResponse(error=response.error())
+            if response.output_tensors():
+                answer = self.pb.InferenceResponse(output_tensors=response.output_tensors())
+        return answer or self.pb.InferenceResponse(
+            error=self.pb.TritonError(f"model '{self.target}' sent no output"))
+
+    async def __call__(self, requests: list[Any]) -> list[Any]:
+        return list(await asyncio.gather(*(self._forward(r) for r in requests)))
+
+    def close(self) -> None:
+        pass
