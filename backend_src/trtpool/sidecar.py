@@ -22,8 +22,10 @@ from trtpool.signature import Profile, Signature, TensorSpec
 
 FORMAT = "trtpool-engine-sidecar"
 FORMAT_VERSION = 1
-# Where TensorRT-RTX engines run when no target compute capability is set.
+# Where TensorRT-RTX engines run when no target compute capability is set,
+# and every GPU TensorRT-RTX 1.x can target at all (Turing only on request).
 RTX_DEFAULT_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
+RTX_SUPPORTED = ("7.5", *RTX_DEFAULT_TARGETS)
 BUILD_COMMAND = "trtpool-build"
 
 
@@ -231,7 +233,15 @@ def check_compatible(sidecar: Sidecar, module_name: str, module_version: str,
         problems.append(f"it was built for {built_for} but this GPU is {gpu_name} "
                         f"(compute capability {compute_capability})")
     if problems:
-        where = "on a machine with this GPU" if module_name == "tensorrt" else "(any machine)"
-        raise EngineError(
-            f"engine '{sidecar.engine}' cannot run here: {'; '.join(problems)}. "
-            f"Rebuild it {where} with:\n  {rebuild_command(sidecar, module_name, compute_capability)}")
+        raise EngineError(f"engine '{sidecar.engine}' cannot run here: {'; '.join(problems)}. "
+                          + _rebuild_advice(sidecar, module_name, compute_capability))
+
+
+def _rebuild_advice(sidecar: Sidecar, module_name: str, compute_capability: str) -> str:
+    if module_name == "tensorrt_rtx" and compute_capability not in RTX_SUPPORTED:
+        return (f"TensorRT-RTX cannot run on compute capability {compute_capability} at all (it supports "
+                f"{', '.join(RTX_SUPPORTED)}); serve a TensorRT engine instead, built on this machine with:\n  "
+                + rebuild_command(sidecar, "tensorrt", None))
+    how = ("on this machine (TensorRT builds for the GPU it runs on)" if module_name == "tensorrt"
+           else "on any machine (TensorRT-RTX builds without a GPU)")
+    return f"Rebuild it {how} with:\n  {rebuild_command(sidecar, module_name, compute_capability)}"

@@ -85,17 +85,27 @@ def test_compatible_engine_passes() -> None:
 
 def test_wrong_gpu_names_everything_and_gives_rebuild_command() -> None:
     with pytest.raises(EngineError) as info:
-        check_compatible(make_sidecar(), "tensorrt_rtx", "1.7.1.116", "NVIDIA H200", "9.0")
+        check_compatible(make_sidecar(), "tensorrt_rtx", "1.7.1.116", "NVIDIA RTX 3090", "8.6")
     message = str(info.value)
     assert "engine 'tiny.plan'" in message
     assert "built for compute capability 8.9" in message
-    assert "NVIDIA H200 (compute capability 9.0)" in message
+    assert "NVIDIA RTX 3090 (compute capability 8.6)" in message
     command = shlex.split(message.split("\n  ", 1)[1])
     assert command[:1] == ["trtpool-build"]
-    assert command[command.index("--compute-capability") + 1] == "9.0"
+    assert command[command.index("--compute-capability") + 1] == "8.6"
     assert command[command.index("--trt-module") + 1] == "tensorrt_rtx"
     assert command[command.index("--output") + 1] == "tiny.plan"
     assert "--version-compatible" not in command and "--timing-cache" not in command
+
+
+def test_gpu_outside_tensorrt_rtx_points_to_tensorrt() -> None:
+    with pytest.raises(EngineError) as info:
+        check_compatible(make_sidecar(), "tensorrt_rtx", "1.7.1.116", "NVIDIA H200", "9.0")
+    message = str(info.value)
+    assert "TensorRT-RTX cannot run on compute capability 9.0 at all" in message
+    command = shlex.split(message.split("\n  ", 1)[1])
+    assert command[command.index("--trt-module") + 1] == "tensorrt"
+    assert "--compute-capability" not in command
 
 
 def test_wrong_module_and_version() -> None:
