@@ -9,6 +9,11 @@
 #   .triton/bin/               tritonserver and perf_analyzer wrappers
 #
 # A second run only checks stamps and takes seconds.
+#
+# Offline (e.g. a GPU machine without an index): TRTPOOL_WHEELHOUSE=DIR holding
+# the nvidia-pytriton, tritonclient 2.41.0 and nvidia-cuda-runtime-cu12 wheels
+# and libb64.so.0d; TRTPOOL_SYSTEM_PYTHON=1 skips the venv and serves with the
+# python3 on PATH (its packages must then already be importable).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,17 +65,29 @@ PY
 
 download_wheel() {  # requirement dest-dir -> prints the wheel path
   local req=$1 dir=$2
+  local name=${req%%==*}; name=${name//-/_}
+  if [ -n "${TRTPOOL_WHEELHOUSE:-}" ] && ls "$TRTPOOL_WHEELHOUSE"/${name}-${req##*==}-*.whl >/dev/null 2>&1; then
+    ls "$TRTPOOL_WHEELHOUSE"/${name}-${req##*==}-*.whl | head -n1
+    return
+  fi
   mkdir -p "$dir"
-  "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: \
+  "$INSTALLER" -m pip download -q --no-deps --only-binary=:all: \
       --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
       ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"} -d "$dir" "$req" >&2 \
     || die "could not download $req from PyPI (is the package index reachable? set TRTPOOL_WHEELHOUSE to a folder of wheels for offline set-up)."
-  local name=${req%%==*}; name=${name//-/_}
   ls "$dir"/${name}-*.whl | head -n1
 }
 
 setup_venv() {
+  if [ "${TRTPOOL_SYSTEM_PYTHON:-0}" = 1 ]; then
+    say "using $(command -v "$PYTHON") as is (TRTPOOL_SYSTEM_PYTHON=1)"
+    INSTALLER=$PYTHON
+    SERVING_BIN=$(dirname "$(command -v "$PYTHON")")
+    return
+  fi
+  INSTALLER="$VENV/bin/python"
+  SERVING_BIN="$VENV/bin"
   [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
   local stamp="$VENV/.trtpool-installed" want
   want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
@@ -118,7 +135,7 @@ setup_tritonserver() {
 # tritonserver with its libraries, the trtpool backend directory, and the
 # project's venv first on PATH (the Python backend stub uses that python3).
 export LD_LIBRARY_PATH="$server/libs:$server/tritonserver/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-export PATH="\${TRTPOOL_SERVING_BIN:-$VENV/bin}:\$PATH"
+export PATH="\${TRTPOOL_SERVING_BIN:-$SERVING_BIN}:\$PATH"
 exec "$server/tritonserver/bin/tritonserver" --backend-directory "$backends" "\$@"
 EOF
   chmod +x "$TRITON/bin/tritonserver"
@@ -139,6 +156,9 @@ setup_perf_analyzer() {
     local wheel
     wheel=$(download_wheel "$CUDART_WHEEL" "$TRITON/wheels")
     extract_from_wheel "$wheel" nvidia/cuda_runtime/lib/libcudart.so.12 "$lib/libcudart.so.12"
+  fi
+  if [ ! -e "$lib/libb64.so.0d" ] && [ -e "${TRTPOOL_WHEELHOUSE:-/nonexistent}/libb64.so.0d" ]; then
+    cp "$TRTPOOL_WHEELHOUSE/libb64.so.0d" "$lib/"
   fi
   if [ ! -e "$lib/libb64.so.0d" ]; then
     say "fetching Debian's libb64-0d"
