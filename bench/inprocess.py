@@ -1,0 +1,218 @@
+"""In-process throughput of a runtime through ContextPool: K contexts, K worker threads.
+
+    PYTHONPATH=backend_src:builder python bench/inprocess.py --runtime torch --model resnet50 \\
+        --precision fp16 --contexts 1,2,4,8 --batches 1,8,32 --seconds 5 --output resnet50-fp16.json
+
+For each K the model is loaded afresh (its weights once) and a pool of K
+contexts is made. For each batch size every context gets the same staged
+inputs and is run a few times first (the torch runtime captures that bucket's
+CUDA graph then), a short concurrent warm-up follows, and then K threads loop
+acquire -> run -> release for --seconds. Throughput is the items (images or
+sequences) of completed runs over the wall time from the start until the last
+thread's last run ended. GPU memory comes from torch's allocator statistics
+and cudaMemGetInfo, relative to before the model was loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtpool import config as pool_config
+from trtpool.pool import ContextPool
+from trtpool.runtimes.base import Runtime
+from trtpool_builder.examples import get_example, write_example
+
+WARMUP_RUNS = 3  # per context and batch size, sequential
+WARMUP_SECONDS = 1.0  # concurrent, not counted
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runtime", choices=("torch", "onnxruntime"), default="torch")
+    parser.add_argument("--model", choices=("tiny", "resnet50", "bert_base"), default="resnet50")
+    parser.add_argument("--onnx", type=Path, help="the model's ONNX file; generated with the example's "
+                        "defaults if missing (default: <tmp>/trtpool-bench/<model>.onnx)")
+    parser.add_argument("--contexts", type=ints, default=[1, 2, 4, 8])
+    parser.add_argument("--batches", type=ints, default=[1, 8, 32])
+    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per (contexts, batch)")
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    parser.add_argument("--seq-len", type=int, default=128, help="bert_base: tokens per sequence")
+    parser.add_argument("--device", default="cuda:0", help="torch: the GPU")
+    parser.add_argument("--output", type=Path, help="write the JSON here (default: stdout)")
+    args = parser.parse_args(argv)
+    if args.runtime == "onnxruntime" and args.precision != "fp32":
+        parser.error("--precision fp16 needs --runtime torch (onnxruntime runs the file's own types)")
+    args.onnx = args.onnx or Path(tempfile.gettempdir()) / "trtpool-bench" / f"{args.model}.onnx"
+    return args
+
+
+def load(args: argparse.Namespace, contexts: int) -> Runtime:
+    example = get_example(args.model)
+    params = {"runtime": args.runtime, "model_file": args.onnx.name, "contexts": str(contexts),
+              "profile": example.serving_profiles()[0]}
+    config = {"name": args.model, "max_batch_size": example.max_batch_size(),
+              "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    device = args.device if args.runtime == "torch" else "cpu"
+    cfg = pool_config.load(config, args.onnx.parent, device)
+    if args.runtime == "torch":
+        from trtpool.runtimes.torch import TorchRuntime
+        return TorchRuntime(cfg, args.onnx, precision=args.precision)
+    from trtpool.runtimes.onnxruntime import OnnxRuntime
+    return OnnxRuntime(cfg, args.onnx)
+
+
+def inputs_for(args: argparse.Namespace, batch: int) -> dict[str, np.ndarray]:
+    example = get_example(args.model)
+    if args.model != "bert_base":
+        return example.sample_inputs(batch, seed=0)
+    rng = np.random.default_rng(0)
+    vocab = example.options()["vocab_size"]
+    return {"input_ids": rng.integers(0, vocab, size=(batch, args.seq_len), dtype=np.int64),
+            "attention_mask": np.ones((batch, args.seq_len), np.int64)}
+
+
+def warm_up(pool: ContextPool, inputs: dict[str, np.ndarray]) -> None:
+    """Stage the inputs in every context and run each WARMUP_RUNS times (the pool hands contexts out in turn)."""
+    shapes = {name: array.shape for name, array in inputs.items()}
+    runs: dict[int, int] = {}
+    while len(runs) < pool.size or min(runs.values()) < WARMUP_RUNS:
+        with pool.acquire() as context:
+            for name, array in inputs.items():
+                context.inputs.view(name, array.shape)[...] = array
+            context.run(shapes)
+        runs[context.index] = runs.get(context.index, 0) + 1
+
+
+def timed(pool: ContextPool, shapes: dict[str, tuple[int, ...]], seconds: float) -> dict[str, Any]:
+    """pool.size threads loop acquire -> run on the staged inputs until the deadline."""
+    latencies: list[list[float]] = [[] for _ in range(pool.size)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(pool.size + 1)
+
+    def work(mine: list[float]) -> None:
+        start.wait()
+        try:
+            while (run_start := time.perf_counter()) < deadline:
+                with pool.acquire() as context:
+                    context.run(shapes)
+                mine.append(time.perf_counter() - run_start)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(mine,)) for mine in latencies]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    deadline = began + seconds
+    start.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    every = np.array([t for mine in latencies for t in mine]) * 1e3
+    return {"runs": int(every.size), "elapsed_s": round(elapsed, 4),
+            "latency_ms": {"p50": round(float(np.percentile(every, 50)), 3),
+                           "p99": round(float(np.percentile(every, 99)), 3),
+                           "mean": round(float(every.mean()), 3)}}
+
+
+class GpuMemory:
+    """torch's allocator statistics and cudaMemGetInfo, relative to a baseline."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch, self.device = torch, torch.device(device)
+        torch.cuda.set_device(self.device)
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        self.allocated = torch.cuda.memory_allocated(self.device)
+        self.free = torch.cuda.mem_get_info(self.device)[0]
+
+    def read(self) -> dict[str, int]:
+        torch, device = self.torch, self.device
+        torch.cuda.synchronize(device)
+        return {"allocated_bytes": torch.cuda.memory_allocated(device) - self.allocated,
+                "max_allocated_bytes": torch.cuda.max_memory_allocated(device) - self.allocated,
+                "reserved_bytes": torch.cuda.memory_reserved(device),
+                "used_bytes": self.free - torch.cuda.mem_get_info(device)[0]}
+
+
+def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict], dict]:
+    gpu = GpuMemory(args.device) if args.runtime == "torch" else None
+    runtime = load(args, contexts)
+    memory: dict[str, Any] = {"contexts": contexts}
+    if gpu:
+        memory["weights_bytes"] = gpu.read()["allocated_bytes"]
+    memory["context_memory_bytes"] = runtime.context_memory_bytes()
+    if gpu:
+        gpu.torch.cuda.reset_peak_memory_stats(gpu.device)  # the peak of the model with its pool only
+    pool = ContextPool(runtime, contexts)
+    if gpu:
+        memory["pool_allocated_bytes"] = gpu.read()["allocated_bytes"] - memory["weights_bytes"]
+    results = []
+    try:
+        for batch in args.batches:
+            inputs = inputs_for(args, batch)
+            shapes = {name: array.shape for name, array in inputs.items()}
+            warm_up(pool, inputs)
+            timed(pool, shapes, min(WARMUP_SECONDS, args.seconds))
+            result = timed(pool, shapes, args.seconds)
+            result = {"contexts": contexts, "batch": batch,
+                      "items_per_s": round(result["runs"] * batch / result["elapsed_s"], 1), **result}
+            print(f"contexts {contexts:2d}  batch {batch:3d}  {result['items_per_s']:10.1f} items/s  "
+                  f"p50 {result['latency_ms']['p50']:.2f} ms", file=sys.stderr, flush=True)
+            results.append(result)
+        memory.update(gpu.read() if gpu else {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10})
+    finally:
+        pool.close()  # closes the runtime too
+    return results, memory
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not args.onnx.is_file():
+        print(f"generating {args.model} into {args.onnx}", file=sys.stderr, flush=True)
+        write_example(args.model, args.onnx)
+    report: dict[str, Any] = {
+        "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,
+        "seconds": args.seconds, "seq_len": args.seq_len if args.model == "bert_base" else None,
+    }
+    if args.runtime == "torch":
+        import torch
+
+        report.update(device=args.device, gpu=torch.cuda.get_device_name(torch.device(args.device)),
+                      torch=torch.__version__)
+    report["results"], report["memory"] = [], []
+    for contexts in args.contexts:
+        results, memory = bench_contexts(args, contexts)
+        report["results"] += results
+        report["memory"].append(memory)
+    single = {r["batch"]: r["items_per_s"] for r in report["results"] if r["contexts"] == 1}
+    for result in report["results"]:
+        if result["batch"] in single:
+            result["speedup_vs_1_context"] = round(result["items_per_s"] / single[result["batch"]], 2)
+    text = json.dumps(report, indent=2)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""The torch runtime: buckets, signature and ONNX conversion on the CPU; CUDA
+graphs, padding, concurrent contexts and device placement on a GPU (marked gpu).
+
+GPU results are checked against ONNX Runtime (CPU, fp32) on the same ONNX file,
+as max |torch - reference| <= tol * max(1, max |reference|):
+  fp32  tol 1e-3 (IEEE fp32 on both sides; only summation order differs)
+  fp16  tol 2e-2 (half precision: 11 significant bits, through up to 53 layers)
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trtpool import config as pool_config  # noqa: E402
+from trtpool.errors import ConfigError, EngineError, InvalidInput  # noqa: E402
+from trtpool.pool import ContextPool  # noqa: E402
+from trtpool.runtimes.torch import (  # noqa: E402
+    TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, read_signature,
+)
+from trtpool.serving import BatchRunner  # noqa: E402
+from trtpool_builder.examples import get_example, write_example  # noqa: E402
+
+TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2}
+# Small enough for ONNX Runtime to be a quick reference, same topologies.
+OPTIONS = {
+    "tiny": {},
+    "resnet50": {"image_size": 64},
+    "bert_base": {"num_layers": 2, "hidden": 128, "num_heads": 4, "vocab_size": 1000, "max_positions": 128},
+}
+
+needs_onnx2torch = pytest.mark.skipif(importlib.util.find_spec("onnx2torch") is None,
+                                      reason="onnx2torch is not installed (pip install --no-deps onnx2torch==1.5.15)")
+
+
+def gpu(test):
+    """Marks a test gpu, and skips it where torch sees no GPU or onnx2torch is missing."""
+    for mark in (pytest.mark.gpu, needs_onnx2torch,
+                 pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch")):
+        test = mark(test)
+    return test
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("examples")
+    return {name: write_example(name, root / name / "1" / "model.onnx", **opts) for name, opts in OPTIONS.items()}
+
+
+def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> pool_config.PoolConfig:
+    example = get_example(name)
+    params.setdefault("profile", example.serving_profiles(**OPTIONS[name])[0])
+    config = {"name": name, "max_batch_size": example.max_batch_size(**OPTIONS[name]),
+              "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    return pool_config.load(config, path.parent, device)
+
+
+def sample(name: str, batch: int, seed: int, seq_len: int | None = None) -> dict[str, np.ndarray]:
+    inputs = get_example(name).sample_inputs(batch, seed=seed, **OPTIONS[name])
+    if seq_len is not None:  # BERT: tokens of another length, the tail masked off
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(0, OPTIONS[name]["vocab_size"], size=(batch, seq_len), dtype=np.int64)
+        mask = np.ones((batch, seq_len), np.int64)
+        mask[:, seq_len * 3 // 4 + 1:] = 0
+        inputs = {"input_ids": ids, "attention_mask": mask}
+    return inputs
+
+
+@functools.cache
+def session(path: Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def reference(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ONNX Runtime's fp32 outputs on the CPU, by name."""
+    outputs = [o.name for o in session(path).get_outputs()]
+    return dict(zip(outputs, session(path).run(None, inputs)))
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
+    assert actual.shape == expected.shape
+    error = float(np.abs(actual.astype(np.float64) - expected).max())
+    assert error <= tol * max(1.0, float(np.abs(expected).max())), f"max error {error:.3g}"
+
+
+# --- CPU ------------------------------------------------------------------------
+
+def test_batch_buckets_are_powers_of_two_then_the_max():
+    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert batch_buckets(24) == (1, 2, 4, 8, 16, 24)
+    assert batch_buckets(1) == (1,)
+
+
+def test_sequence_buckets_stop_at_the_profile_max():
+    assert clip_buckets((32, 64, 128, 256, 512), 512) == (32, 64, 128, 256, 512)
+    assert clip_buckets((32, 64, 128, 256, 512), 100) == (32, 64, 100)
+    buckets = clip_buckets((32, 64, 128), 128)
+    assert [bucket_of(n, buckets) for n in (1, 32, 33, 127, 128)] == [32, 32, 64, 128, 128]
+    assert bucket_of(77, None) == 77
+
+
+def test_signature_and_output_dimensions_come_from_the_onnx_file(examples):
+    import onnx
+
+    signature, output_dims = read_signature(onnx.load(str(examples["bert_base"])),
+                                            make_cfg("bert_base", examples["bert_base"]))
+    assert [(s.name, s.shape) for s in signature.inputs] == [("input_ids", (-1, -1)), ("attention_mask", (-1, -1))]
+    assert signature.max_shape("input_ids") == (32, 128)
+    assert output_dims == {"last_hidden_state": (("input_ids", 0), ("input_ids", 1), 128),
+                           "pooler_output": (("input_ids", 0), 128)}
+
+
+def test_a_dynamic_sequence_needs_a_profile(examples):
+    import onnx
+
+    config = {"name": "bert", "max_batch_size": 8}
+    cfg = pool_config.load(config, examples["bert_base"].parent, "cpu")
+    with pytest.raises(ConfigError, match="parameter 'profile'"):
+        read_signature(onnx.load(str(examples["bert_base"])), cfg)
+
+
+def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(examples):
+    path = examples["tiny"]
+    with pytest.raises(ConfigError, match="KIND_GPU"):
+        TorchRuntime(make_cfg("tiny", path, "cpu"), path)
+    with pytest.raises(ConfigError, match="model_file"):
+        TorchRuntime(make_cfg("tiny", path, "cuda:0"), path.with_suffix(".pt"))
+    with pytest.raises(ConfigError, match="fp32, fp16"):
+        TorchRuntime(make_cfg("tiny", path, "cuda:0"), path, precision="int8")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_without_a_gpu_the_error_says_so(examples):
+    with pytest.raises(EngineError, match="torch sees 0 GPU"):
+        TorchRuntime(make_cfg("tiny", examples["tiny"], "cuda:0"), examples["tiny"])
+
+
+@needs_onnx2torch
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_converted_module_matches_onnxruntime_on_the_cpu(examples, name, precision):
+    import onnx
+
+    inputs = sample(name, 3, seed=1)
+    module = convert(onnx.load(str(examples[name])), "cpu", precision)
+    half = precision == "fp16"
+    args = [torch.from_numpy(a).half() if half and a.dtype == np.float32 else torch.from_numpy(a)
+            for a in inputs.values()]
+    with torch.inference_mode():
+        results = module(*args)
+    results = [results] if isinstance(results, torch.Tensor) else results
+    for result, expected in zip(results, reference(examples[name], inputs).values()):
+        assert result.dtype == (torch.float16 if half else torch.float32)
+        assert_close(result.float().numpy(), expected, TOLERANCE[precision])
+
+
+@needs_onnx2torch
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_converted_module_reads_no_device_tensor_on_the_host(examples, name):
+    """On the meta device a tensor has no data: any host read of one (what a
+    CUDA-graph capture forbids, e.g. onnx2torch's Reshape testing shape == 0)
+    raises. Integer constants stay on the host, as they do on a GPU."""
+    import onnx
+
+    module = convert(onnx.load(str(examples[name])), "meta")
+    inputs = [torch.from_numpy(a).to("meta") for a in sample(name, 2, seed=0).values()]
+    with torch.inference_mode():
+        results = module(*inputs)
+    results = [results] if isinstance(results, torch.Tensor) else results
+    assert all(r.device.type == "meta" for r in results)
+
+
+@needs_onnx2torch
+def test_zero_padding_a_masked_sequence_leaves_the_real_rows_unchanged(examples):
+    """What bucketing relies on: BERT's rows 0..2, tokens 0..19, padded to a
+    (4, 32) bucket with zeros (attention_mask 0), come out as without padding."""
+    import onnx
+
+    module = convert(onnx.load(str(examples["bert_base"])), "cpu")
+    inputs = sample("bert_base", 3, seed=2, seq_len=20)
+    padded = {k: np.zeros((4, 32), np.int64) for k in inputs}
+    for k, v in inputs.items():
+        padded[k][:3, :20] = v
+    with torch.inference_mode():
+        plain = module(*map(torch.from_numpy, inputs.values()))
+        bucket = module(*map(torch.from_numpy, padded.values()))
+    np.testing.assert_allclose(bucket[0][:3, :20].numpy(), plain[0].numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bucket[1][:3].numpy(), plain[1].numpy(), rtol=1e-4, atol=1e-5)
+
+
+# --- GPU ------------------------------------------------------------------------
+
+def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cuda:0") -> TorchRuntime:
+    return TorchRuntime(make_cfg(name, examples[name], device), examples[name], precision=precision)
+
+
+def run_requests(runner: BatchRunner, requests: list[dict[str, np.ndarray]]) -> list:
+    results: dict[int, object] = {}
+    runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
+               lambda i, err: results.__setitem__(i, err))
+    return [results[i] for i in range(len(requests))]
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_gpu_batches_match_onnxruntime(examples, name, precision):
+    runtime = gpu_runtime(examples, name, precision)
+    pool = ContextPool(runtime, 2)
+    runner = BatchRunner(pool)
+    seq = {"bert_base": [None, 40, 100]}.get(name, [None, None, None])
+    try:
+        # 1 + 3 + 8 rows make one batch of 12, run in bucket 16; BERT adds sequence buckets.
+        for length in seq:
+            requests = [sample(name, n, seed=n, seq_len=length) for n in (1, 3, 8)]
+            for request, result in zip(requests, run_requests(runner, requests)):
+                assert isinstance(result, dict), result
+                for output, expected in reference(examples[name], request).items():
+                    assert_close(result[output], expected, TOLERANCE[precision])
+    finally:
+        runner.close()
+        pool.close()
+
+
+def run_on(context, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for name, array in inputs.items():
+        context.inputs.view(name, array.shape)[...] = array
+    return {k: v.copy() for k, v in context.run({k: v.shape for k, v in inputs.items()}).items()}
+
+
+@gpu
+@pytest.mark.parametrize("name", ["tiny", "bert_base"])
+def test_gpu_padded_batch_gives_the_rows_of_the_batch_alone(examples, name):
+    """Batch 3 runs in bucket 4 (BERT's 16 tokens in bucket 32): its rows are those
+    of the same rows in a full batch of 4, and of each row run alone (bucket 1)."""
+    runtime = gpu_runtime(examples, name)
+    context = runtime.create_context(0)
+    try:
+        four = sample(name, 4, seed=5)
+        padded = run_on(context, {k: v[:3] for k, v in four.items()})
+        full = run_on(context, four)
+        alone = [run_on(context, {k: v[i:i + 1] for k, v in four.items()}) for i in range(3)]
+        for output, rows in padded.items():
+            np.testing.assert_allclose(rows, full[output][:3], rtol=1e-6, atol=1e-6)  # same graph
+            np.testing.assert_allclose(rows, np.concatenate([a[output] for a in alone]), rtol=1e-4, atol=1e-5)
+        inner = (32,) if name == "bert_base" else four[next(iter(four))].shape[1:]
+        assert {key[0] for key in context.captured} >= {(4, *inner), (1, *inner)}
+        assert not any(key[0][0] == 3 for key in context.captured)
+    finally:
+        context.close()
+        runtime.close()
+
+
+@gpu
+def test_gpu_contexts_run_concurrently_and_agree(examples):
+    runtime = gpu_runtime(examples, "bert_base")
+    pool = ContextPool(runtime, 4)
+    runner = BatchRunner(pool)
+    failures: list[str] = []
+
+    def client(worker: int) -> None:
+        rng = np.random.default_rng(worker)
+        for step in range(6):
+            length = int(rng.integers(3, 129))
+            requests = [sample("bert_base", int(rng.integers(1, 6)), seed=100 * worker + step, seq_len=length)
+                        for _ in range(int(rng.integers(1, 4)))]
+            for request, result in zip(requests, run_requests(runner, requests)):
+                if not isinstance(result, dict):
+                    failures.append(repr(result))
+                    continue
+                for output, expected in reference(examples["bert_base"], request).items():
+                    try:
+                        assert_close(result[output], expected, TOLERANCE["fp32"])
+                    except AssertionError as exc:
+                        failures.append(f"worker {worker} step {step} {output}: {exc}")
+
+    threads = [threading.Thread(target=client, args=(w,)) for w in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures[:5]
+        assert sum(1 for s in pool.stats.contexts.values() if s.runs) > 1
+        assert all(s.failures == 0 for s in pool.stats.contexts.values())
+    finally:
+        runner.close()
+        pool.close()
+
+
+@gpu
+def test_gpu_buffers_graphs_and_weights_live_on_the_configured_device(examples):
+    index = torch.cuda.device_count() - 1
+    device = torch.device("cuda", index)
+    others_before = [torch.cuda.memory_allocated(i) for i in range(index)]
+    runtime = gpu_runtime(examples, "bert_base", device=f"cuda:{index}")
+    context = runtime.create_context(0)
+    try:
+        inputs = sample("bert_base", 2, seed=3, seq_len=20)
+        for name, array in inputs.items():
+            context.inputs.view(name, array.shape)[...] = array
+        context.run({name: array.shape for name, array in inputs.items()})
+        assert all(p.device == device for p in runtime.module.parameters())
+        assert all(b.device == device for b in runtime.module.buffers() if b.is_floating_point())
+        tensors = [*context._static.values(), *context._landing.values()]
+        for bucket in context._buckets.values():
+            tensors += [*bucket.inputs.values(), *bucket.outputs.values()]
+        assert tensors and all(t.device == device for t in tensors)
+        assert context._torch_stream.device == device
+        assert [torch.cuda.memory_allocated(i) for i in range(index)] == others_before
+    finally:
+        context.close()
+        runtime.close()
+
+
+@gpu
+def test_gpu_contexts_share_the_weights_and_cost_what_is_measured(examples):
+    """At batch 1 a context's activations are far below ResNet-50's 100 MB of
+    weights: a context that copied them would cost more than they do."""
+    path = examples["resnet50"]
+    runtime = TorchRuntime(make_cfg("resnet50", path, "cuda:0", profile="input=1x3x64x64"), path)
+    try:
+        weights = sum(p.numel() * p.element_size() for p in runtime.module.parameters())
+        measured = runtime.context_memory_bytes()
+        assert 0 < measured < weights
+        before = torch.cuda.memory_reserved(runtime.device)
+        contexts = [runtime.create_context(i) for i in range(3)]
+        per_context = (torch.cuda.memory_reserved(runtime.device) - before) / 3
+        assert 0.5 * measured <= per_context <= 1.5 * measured + (8 << 20)
+        for context in contexts:
+            context.close()
+    finally:
+        runtime.close()
+
+
+@gpu
+def test_gpu_run_device_takes_tensors_already_on_the_gpu(examples):
+    runtime = gpu_runtime(examples, "bert_base")
+    context = runtime.create_context(0)
+    try:
+        inputs = sample("bert_base", 3, seed=9, seq_len=50)
+        on_gpu = {k: torch.from_numpy(v).to(runtime.device) for k, v in inputs.items()}
+        device_results = {k: v.cpu().numpy() for k, v in context.run_device(on_gpu).items()}
+        for name, array in inputs.items():
+            context.inputs.view(name, array.shape)[...] = array
+        host_results = context.run({k: v.shape for k, v in inputs.items()})
+        for output, expected in host_results.items():
+            np.testing.assert_array_equal(device_results[output], expected)
+        with pytest.raises(InvalidInput, match="input_ids"):
+            context.run_device({**on_gpu, "input_ids": on_gpu["input_ids"].int()})
+        with pytest.raises(InvalidInput, match="expects"):
+            context.run_device({"input_ids": on_gpu["input_ids"]})
+    finally:
+        context.close()
+        runtime.close()
+
