@@ -56,11 +56,12 @@ class OnnxRuntime(Runtime):
         import onnxruntime as ort
 
         cores = os.cpu_count() or 1
-        contexts = cfg.contexts or cores
+        # Batches in flight at once: one in sync mode (Triton runs one execute
+        # per instance), one per context in decoupled mode. Concurrent runs
+        # share the session's intra-op pool, so each gets its share of cores.
+        in_flight = (cfg.contexts or cores) if cfg.mode == "decoupled" else 1
         options = ort.SessionOptions()
-        # Concurrent runs share the session's intra-op pool and each calling
-        # thread joins in: give each context its share of the cores.
-        options.intra_op_num_threads = max(1, cores // contexts)
+        options.intra_op_num_threads = max(1, cores // in_flight)
         options.inter_op_num_threads = 1
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
