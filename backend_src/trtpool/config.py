@@ -9,7 +9,9 @@
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
-      { key: "forward_to"      value: { string_value: "bert_base" } } # a unary front for a decoupled model
+      { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
+      { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
+      { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
 from __future__ import annotations
@@ -26,8 +28,10 @@ RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 MODES = ("sync", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
-    "max_queue_size", "batch_wait_microseconds", "forward_to",
+    "max_queue_size", "batch_wait_microseconds", "forward_to", "precision",
+    "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
+PRECISIONS = ("fp32", "fp16")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class PoolConfig:
     batch_wait_us: int
     max_batch_size: int
     device: str                   # "cpu" or "cuda:N"
+    precision: str = "fp32"       # the torch runtime's compute precision
 
     @property
     def model_path(self) -> Path:
@@ -115,4 +120,5 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         batch_wait_us=_positive_int(params, "batch_wait_microseconds", 500),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
+        precision=_choice(params, "precision", PRECISIONS, "fp32"),
     )

@@ -17,19 +17,26 @@ from typing import Any
 
 import numpy as np
 
+from trtpool.device_tensors import detach_copy, from_dlpack, is_device, to_dlpack
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.scheduler import Scheduler
 
 
-def request_tensors(request: Any) -> dict[str, np.ndarray]:
-    return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+def request_tensors(request: Any) -> dict[str, Any]:
+    """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
+    return {t.name(): t.as_numpy() if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
 
 
-def output_tensors(pb_utils: Any, outputs: dict[str, np.ndarray]) -> list[Any]:
+def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
     # pb_utils.Tensor keeps a reference until the response is sent, while the
     # context's output buffer is reused as soon as the context is released: copy.
-    return [pb_utils.Tensor(name, array.copy()) for name, array in outputs.items()]
+    return [
+        pb_utils.Tensor(name, array.copy()) if not is_device(array)
+        else pb_utils.Tensor.from_dlpack(name, to_dlpack(detach_copy(array)))
+        for name, array in outputs.items()
+    ]
+
 
 
 class SyncHandler:

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trtpool import config as pool_config
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, check_agreement
 from trtpool.pool import ContextPool, auto_size
-from trtpool.runtimes import load_runtime
+from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
-from trtpool.serving import BatchRunner, BatchObserver
+from trtpool.serving import BatchObserver, BatchRunner
+from trtpool.sidecar import read_sidecar
 from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
@@ -25,7 +27,15 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values()), default=DEFAULT_ONNX_MAX_BATCH
         )
-    runtime = load_runtime(pool_config.load(provisional, version_dir, "cpu"))
+    cfg = pool_config.load(provisional, version_dir, "cpu")
+    name, path = resolve(cfg)
+    if name in ("tensorrt", "tensorrt_rtx"):
+        # auto-complete runs without a device: the engine's sidecar describes it.
+        return read_sidecar(path).signature()
+    if name == "torch":
+        # The torch runtime converts this ONNX file; ONNX Runtime reads its I/O on the CPU.
+        cfg = replace(cfg, runtime="onnxruntime")
+    runtime = load_runtime(cfg)
     try:
         return runtime.signature
     finally:

@@ -11,17 +11,19 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from trtpool.buffers import gather, split_points
+from trtpool.device_tensors import concat_on_device, is_device, to_host
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.pool import ContextPool
 from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 
-Emit = Callable[[int, dict[str, np.ndarray]], None]
+Emit = Callable[[int, dict[str, Any]], None]  # numpy views, or torch views from run_device
 Fail = Callable[[int, Exception], None]
 BatchObserver = Callable[[int], None]
 
@@ -99,9 +101,14 @@ class BatchRunner:
         }
         try:
             with self.pool.acquire() as context:
-                for name, shape in shapes.items():
-                    gather([i.tensors[name] for i in chunk], context.inputs.view(name, shape))
-                outputs = context.run(shapes)
+                if hasattr(context, "run_device") and any(map(is_device, chunk[0].tensors.values())):
+                    # Inputs already on the GPU stay there: no host copies.
+                    outputs = context.run_device(
+                        {name: concat_on_device([i.tensors[name] for i in chunk]) for name in shapes})
+                else:
+                    for name, shape in shapes.items():
+                        gather([to_host(i.tensors[name]) for i in chunk], context.inputs.view(name, shape))
+                    outputs = context.run(shapes)
                 self._on_batch(shapes[next(iter(shapes))][0] if self.signature.batched else 1)
                 self._emit_all(chunk, outputs, emit, fail)
         except InvalidInput as exc:

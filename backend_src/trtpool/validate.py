@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trtpool.device_tensors import dtype_of
 from trtpool.errors import InvalidInput
 from trtpool.signature import Signature, TRITON_DTYPES
 
@@ -31,9 +32,9 @@ def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[
     batch_sizes = set()
     for spec in signature.inputs:
         array = tensors[spec.name]
-        if array.dtype != spec.dtype:
+        if dtype_of(array) != spec.dtype:
             raise InvalidInput(
-                f"input '{spec.name}': data type {_dtype_name(array.dtype)} given, expected {_dtype_name(spec.dtype)}"
+                f"input '{spec.name}': data type {_dtype_name(dtype_of(array))} given, expected {_dtype_name(spec.dtype)}"
             )
         if array.ndim != len(spec.shape):
             raise InvalidInput(

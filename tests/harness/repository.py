@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.examples import get_example, write_example
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config
@@ -73,8 +74,14 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     (truncated / "1" / "model.onnx").write_bytes(data[: len(data) // 2])
     expected["truncated_onnx"] = "cannot be loaded by ONNX Runtime"
 
-    engine = make_model_folder(repo, "engine_on_cpu", tiny, get_example("tiny").serving_profiles())
-    (engine / "1" / "model.onnx").rename(engine / "1" / "model.plan")
-    (engine / "1" / "model.plan").write_bytes(b"not an engine")
-    expected["engine_on_cpu"] = "engines run on a GPU"
+    no_sidecar = make_model_folder(repo, "engine_no_sidecar", tiny, get_example("tiny").serving_profiles())
+    (no_sidecar / "1" / "model.onnx").rename(no_sidecar / "1" / "model.plan")
+    expected["engine_no_sidecar"] = "has no sidecar 'model.plan.json'"
+
+    # A real engine (TensorRT-RTX builds without a GPU) served by a CPU instance.
+    engine = cache / "tiny.plan"
+    if not engine.exists():
+        build_engine(tiny, engine, BuildOptions(shapes=get_example("tiny").serving_profiles()))
+    make_model_folder(repo, "engine_on_cpu", engine, options=ServingOptions(instance_kind="cpu"))
+    expected["engine_on_cpu"] = "engines run on a GPU, but this model instance is on 'cpu'"
     return expected

@@ -1,9 +1,9 @@
 """Choose and load a runtime for a model folder.
 
 `runtime: auto` picks by the file in the version folder: an engine
-(model.plan / *.engine) goes to TensorRT, model.onnx to ONNX Runtime, a
-TorchScript file (model.pt) to the torch runtime. A `module:Class` value
-loads a runtime class from anywhere on the serving Python's path.
+(model.plan / *.engine) goes to TensorRT, model.onnx to ONNX Runtime. The
+torch runtime (GPU, converts model.onnx) is chosen explicitly. A
+`module:Class` value loads a runtime class from the serving Python's path.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ DEFAULT_FILES = {
     "tensorrt": "model.plan",
     "tensorrt_rtx": "model.plan",
     "onnxruntime": "model.onnx",
-    "torch": "model.pt",
+    "torch": "model.onnx",
 }
-RUNTIME_BY_SUFFIX = {".plan": "tensorrt", ".engine": "tensorrt", ".onnx": "onnxruntime", ".pt": "torch"}
+RUNTIME_BY_SUFFIX = {".plan": "tensorrt", ".engine": "tensorrt", ".onnx": "onnxruntime"}
 
 
 def resolve(cfg: PoolConfig) -> tuple[str, Path]:
@@ -35,12 +35,12 @@ def resolve(cfg: PoolConfig) -> tuple[str, Path]:
                 f"expected a file ending in {', '.join(RUNTIME_BY_SUFFIX)} or an explicit 'runtime'"
             )
         return RUNTIME_BY_SUFFIX[suffix], cfg.version_dir / cfg.model_file
-    for name in ("model.plan", "model.engine", "model.onnx", "model.pt"):
+    for name in ("model.plan", "model.engine", "model.onnx"):
         if (cfg.version_dir / name).is_file():
             return RUNTIME_BY_SUFFIX[Path(name).suffix], cfg.version_dir / name
     raise EngineError(
-        f"no model file in '{cfg.version_dir}': expected model.plan (TensorRT), "
-        "model.onnx (ONNX Runtime) or model.pt (torch), or set parameter 'model_file'"
+        f"no model file in '{cfg.version_dir}': expected model.plan (TensorRT) or "
+        "model.onnx (ONNX Runtime, or the torch runtime), or set parameter 'model_file'"
     )
 
 
@@ -56,7 +56,7 @@ def load_runtime(cfg: PoolConfig) -> Runtime:
         return TensorRTRuntime(cfg, path, module_name=None if name == "tensorrt" and cfg.runtime == "auto" else name)
     if name == "torch":
         from trtpool.runtimes.torch import TorchRuntime
-        return TorchRuntime(cfg, path)
+        return TorchRuntime(cfg, path, precision=cfg.precision)
     module_name, _, class_name = name.partition(":")
     try:
         runtime_class = getattr(importlib.import_module(module_name), class_name)

@@ -1,0 +1,56 @@
+"""Request tensors that arrive on the GPU (Triton hands them over by DLPack when
+FORCE_CPU_ONLY_INPUT_TENSORS is "no", e.g. from CUDA shared-memory clients).
+
+They are torch tensors here. A runtime whose contexts have ``run_device``
+takes the batch without host copies; any other runtime gets host copies.
+torch is imported only when such a tensor exists.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def is_device(tensor: Any) -> bool:
+    return not isinstance(tensor, np.ndarray)
+
+
+def dtype_of(tensor: Any) -> np.dtype:
+    """A numpy dtype for a numpy array or a torch tensor (torch.float32 -> float32)."""
+    if isinstance(tensor, np.ndarray):
+        return tensor.dtype
+    return np.dtype(str(tensor.dtype).removeprefix("torch."))
+
+
+def to_host(tensor: Any) -> np.ndarray:
+    return tensor if isinstance(tensor, np.ndarray) else tensor.cpu().numpy()
+
+
+def concat_on_device(parts: Sequence[Any]) -> Any:
+    """One batch from request tensors on the GPU: a device-to-device copy."""
+    import torch
+
+    return parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=0)
+
+
+def from_dlpack(capsule_owner: Any) -> Any:
+    import torch.utils.dlpack
+
+    return torch.utils.dlpack.from_dlpack(capsule_owner.to_dlpack())
+
+
+def to_dlpack(tensor: Any) -> Any:
+    import torch.utils.dlpack
+
+    return torch.utils.dlpack.to_dlpack(tensor)
+
+
+def detach_copy(tensor: Any) -> Any:
+    """A copy the caller owns; waits for it, since the source buffer is reused next."""
+    import torch
+
+    copy = tensor.clone()
+    torch.cuda.current_stream(copy.device).synchronize()
+    return copy

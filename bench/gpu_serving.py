@@ -1,0 +1,184 @@
+"""Served benchmarks through a real tritonserver with perf_analyzer, in one run:
+
+  throughput   batch-1 clients at several concurrencies, one context vs four,
+               sync vs decoupled, plain gRPC and CUDA shared memory; batch-8/32
+               clients for the served / in-process ratio
+  latency      p50/p99 at 50% and 90% of the peak request rate
+  memory       one instance with N contexts vs N instances of one context each
+               (GPU memory used, from nvidia-smi, after loading each alone)
+
+    python bench/gpu_serving.py --runtime torch --precision fp16 --out bench/results/gpu_serving.json
+
+With --runtime onnxruntime it runs on a CPU machine too (no CUDA shared memory,
+no GPU memory figures), which is how its logic is checked without a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tritonclient.http as httpclient  # noqa: E402
+
+from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
+from tests.harness.server import TritonServer  # noqa: E402
+from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+
+
+def gpu_memory_used_mib() -> int | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return int(out.split()[0])
+
+
+def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts: int, mode: str,
+              instances: int = 1) -> None:
+    kind = "gpu" if args.runtime == "torch" else "cpu"
+    options = {"image_size": args.image_size} if example == "resnet50" else {}
+    folder = make_model_folder(repo, name, onnx, get_example(example).serving_profiles(**options),
+                               ServingOptions(runtime=args.runtime, contexts=str(contexts), mode=mode,
+                                              instance_kind=kind, max_queue_delay_microseconds=100))
+    config = read_config(folder)
+    config.instance_group[0].count = instances
+    if args.runtime == "torch":
+        config.parameters["model_file"].string_value = "model.onnx"
+        config.parameters["precision"].string_value = args.precision
+        # GPU inputs (CUDA shared memory) reach the backend on the GPU, by DLPack.
+        config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
+    write_config(folder, config)
+
+
+def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,
+            batch: int = 1, streaming: bool = False, shm: str = "none", shape: str | None = None,
+            interval_ms: int = 2000) -> dict:
+    extra = ["-b", str(batch), "--shared-memory", shm]
+    if shm == "cuda":
+        extra += ["--output-shared-memory-size", str(64 << 20)]
+    if streaming:
+        extra.append("--streaming")
+    if shape:
+        extra += ["--shape", shape]
+    if rate is not None:
+        extra += ["--request-rate-range", f"{rate:.1f}"]
+    try:
+        [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1), interval_ms=interval_ms,
+                              extra=tuple(extra))
+    except PerfAnalyzerFailed as exc:
+        return {"error": str(exc)[-2000:]}
+    result = {"infer_per_s": row["Inferences/Second"], "items_per_s": row["Inferences/Second"],
+              "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000}
+    print(f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
+          f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms", flush=True)
+    return result
+
+
+def throughput_section(server: TritonServer, args) -> dict:
+    shm_modes = ["none", "cuda"] if args.runtime == "torch" else ["none"]
+    rows = []
+    for model, streaming in (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True)):
+        for level in args.levels:
+            for shm in shm_modes:
+                rows.append({"model": model, "batch": 1, "concurrency": level, "shm": shm, "streaming": streaming,
+                             **measure(server, model, concurrency=level, streaming=streaming, shm=shm)})
+        for batch in (8, 32):
+            for shm in shm_modes:
+                rows.append({"model": model, "batch": batch, "concurrency": 8, "shm": shm, "streaming": streaming,
+                             **measure(server, model, concurrency=8, batch=batch, streaming=streaming, shm=shm)})
+    return {"rows": rows}
+
+
+def latency_section(server: TritonServer, peak: float, model: str, streaming: bool) -> list[dict]:
+    rows = []
+    for share in (0.5, 0.9):
+        rate = peak * share
+        rows.append({"model": model, "share_of_peak": share, "request_rate": round(rate, 1),
+                     **measure(server, model, rate=rate, streaming=streaming, interval_ms=4000)})
+    return rows
+
+
+def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
+    """Load each model alone (explicit model control) and read the GPU memory it adds."""
+    n = args.memory_n
+    add_model(repo, onnx, "bert_ctx", "bert_base", args, contexts=n, mode="sync")
+    add_model(repo, onnx, "bert_inst", "bert_base", args, contexts=1, mode="sync", instances=n)
+    server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()
+    client = httpclient.InferenceServerClient(server.http_url)
+    figures = {}
+    try:
+        for model in ("bert_ctx", "bert_inst"):
+            time.sleep(2)
+            before = gpu_memory_used_mib()
+            client.load_model(model)
+            time.sleep(3)
+            after = gpu_memory_used_mib()
+            figures[model] = {"mib": None if before is None else after - before}
+            client.unload_model(model)
+            time.sleep(5)
+            print(f"memory {model}: {figures[model]}", flush=True)
+    finally:
+        server.stop()
+    if figures["bert_ctx"]["mib"] and figures["bert_inst"]["mib"]:
+        figures["ratio_contexts_over_instances"] = round(figures["bert_ctx"]["mib"] / figures["bert_inst"]["mib"], 3)
+    return {"n": n, **figures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtime", choices=("torch", "onnxruntime"), default="torch")
+    parser.add_argument("--precision", default="fp16")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--levels", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 32])
+    parser.add_argument("--memory-n", type=int, default=4)
+    parser.add_argument("--sections", default="throughput,latency,memory")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_serving.json")
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    report: dict = {"benchmark": "gpu_serving", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "command": " ".join(["python", *sys.argv]), "runtime": args.runtime,
+                    "precision": args.precision}
+    try:
+        report["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True).stdout.strip()
+    except OSError:
+        report["gpu"] = None
+
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch)
+        resnet = write_example("resnet50", base / "resnet50.onnx", image_size=args.image_size)
+        if {"throughput", "latency"} & set(sections):
+            repo = base / "serving"
+            add_model(repo, resnet, "resnet_c1", "resnet50", args, contexts=1, mode="sync")
+            add_model(repo, resnet, "resnet_c4", "resnet50", args, contexts=4, mode="sync")
+            add_model(repo, resnet, "resnet_c4_dec", "resnet50", args, contexts=4, mode="decoupled")
+            server = TritonServer(repo, base / "serving.log").start(timeout=600)
+            try:
+                report["throughput"] = throughput_section(server, args)
+                if "latency" in sections:
+                    batch1 = [r for r in report["throughput"]["rows"]
+                              if r["batch"] == 1 and "infer_per_s" in r and r["shm"] == "none"]
+                    best = max(batch1, key=lambda r: r["infer_per_s"])
+                    report["latency"] = latency_section(server, best["infer_per_s"], best["model"], best["streaming"])
+            finally:
+                server.stop()
+                report["server_log_tail"] = server.log_tail(30)
+        if "memory" in sections:
+            bert = write_example("bert_base", base / "bert.onnx")
+            report["memory"] = memory_section(base / "memory", base, bert, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
