@@ -1,0 +1,112 @@
+"""trtpool served by a real tritonserver with GPU instances (the torch runtime):
+outputs against ONNX Runtime fp32 on the CPU, over HTTP, gRPC and CUDA shared
+memory (inputs reach the backend on the GPU by DLPack), in both modes.
+
+Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
+(IEEE fp32 on both sides, only the summation order differs).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch"),
+]
+
+import onnxruntime as ort  # noqa: E402
+import tritonclient.grpc as grpcclient  # noqa: E402
+import tritonclient.http as httpclient  # noqa: E402
+import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
+
+from tests.harness.clients import grpc_input, http_input  # noqa: E402
+from tests.harness.server import ROOT  # noqa: E402
+from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+
+IMAGE = 64  # the ResNet-50 topology at a small input: a quick CPU reference
+
+
+def close_enough(served: np.ndarray, reference: np.ndarray, tol: float = 1e-3) -> None:
+    error = float(np.max(np.abs(served - reference)))
+    assert error <= tol * max(1.0, float(np.max(np.abs(reference)))), f"max abs error {error}"
+
+
+@pytest.fixture(scope="module")
+def gpu_served(start_server, tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpu")
+    onnx = write_example("resnet50", base / "resnet50.onnx", image_size=IMAGE)
+    profiles = get_example("resnet50").serving_profiles(image_size=IMAGE)
+    repo = base / "repo"
+    for name, mode in (("resnet_sync", "sync"), ("resnet_decoupled", "decoupled")):
+        folder = make_model_folder(repo, name, onnx, profiles,
+                                   ServingOptions(runtime="torch", contexts="2", mode=mode, instance_kind="gpu"))
+        config = read_config(folder)
+        config.parameters["model_file"].string_value = "model.onnx"
+        config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
+        write_config(folder, config)
+    server = start_server(repo, env={"PYTHONPATH": str(ROOT)})
+    reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    return server, reference
+
+
+def test_http_and_grpc_match_onnxruntime(gpu_served):
+    server, reference = gpu_served
+    x = np.random.default_rng(0).standard_normal((3, 3, IMAGE, IMAGE)).astype(np.float32)
+    [expected] = reference.run(None, {"input": x})
+    http = httpclient.InferenceServerClient(server.http_url)
+    close_enough(http.infer("resnet_sync", [http_input("input", x, "FP32")]).as_numpy("logits"), expected)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    close_enough(grpc.infer("resnet_sync", [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
+
+
+def test_cuda_shared_memory_inputs_and_outputs(gpu_served):
+    """Inputs in CUDA shared memory stay on the GPU up to the context (DLPack, run_device)."""
+    server, reference = gpu_served
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = np.random.default_rng(1).standard_normal((4, 3, IMAGE, IMAGE)).astype(np.float32)
+    [expected] = reference.run(None, {"input": x})
+    in_bytes, out_bytes = x.nbytes, expected.nbytes
+    in_region = cudashm.create_shared_memory_region("trtpool_in", in_bytes, 0)
+    out_region = cudashm.create_shared_memory_region("trtpool_out", out_bytes, 0)
+    try:
+        cudashm.set_shared_memory_region(in_region, [x])
+        client.register_cuda_shared_memory("trtpool_in", cudashm.get_raw_handle(in_region), 0, in_bytes)
+        client.register_cuda_shared_memory("trtpool_out", cudashm.get_raw_handle(out_region), 0, out_bytes)
+        tensor = grpcclient.InferInput("input", list(x.shape), "FP32")
+        tensor.set_shared_memory("trtpool_in", in_bytes)
+        output = grpcclient.InferRequestedOutput("logits")
+        output.set_shared_memory("trtpool_out", out_bytes)
+        client.infer("resnet_sync", [tensor], outputs=[output])
+        served = cudashm.get_contents_as_numpy(out_region, np.float32, list(expected.shape))
+        close_enough(served, expected)
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(in_region)
+        cudashm.destroy_shared_memory_region(out_region)
+
+
+def test_decoupled_stream_on_the_gpu(gpu_served):
+    server, reference = gpu_served
+    rng = np.random.default_rng(2)
+    inputs = {str(i): rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32) for i in range(16)}
+    answers = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    for request_id, x in inputs.items():
+        client.async_stream_infer("resnet_decoupled", [grpc_input("input", x, "FP32")], request_id=request_id)
+    deadline = time.monotonic() + 120
+    while len(answers) < len(inputs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.stop_stream()
+    assert len(answers) == len(inputs)
+    for result, error in answers:
+        assert error is None, error
+        request_id = result.get_response().id
+        [expected] = reference.run(None, {"input": inputs[request_id]})
+        close_enough(result.as_numpy("logits"), expected)
