@@ -2,17 +2,14 @@
 server keeps serving every other request and model."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.doubles.flaky_runtime import SENTINEL
 from trtpool_builder.examples.tiny import tiny_reference
 
-from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
+from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
 
 
 def still_serves(served) -> None:
@@ -73,17 +70,7 @@ def test_context_failure_under_load_loses_no_other_request(served):
     for i in poisoned:
         inputs[i][0, 0] = SENTINEL
 
-    def one(x: np.ndarray):
-        client = grpcclient.InferenceServerClient(served.server.grpc_url)
-        try:
-            return client.infer("tiny_flaky", [grpc_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
-        except InferenceServerException as exc:
-            return exc
-        finally:
-            client.close()
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        results = list(pool.map(one, inputs))
+    results = infer_concurrently(served.server.grpc_url, "tiny_flaky", inputs)
     for i, (x, result) in enumerate(zip(inputs, results)):
         if i in poisoned:
             assert isinstance(result, InferenceServerException) and "injected failure" in str(result)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.doubles.flaky_runtime import SENTINEL, SLOW
-from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
+from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
 from trtpool_builder.examples.tiny import tiny_reference
 
 
@@ -42,6 +41,15 @@ class Stream:
                 outputs[result.get_response().id] = result.as_numpy("OUTPUT0")
         return outputs, errors
 
+    def run_all(self, model: str, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Send every input on this stream, collect every answer, close the stream."""
+        try:
+            for request_id, x in inputs.items():
+                self.send(model, x, request_id)
+            return self.collect(len(inputs))
+        finally:
+            self.close()
+
     def close(self, cancel: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel)
         self.client.close()
@@ -51,13 +59,7 @@ def test_streaming_requests_are_batched_by_the_scheduler_and_correct(served):
     runs_before = metric_total(served, "trtpool_context_runs_total", "tiny_decoupled")
     rng = np.random.default_rng(10)
     inputs = {str(i): rng.standard_normal((1, 16)).astype(np.float32) for i in range(64)}
-    stream = Stream(served)
-    try:
-        for request_id, x in inputs.items():
-            stream.send("tiny_decoupled", x, request_id)
-        outputs, errors = stream.collect(len(inputs))
-    finally:
-        stream.close()
+    outputs, errors = Stream(served).run_all("tiny_decoupled", inputs)
     assert errors == []
     for request_id, x in inputs.items():
         np.testing.assert_allclose(outputs[request_id], tiny_reference(x), **TINY_TOLERANCE)
@@ -79,16 +81,9 @@ def test_front_under_concurrent_unary_load(served):
     rng = np.random.default_rng(12)
     inputs = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(48)]
 
-    def one(x):
-        client = grpcclient.InferenceServerClient(served.server.grpc_url)
-        try:
-            return client.infer("tiny_decoupled_unary", [grpc_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
-        finally:
-            client.close()
-
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        for x, y in zip(inputs, pool.map(one, inputs)):
-            np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
+    outputs = infer_concurrently(served.server.grpc_url, "tiny_decoupled_unary", inputs, workers=12)
+    for x, y in zip(inputs, outputs):
+        np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
 
 
 def test_unary_http_to_the_decoupled_model_itself_is_refused_by_triton(served):
@@ -113,13 +108,7 @@ def test_failing_request_does_not_disturb_others(served):
     rng = np.random.default_rng(13)
     inputs = {str(i): rng.standard_normal((1, 16)).astype(np.float32) for i in range(32)}
     inputs["7"][0, 0] = SENTINEL
-    stream = Stream(served)
-    try:
-        for request_id, x in inputs.items():
-            stream.send("tiny_decoupled_flaky", x, request_id)
-        outputs, errors = stream.collect(len(inputs))
-    finally:
-        stream.close()
+    outputs, errors = Stream(served).run_all("tiny_decoupled_flaky", inputs)
     assert len(errors) == 1 and "injected failure" in errors[0]
     assert set(outputs) == set(inputs) - {"7"}
     for request_id, y in outputs.items():

@@ -1,14 +1,12 @@
 """Requests over real HTTP and gRPC to a real tritonserver running trtpool."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.harness.clients import LARGE_TOLERANCE, TINY_TOLERANCE, grpc_input, http_input
+from tests.harness.clients import LARGE_TOLERANCE, TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
@@ -71,15 +69,7 @@ def test_concurrent_clients_are_batched_and_all_correct(served):
     rng = np.random.default_rng(4)
     inputs = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(96)]
 
-    def one(x: np.ndarray) -> np.ndarray:
-        client = grpcclient.InferenceServerClient(served.server.grpc_url)
-        try:
-            return client.infer("tiny", [grpc_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
-        finally:
-            client.close()
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        outputs = list(pool.map(one, inputs))
+    outputs = infer_concurrently(served.server.grpc_url, "tiny", inputs)
     for x, y in zip(inputs, outputs):
         np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
     after_inferences, after_executions = inference_stats(served.grpc, "tiny")

@@ -19,3 +19,23 @@ def grpc_input(name: str, array: np.ndarray, dtype: str) -> grpcclient.InferInpu
     tensor = grpcclient.InferInput(name, list(array.shape), dtype)
     tensor.set_data_from_numpy(array)
     return tensor
+
+
+def infer_concurrently(url: str, model: str, inputs: list[np.ndarray], workers: int = 16,
+                       name: str = "INPUT0", output: str = "OUTPUT0") -> list[np.ndarray | Exception]:
+    """One gRPC client per request, `workers` at a time: each output, or the error it got."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tritonclient.utils import InferenceServerException
+
+    def one(x: np.ndarray) -> np.ndarray | Exception:
+        client = grpcclient.InferenceServerClient(url)
+        try:
+            return client.infer(model, [grpc_input(name, x, "FP32")]).as_numpy(output)
+        except InferenceServerException as exc:
+            return exc
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, inputs))
