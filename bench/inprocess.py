@@ -141,6 +141,7 @@ class GpuMemory:
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()
         self.allocated = torch.cuda.memory_allocated(self.device)
+        self.reserved = torch.cuda.memory_reserved(self.device)
         self.free = torch.cuda.mem_get_info(self.device)[0]
 
     def read(self) -> dict[str, int]:
@@ -148,7 +149,7 @@ class GpuMemory:
         torch.cuda.synchronize(device)
         return {"allocated_bytes": torch.cuda.memory_allocated(device) - self.allocated,
                 "max_allocated_bytes": torch.cuda.max_memory_allocated(device) - self.allocated,
-                "reserved_bytes": torch.cuda.memory_reserved(device),
+                "reserved_bytes": torch.cuda.memory_reserved(device) - self.reserved,
                 "used_bytes": self.free - torch.cuda.mem_get_info(device)[0]}
 
 
@@ -161,9 +162,10 @@ def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict],
     memory["context_memory_bytes"] = runtime.context_memory_bytes()
     if gpu:
         gpu.torch.cuda.reset_peak_memory_stats(gpu.device)  # the peak of the model with its pool only
+        reserved = gpu.read()["reserved_bytes"]
     pool = ContextPool(runtime, contexts)
-    if gpu:
-        memory["pool_allocated_bytes"] = gpu.read()["allocated_bytes"] - memory["weights_bytes"]
+    if gpu:  # buffers, workspaces and graph pools (whose freed blocks stay reserved, not allocated)
+        memory["pool_reserved_bytes"] = gpu.read()["reserved_bytes"] - reserved
     results = []
     try:
         for batch in args.batches:
