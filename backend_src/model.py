@@ -9,7 +9,7 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from trtpool.config import parameters_of
+from trtpool.config import instance_device, parameters_of
 from trtpool.errors import TrtpoolError
 from trtpool.handlers import DecoupledHandler, ForwardHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
@@ -62,7 +62,7 @@ class TritonPythonModel:
         if target:
             self.handler = ForwardHandler(pb_utils, target, [o["name"] for o in model_config["output"]])
             return
-        device = "cuda:" + args["model_instance_device_id"] if args["model_instance_kind"] == "GPU" else "cpu"
+        device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
         try:

@@ -55,6 +55,16 @@ class PoolConfig:
         return self.version_dir / self.model_file
 
 
+def instance_device(kind: str, device_id: str) -> str:
+    """Where a Triton model instance runs: "cuda:N" for KIND_GPU on GPU N, else "cpu".
+
+    With instance_group [{ kind: KIND_GPU, gpus: [0, 1] }] Triton makes one
+    instance per listed GPU and passes its id; each instance then loads its
+    own engine and context pool on that device only.
+    """
+    return f"cuda:{int(device_id)}" if kind == "GPU" else "cpu"
+
+
 def parameters_of(model_config: dict[str, Any]) -> dict[str, str]:
     """Triton's {"key": {"string_value": v}} parameters as a plain dict."""
     return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}

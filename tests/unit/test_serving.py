@@ -129,6 +129,12 @@ def test_auto_size_uses_memory_fraction(tiny_dir):
     assert auto_size(runtime, 1e-12) == 1  # floor of one
 
 
+@pytest.mark.parametrize("kind, device_id, device", [("GPU", "0", "cuda:0"), ("GPU", "1", "cuda:1"),
+                                                     ("CPU", "0", "cpu"), ("MODEL", "0", "cpu")])
+def test_each_instance_runs_on_the_device_triton_gives_it(kind, device_id, device):
+    assert pool_config.instance_device(kind, device_id) == device
+
+
 def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
     with pytest.raises(ConfigError, match="parameter 'contexts': 'many' is not an integer"):
         make_cfg(tiny_dir, contexts="many")
