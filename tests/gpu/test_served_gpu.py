@@ -49,6 +49,7 @@ def gpu_served(start_server, tmp_path_factory):
         config = read_config(folder)
         config.parameters["model_file"].string_value = "model.onnx"
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
+        config.instance_group[0].gpus.append(0)  # one instance per listed GPU (multi-GPU form, on one)
         write_config(folder, config)
     server = start_server(repo, env={"PYTHONPATH": str(ROOT)})
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
