@@ -15,6 +15,7 @@ and cudaMemGetInfo, relative to before the model was loaded.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import sys
@@ -139,6 +140,7 @@ class GpuMemory:
         self.torch, self.device = torch, torch.device(device)
         torch.cuda.set_device(self.device)
         torch.cuda.synchronize(self.device)
+        gc.collect()  # the previous model's module may sit in reference cycles
         torch.cuda.empty_cache()
         self.allocated = torch.cuda.memory_allocated(self.device)
         self.reserved = torch.cuda.memory_reserved(self.device)
