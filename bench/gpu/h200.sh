@@ -33,9 +33,9 @@ for stage in "$@"; do
       ;;
     inprocess)
       python3 bench/inprocess.py --runtime torch --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
-        --contexts 1,2,4,8 --batches 1,8,32 --seconds 2 --output "$OUT/inprocess_resnet50_fp16.json" 2>&1 | tail -n 5
+        --contexts 1,2,4,8 --batches 1,8,32 --seconds 1.5 --output "$OUT/inprocess_resnet50_fp16.json" 2>&1 | tail -n 5
       python3 bench/inprocess.py --runtime torch --model bert_base --onnx /tmp/bert_base.onnx --precision fp16 \
-        --seq-len 128 --contexts 1,2,4,8 --batches 1,8,32 --seconds 2 --output "$OUT/inprocess_bert_base_fp16.json" 2>&1 | tail -n 5
+        --seq-len 128 --contexts 1,2,4,8 --batches 1,8,32 --seconds 1.5 --output "$OUT/inprocess_bert_base_fp16.json" 2>&1 | tail -n 5
       ;;
     serving)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --out "$OUT/gpu_serving.json" 2>&1 \

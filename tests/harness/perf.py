@@ -14,14 +14,15 @@ class PerfAnalyzerFailed(RuntimeError):
 
 
 def perf_analyzer(model: str, url: str, *, protocol: str = "grpc", concurrency: str = "1",
-                  interval_ms: int = 2000, extra: tuple[str, ...] = (), timeout: float = 600) -> list[dict[str, float]]:
+                  interval_ms: int = 2000, max_trials: int = 10, extra: tuple[str, ...] = (),
+                  timeout: float = 600) -> list[dict[str, float]]:
     """One CSV row per concurrency level: 'Inferences/Second', 'p99 latency' (us), ..."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.csv"
         command = [
             str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol,
             "--concurrency-range", concurrency, "--measurement-interval", str(interval_ms),
-            "--max-trials", "10", "-f", str(report), *extra,
+            "--max-trials", str(max_trials), "-f", str(report), *extra,
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or not report.exists():
