@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import detach_copy, from_dlpack, is_device, to_dlpack
+from trtpool.device_tensors import from_dlpack, is_device, to_host
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.scheduler import Scheduler
@@ -31,11 +31,12 @@ def request_tensors(request: Any) -> dict[str, Any]:
 def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
     # pb_utils.Tensor keeps a reference until the response is sent, while the
     # context's output buffer is reused as soon as the context is released: copy.
-    return [
-        pb_utils.Tensor(name, array.copy()) if not is_device(array)
-        else pb_utils.Tensor.from_dlpack(name, to_dlpack(detach_copy(array)))
-        for name, array in outputs.items()
-    ]
+    # Outputs computed from GPU inputs are copied to the host too: GPU output
+    # tensors handed over by DLPack reached HTTP and gRPC clients of
+    # tritonserver 2.51 empty (seen on the H200), while host outputs reach
+    # every client, CUDA shared-memory ones included.
+    return [pb_utils.Tensor(name, to_host(array) if is_device(array) else array.copy())
+            for name, array in outputs.items()]
 
 
 

@@ -22,10 +22,19 @@ for stage in "$@"; do
       ;;
     setup)
       ls "$HOME"/wh/nvidia_pytriton-*.whl >/dev/null || { echo "NO PYTRITON WHEEL: run stash first"; exit 3; }
+      # Into the image's own environment (numpy 1.26 replaces 2.x there), and a .pth
+      # for trtpool's sources: the Python backend stub does not take PYTHONPATH.
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/pip/*.whl || exit 4
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/pip/*.whl || exit 4
+      python3 -m pip show onnx2torch | head -n 2; python3 -c 'import onnx2torch; print(onnx2torch.__file__)'
+      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" /tmp/site \
+        > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/trtpool-dev.pth"
       cp .whl/house/* "$HOME/wh/"
       TRTPOOL_WHEELHOUSE=$HOME/wh TRTPOOL_SYSTEM_PYTHON=1 bash scripts/setup.sh || exit 5
       python3 -c 'import numpy, torch, onnx2torch, tritonclient.grpc; print("numpy", numpy.__version__, "torch", torch.__version__)'
+      ;;
+    served-tests)
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 5
       ;;
     tests)
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py \

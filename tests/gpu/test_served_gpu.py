@@ -7,6 +7,7 @@ Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -51,7 +52,7 @@ def gpu_served(start_server, tmp_path_factory):
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
         config.instance_group[0].gpus.append(0)  # one instance per listed GPU (multi-GPU form, on one)
         write_config(folder, config)
-    server = start_server(repo, env={"PYTHONPATH": str(ROOT)})
+    server = start_server(repo, env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
 
