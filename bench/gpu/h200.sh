@@ -26,7 +26,9 @@ for stage in "$@"; do
       # for trtpool's sources: the Python backend stub does not take PYTHONPATH.
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/pip/*.whl || exit 4
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/pip/*.whl || exit 4
-      python3 -m pip show onnx2torch | head -n 2; python3 -c 'import onnx2torch; print(onnx2torch.__file__)'
+      # The stub takes the image environment's packages: numpy must be 1.x there.
+      python3 -m pip install -q --no-index --no-deps --no-compile --force-reinstall .whl/pip/numpy-1.26.4-*.whl || exit 4
+      env -u PYTHONPATH python3 -c 'import numpy, onnx2torch; print("image env: numpy", numpy.__version__, numpy.__file__)'
       printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" /tmp/site \
         > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/trtpool-dev.pth"
       cp .whl/house/* "$HOME/wh/"
