@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import from_dlpack, is_device, to_host
+from trtpool.device_tensors import detach_copy, from_dlpack, is_device, to_dlpack
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.scheduler import Scheduler
@@ -29,15 +29,14 @@ def request_tensors(request: Any) -> dict[str, Any]:
 
 
 def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
-    # pb_utils.Tensor keeps a reference until the response is sent, while the
-    # context's output buffer is reused as soon as the context is released: copy.
-    # Outputs computed from GPU inputs are copied to the host too: GPU output
-    # tensors handed over by DLPack reached HTTP and gRPC clients of
-    # tritonserver 2.51 empty (seen on the H200), while host outputs reach
-    # every client, CUDA shared-memory ones included.
-    return [pb_utils.Tensor(name, to_host(array) if is_device(array) else array.copy())
-            for name, array in outputs.items()]
-
+    """Response tensors that own their memory: the context's output buffers are
+    reused as soon as the context is released, while Triton reads the response
+    later. Outputs of a batch that ran on the GPU stay there (DLPack)."""
+    return [
+        pb_utils.Tensor.from_dlpack(name, to_dlpack(detach_copy(array))) if is_device(array)
+        else pb_utils.Tensor(name, array.copy())
+        for name, array in outputs.items()
+    ]
 
 
 class SyncHandler:

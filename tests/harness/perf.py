@@ -21,7 +21,8 @@ def perf_analyzer(model: str, url: str, *, protocol: str = "grpc", concurrency: 
         report = Path(scratch) / "report.csv"
         command = [
             str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol,
-            "--concurrency-range", concurrency, "--measurement-interval", str(interval_ms),
+            *(() if "--request-rate-range" in extra else ("--concurrency-range", concurrency)),
+            "--measurement-interval", str(interval_ms),
             "--max-trials", str(max_trials), "-f", str(report), *extra,
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
