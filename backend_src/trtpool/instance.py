@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,6 @@ class ModelInstance:
 
     def _ceiling(self) -> int | None:
         """On the CPU, more contexts than cores only adds contention."""
-        import os
-
         return os.cpu_count() if self.cfg.device == "cpu" else None
 
     def close(self) -> None:
