@@ -13,7 +13,7 @@ from tritonclient.utils import triton_to_np_dtype
 
 
 def random_input(spec: dict, batch: int, rng: np.random.Generator) -> np.ndarray:
-    dims = [16 if d == -1 else d for d in spec["dims"]]  # e.g. a 16-token sequence
+    dims = [16 if int(d) == -1 else int(d) for d in spec["dims"]]  # e.g. a 16-token sequence
     dtype = triton_to_np_dtype(spec["data_type"].removeprefix("TYPE_"))
     shape = [batch, *dims]
     if np.issubdtype(dtype, np.integer):
