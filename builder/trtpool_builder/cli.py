@@ -92,6 +92,8 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--contexts", default=d.contexts, help="N, or auto")
     p.add_argument("--memory-fraction", default=d.memory_fraction)
     p.add_argument("--mode", choices=MODES, default=d.mode)
+    p.add_argument("--unary-front", action="store_true",
+                   help="decoupled mode: also write <name>_unary, which HTTP /infer and unary gRPC clients call")
     p.add_argument("--instance-kind", choices=sorted(INSTANCE_KINDS), default=d.instance_kind)
     p.add_argument("--max-queue-delay-us", type=int, default=d.max_queue_delay_microseconds)
     p.add_argument("--preferred-batch-sizes", type=int, nargs="+", default=[])
@@ -108,6 +110,10 @@ def _model(args: argparse.Namespace) -> int:
                              preferred_batch_sizes=tuple(args.preferred_batch_sizes))
     folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version)
     print(f"wrote {folder}")
+    if args.unary_front:
+        from trtpool_builder.front import make_front_folder
+
+        print(f"wrote {make_front_folder(args.repo, args.name)}")
     return 0
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from trtpool_builder.cli import EXIT_CANNOT_RUN, accuracy_main, build_main, examples_main, model_main
+from trtpool_builder.model_folder import read_config
 from trtpool_builder.examples import EXAMPLES
 from trtpool_builder.gpu import current_gpu
 from trtpool_builder.trt_module import is_importable
@@ -86,3 +87,14 @@ def test_auto_runtime_serves_onnx_without_tensorrt_and_gpu(tmp_path: Path, capsy
         pytest.skip("TensorRT and a GPU are present: auto builds engines here")
     assert examples_main(["--repo", str(tmp_path), "--names", "tiny"]) == 0
     assert "generated (onnx)" in capsys.readouterr().out
+
+
+def test_decoupled_model_with_its_unary_front(tiny_onnx: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    assert model_main([str(tiny_onnx), "--repo", str(repo), "--name", "tiny", "--mode", "decoupled",
+                       "--shapes", "INPUT0=1x16:8x16:64x16", "--unary-front"]) == 0
+    front = read_config(repo / "tiny_unary")
+    assert front.parameters["forward_to"].string_value == "tiny"
+    assert not front.model_transaction_policy.decoupled
+    assert [i.name for i in front.input] == ["INPUT0"] and front.max_batch_size == 64
+    assert read_config(repo / "tiny").model_transaction_policy.decoupled
