@@ -46,9 +46,6 @@ class HostBuffers:
             )
         return flat[:count].reshape(shape)
 
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._flat.values())
-
 
 def gather(parts: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
     """Concatenate request tensors along the batch axis into a preallocated view."""

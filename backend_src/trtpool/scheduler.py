@@ -79,10 +79,6 @@ class Scheduler:
             self._queue.append(Waiting(Item(0, tensors, shapes), responder, key))
             self._ready.notify()
 
-    def queued(self) -> int:
-        with self._ready:
-            return len(self._queue)
-
     def _take_batch(self) -> list[Waiting]:
         """The oldest request plus queued ones of its shape, up to the batch limit."""
         with self._ready:

@@ -23,7 +23,6 @@ TRITON_DTYPES: dict[np.dtype, str] = {
     np.dtype(np.float32): "TYPE_FP32",
     np.dtype(np.float64): "TYPE_FP64",
 }
-DTYPES_BY_TRITON_NAME = {name: dtype for dtype, name in TRITON_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -83,12 +82,6 @@ class Signature:
         """The largest batch any profile accepts (0 when the model is not batched)."""
         return max(p.max_batch() for p in self.profiles) if self.batched else 0
 
-    def input(self, name: str) -> TensorSpec:
-        for spec in self.inputs:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
-
     def max_shape(self, name: str) -> tuple[int, ...]:
         """The largest shape any profile allows for an input (what buffers are sized for)."""
         maxima = [p.ranges[name].max for p in self.profiles]
@@ -115,7 +108,3 @@ class Signature:
             "no single optimization profile admits the shapes "
             + ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
         )
-
-
-def element_count(shape: tuple[int, ...]) -> int:
-    return prod(shape)
