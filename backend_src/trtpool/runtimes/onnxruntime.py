@@ -15,38 +15,14 @@ import numpy as np
 from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError, EngineError
+from trtpool.onnx_signature import DeclaredTensor, output_shape, read_signature
 from trtpool.runtimes.base import ExecutionContext, Runtime
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
 
 ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
     "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
 }
-
-# An output dimension is either fixed or copied from an input's dimension.
-DimSource = int | tuple[str, int]
-
-
-def _dims(shape: list) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else -1 for d in shape)
-
-
-def _default_profile(inputs: tuple[TensorSpec, ...], max_batch: int) -> dict[str, ShapeRange]:
-    """Batch 1..max_batch_size; every other dimension must then be fixed."""
-    ranges = {}
-    for spec in inputs:
-        rest = spec.shape[1:] if max_batch else spec.shape
-        if -1 in rest:
-            axis = rest.index(-1) + (1 if max_batch else 0)
-            raise ConfigError(
-                f"input '{spec.name}' has a dynamic dimension {axis}; set parameter 'profile' "
-                f"(e.g. {spec.name}=1x1:8x128:32x512) so that buffers can be sized"
-            )
-        low = ((1,) if max_batch else ()) + rest
-        high = ((max_batch,) if max_batch else ()) + rest
-        ranges[spec.name] = ShapeRange(low, high, high)
-    return ranges
 
 
 class OnnxRuntime(Runtime):
@@ -68,58 +44,18 @@ class OnnxRuntime(Runtime):
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
 
-        inputs = tuple(self._spec(i) for i in self.session.get_inputs())
-        outputs = tuple(self._spec(o) for o in self.session.get_outputs())
-        batched = cfg.max_batch_size > 0
-        profiles = cfg.profiles or (_default_profile(inputs, cfg.max_batch_size),)
-        names = {s.name for s in inputs}
-        for ranges in profiles:
-            if set(ranges) != names:
-                raise ConfigError(
-                    f"parameter 'profile' names inputs {sorted(ranges)}; the model's inputs are {sorted(names)}"
-                )
-        self.signature = Signature(
-            inputs=inputs,
-            outputs=outputs,
-            profiles=tuple(Profile(i, r) for i, r in enumerate(profiles)),
-            batched=batched,
-        )
-        self._output_dims = self._resolve_output_dims()
+        self.signature, self._output_dims = read_signature(
+            [self._declared(arg) for arg in self.session.get_inputs()],
+            [self._declared(arg) for arg in self.session.get_outputs()], cfg)
 
     @staticmethod
-    def _spec(arg) -> TensorSpec:
+    def _declared(arg) -> DeclaredTensor:
         if arg.type not in ORT_DTYPES:
             raise ConfigError(f"tensor '{arg.name}' has type {arg.type}, which trtpool does not serve")
-        return TensorSpec(arg.name, np.dtype(ORT_DTYPES[arg.type]), _dims(arg.shape))
-
-    def _resolve_output_dims(self) -> dict[str, tuple[DimSource, ...]]:
-        """Each output dimension as a constant or as an input's symbolic dimension."""
-        symbols: dict[str, tuple[str, int]] = {}
-        for arg in self.session.get_inputs():
-            for axis, dim in enumerate(arg.shape):
-                if isinstance(dim, str):
-                    symbols.setdefault(dim, (arg.name, axis))
-        resolved = {}
-        for arg in self.session.get_outputs():
-            dims: list[DimSource] = []
-            for axis, dim in enumerate(arg.shape):
-                if isinstance(dim, int):
-                    dims.append(dim)
-                elif isinstance(dim, str) and dim in symbols:
-                    dims.append(symbols[dim])
-                else:
-                    raise ConfigError(
-                        f"output '{arg.name}' dimension {axis} ('{dim}') is not fixed and matches no "
-                        "input dimension, so its buffer cannot be preallocated; export the model with "
-                        "named dynamic axes shared between inputs and outputs"
-                    )
-            resolved[arg.name] = tuple(dims)
-        return resolved
+        return arg.name, np.dtype(ORT_DTYPES[arg.type]), arg.shape
 
     def output_shape(self, name: str, input_shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
-        return tuple(
-            d if isinstance(d, int) else input_shapes[d[0]][d[1]] for d in self._output_dims[name]
-        )
+        return output_shape(self._output_dims[name], input_shapes)
 
     def _max_input_shapes(self) -> dict[str, tuple[int, ...]]:
         return {s.name: self.signature.max_shape(s.name) for s in self.signature.inputs}

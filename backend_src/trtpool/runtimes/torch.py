@@ -54,13 +54,13 @@ import onnx
 import torch
 from onnx import TensorProto
 
-from trtpool import cuda
+from trtpool import cuda, onnx_signature
 from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError, EngineError, InvalidInput
+from trtpool.onnx_signature import DeclaredTensor, DimSource, output_shape
 from trtpool.runtimes.base import ExecutionContext, Runtime
-from trtpool.runtimes.onnxruntime import DimSource, _default_profile
-from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
 
@@ -117,48 +117,21 @@ def _dims(value: onnx.ValueInfoProto) -> tuple[int | str, ...]:
                  for d in value.type.tensor_type.shape.dim)
 
 
-def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+def _declared(value: onnx.ValueInfoProto) -> DeclaredTensor:
     elem_type = value.type.tensor_type.elem_type
     if elem_type not in ONNX_DTYPES:
         raise ConfigError(f"tensor '{value.name}' has type {TensorProto.DataType.Name(elem_type)}, "
                           "which trtpool does not serve")
-    shape = tuple(d if isinstance(d, int) else -1 for d in _dims(value))
-    return TensorSpec(value.name, np.dtype(ONNX_DTYPES[elem_type]), shape)
+    return value.name, np.dtype(ONNX_DTYPES[elem_type]), _dims(value)
 
 
 def read_signature(model: onnx.ModelProto, cfg: PoolConfig) -> tuple[Signature, dict[str, tuple[DimSource, ...]]]:
     """The model's signature (profiles as the ONNX Runtime runtime makes them) and
     each output dimension as a constant or as an input's dimension."""
     initializers = {i.name for i in model.graph.initializer}
-    graph_inputs = [v for v in model.graph.input if v.name not in initializers]
-    inputs = tuple(_spec(v) for v in graph_inputs)
-    outputs = tuple(_spec(v) for v in model.graph.output)
-    profiles = cfg.profiles or (_default_profile(inputs, cfg.max_batch_size),)
-    names = {s.name for s in inputs}
-    for ranges in profiles:
-        if set(ranges) != names:
-            raise ConfigError(
-                f"parameter 'profile' names inputs {sorted(ranges)}; the model's inputs are {sorted(names)}")
-    signature = Signature(inputs, outputs, tuple(Profile(i, r) for i, r in enumerate(profiles)),
-                          batched=cfg.max_batch_size > 0)
-
-    symbols: dict[str, tuple[str, int]] = {}
-    for value in graph_inputs:
-        for axis, dim in enumerate(_dims(value)):
-            if isinstance(dim, str) and dim:
-                symbols.setdefault(dim, (value.name, axis))
-    output_dims = {}
-    for value in model.graph.output:
-        dims: list[DimSource] = []
-        for axis, dim in enumerate(_dims(value)):
-            if isinstance(dim, str) and dim not in symbols:
-                raise ConfigError(
-                    f"output '{value.name}' dimension {axis} ('{dim}') is not fixed and matches no input "
-                    "dimension, so its buffer cannot be preallocated; export the model with named dynamic "
-                    "axes shared between inputs and outputs")
-            dims.append(symbols[dim] if isinstance(dim, str) else dim)
-        output_dims[value.name] = tuple(dims)
-    return signature, output_dims
+    return onnx_signature.read_signature(
+        [_declared(v) for v in model.graph.input if v.name not in initializers],
+        [_declared(v) for v in model.graph.output], cfg)
 
 
 # --- ONNX -> a capture-safe torch module -------------------------------------
@@ -301,8 +274,7 @@ class TorchRuntime(Runtime):
                 for s in self.signature.inputs}
 
     def output_shapes(self, input_shapes: Shapes) -> Shapes:
-        return {name: tuple(d if isinstance(d, int) else input_shapes[d[0]][d[1]] for d in dims)
-                for name, dims in self._output_dims.items()}
+        return {name: output_shape(dims, input_shapes) for name, dims in self._output_dims.items()}
 
     def may_pad_inner(self, name: str) -> bool:
         """Whether a tensor's real part can be non-contiguous in its bucket (a padded non-leading dimension)."""
