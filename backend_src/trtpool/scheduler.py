@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from trtpool.errors import InvalidInput, Overloaded
-from trtpool.serving import BatchRunner, Item
+from trtpool.serving import BatchRunner, Item, shape_key
 from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
@@ -69,7 +69,7 @@ class Scheduler:
         except InvalidInput as exc:
             responder.fail(exc)
             return
-        key = tuple((n, s[1:] if self.runner.signature.batched else s) for n, s in sorted(shapes.items()))
+        key = shape_key(shapes, self.runner.signature.batched)
         with self._ready:
             if len(self._queue) >= self.max_queue:
                 responder.fail(Overloaded(

@@ -41,6 +41,11 @@ class Item:
         return next(iter(self.shapes.values()))[0]
 
 
+def shape_key(shapes: dict[str, tuple[int, ...]], batched: bool) -> tuple:
+    """Requests with equal keys can share one batch: their shapes differ in the batch size only."""
+    return tuple((name, shape[1:] if batched else shape) for name, shape in sorted(shapes.items()))
+
+
 class BatchRunner:
     """Runs one list of requests (a Triton batch) on the context pool."""
 
@@ -71,8 +76,7 @@ class BatchRunner:
             return [[item] for item in items]
         groups: dict[tuple, list[Item]] = {}
         for item in items:
-            key = tuple((name, shape[1:]) for name, shape in sorted(item.shapes.items()))
-            groups.setdefault(key, []).append(item)
+            groups.setdefault(shape_key(item.shapes, batched=True), []).append(item)
         chunks = []
         for group in groups.values():
             limit = self.chunk_limit(group[0])
