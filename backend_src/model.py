@@ -15,6 +15,7 @@ from trtpool.handlers import DecoupledHandler, ForwardHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import completion
+from trtpool.stub_check import check_numpy_handover
 
 
 class _TritonLogHandler(logging.Handler):
@@ -58,6 +59,10 @@ class TritonPythonModel:
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
         self.instance = None
+        try:
+            check_numpy_handover(pb_utils)
+        except TrtpoolError as exc:
+            raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
         target = parameters_of(model_config).get("forward_to")
         if target:
             self.handler = ForwardHandler(pb_utils, target, [o["name"] for o in model_config["output"]])

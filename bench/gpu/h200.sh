@@ -2,14 +2,17 @@
 # Runs trtpool's GPU tests and benchmarks on the lent H200 (no network there).
 # Stages, in order, each given as an argument:
 #   stash     keep the nvidia-pytriton wheel (.whl_big/) under $HOME/wh for later calls
-#   setup     install the carried wheels (.whl/pip) into /tmp/site and run scripts/setup.sh offline
+#   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
 #   tests     the gpu-marked tests (torch runtime in-process, cuda.py, served GPU instances)
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/backend_src:$PWD/builder:$PWD
+export PYTHONUNBUFFERED=1
+SERVE_VENV=/tmp/serve-venv  # made by `setup`; every later stage runs its python3
+IMAGE_PYTHON=$(command -v python3)  # the image's environment: torch, onnx, numpy 2
+export PATH=$SERVE_VENV/bin:$PATH
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 
 for stage in "$@"; do
@@ -22,15 +25,21 @@ for stage in "$@"; do
       ;;
     setup)
       ls "$HOME"/wh/nvidia_pytriton-*.whl >/dev/null || { echo "NO PYTRITON WHEEL: run stash first"; exit 3; }
-      # Into the image's own environment (numpy 1.26 replaces 2.x there), and a .pth
-      # for trtpool's sources: the Python backend stub does not take PYTHONPATH.
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/pip/*.whl || exit 4
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/pip/*.whl || exit 4
-      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" /tmp/site \
-        > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/trtpool-dev.pth"
+      # The stub's Python is the python3 first on PATH, with that environment's
+      # sys.path (it ignores PYTHONPATH). The image's environment has numpy 2,
+      # which tritonserver 2.51's stub mishandles, so serve from a venv of our own:
+      # the carried wheels (numpy 1.26.4, ml_dtypes 0.5.4 for the image's onnx,
+      # tritonclient ...) first, then the image's packages (torch, onnx), then trtpool.
+      image_site=$("$IMAGE_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+      "$IMAGE_PYTHON" -m venv --without-pip "$SERVE_VENV" || exit 4
+      site=$("$SERVE_VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl || exit 4
+      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" "import site; site.addsitedir('$image_site')" \
+        > "$site/zz-trtpool-h200.pth"
       cp .whl/house/* "$HOME/wh/"
       TRTPOOL_WHEELHOUSE=$HOME/wh TRTPOOL_SYSTEM_PYTHON=1 bash scripts/setup.sh || exit 5
-      python3 -c 'import numpy, torch, onnx2torch, tritonclient.grpc; print("numpy", numpy.__version__, "torch", torch.__version__)'
+      python3 -c 'import numpy, torch, onnx, onnx2torch, trtpool, tritonclient.grpc, pytest
+print("serving python", __import__("sys").executable, "numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__)' || exit 6
       ;;
     served-tests)
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 5
