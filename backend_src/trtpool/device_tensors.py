@@ -45,12 +45,3 @@ def to_dlpack(tensor: Any) -> Any:
     import torch.utils.dlpack
 
     return torch.utils.dlpack.to_dlpack(tensor)
-
-
-def detach_copy(tensor: Any) -> Any:
-    """A copy the caller owns; waits for it, since the source buffer is reused next."""
-    import torch
-
-    copy = tensor.clone()
-    torch.cuda.current_stream(copy.device).synchronize()
-    return copy

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import detach_copy, from_dlpack, is_device, to_dlpack
+from trtpool.device_tensors import from_dlpack, is_device, to_dlpack
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.scheduler import Scheduler
@@ -29,11 +29,12 @@ def request_tensors(request: Any) -> dict[str, Any]:
 
 
 def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
-    """Response tensors that own their memory: the context's output buffers are
-    reused as soon as the context is released, while Triton reads the response
-    later. Outputs of a batch that ran on the GPU stay there (DLPack)."""
+    """Response tensors that own their memory. Host outputs are views of the
+    context's pinned buffers, reused as soon as the context is released while
+    Triton reads the response later: copied. Outputs of a batch that ran on the
+    GPU are slices of tensors made for this batch: handed over by DLPack."""
     return [
-        pb_utils.Tensor.from_dlpack(name, to_dlpack(detach_copy(array))) if is_device(array)
+        pb_utils.Tensor.from_dlpack(name, to_dlpack(array)) if is_device(array)
         else pb_utils.Tensor(name, array.copy())
         for name, array in outputs.items()
     ]

@@ -1,9 +1,11 @@
 """Requests -> validated batches -> contexts -> outputs split back per request.
 
 Triton-agnostic: the caller passes each request's input arrays and two
-callbacks. ``emit(i, outputs)`` receives views into the context's output
-buffers, valid only during the call (copy them out, e.g. into Triton
-tensors); ``fail(i, error)`` receives the error for request i alone.
+callbacks. ``emit(i, outputs)`` receives, for a batch that ran from host
+memory, numpy views into the context's output buffers, valid only during the
+call (copy them out, e.g. into Triton tensors); for a batch that ran on the
+GPU (``run_device``), torch slices of tensors the caller owns.
+``fail(i, error)`` receives the error for request i alone.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 
-Emit = Callable[[int, dict[str, Any]], None]  # numpy views, or torch views from run_device
+Emit = Callable[[int, dict[str, Any]], None]  # numpy views, or owned torch slices from run_device
 Fail = Callable[[int, Exception], None]
 BatchObserver = Callable[[int], None]
 

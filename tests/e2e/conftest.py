@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.harness.repository import add_broken_models, build_test_repository
-from tests.harness.server import ROOT, TritonServer
+from tests.harness.server import TritonServer
 
 GOOD_MODELS = ("tiny", "tiny_flaky", "tiny_autocomplete", "resnet50", "bert_base", "tiny_decoupled",
                "tiny_decoupled_unary", "tiny_decoupled_flaky", "tiny_small_queue")
@@ -29,10 +29,7 @@ def served(start_server, tmp_path_factory) -> Served:
     base = tmp_path_factory.mktemp("e2e")
     repo = build_test_repository(base / "repo", base / "onnx")
     broken = add_broken_models(repo, base / "onnx")
-    server = start_server(
-        repo, "--exit-on-error=false", "--strict-readiness=false",
-        env={"PYTHONPATH": str(ROOT)},  # the stub imports tests.doubles for tiny_flaky
-    )
+    server = start_server(repo, "--exit-on-error=false", "--strict-readiness=false")
     http = httpclient.InferenceServerClient(server.http_url, concurrency=16)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     deadline = time.monotonic() + 120

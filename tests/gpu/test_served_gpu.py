@@ -7,7 +7,6 @@ Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -26,7 +25,6 @@ import tritonclient.http as httpclient  # noqa: E402
 import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
 
 from tests.harness.clients import grpc_input, http_input  # noqa: E402
-from tests.harness.server import ROOT  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
@@ -52,7 +50,7 @@ def gpu_served(start_server, tmp_path_factory):
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
         config.instance_group[0].gpus.append(0)  # one instance per listed GPU (multi-GPU form, on one)
         write_config(folder, config)
-    server = start_server(repo, env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    server = start_server(repo)
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
 

@@ -62,9 +62,11 @@ class TritonServer:
             *self.args,
         ]
         log = open(self.log_path, "wb")
+        # The stub's sys.path is the serving python3's plus its working directory
+        # (it ignores PYTHONPATH): run from the repository so that it finds tests.doubles.
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env}, cwd=ROOT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -348,12 +348,17 @@ def test_gpu_run_device_takes_tensors_already_on_the_gpu(examples):
     try:
         inputs = sample("bert_base", 3, seed=9, seq_len=50)
         on_gpu = {k: torch.from_numpy(v).to(runtime.device) for k, v in inputs.items()}
-        device_results = {k: v.cpu().numpy() for k, v in context.run_device(on_gpu).items()}
+        kept = context.run_device(on_gpu)
+        device_results = {k: v.cpu().numpy() for k, v in kept.items()}
         for name, array in inputs.items():
             context.inputs.view(name, array.shape)[...] = array
         host_results = context.run({k: v.shape for k, v in inputs.items()})
         for output, expected in host_results.items():
             np.testing.assert_array_equal(device_results[output], expected)
+        # run_device's outputs belong to the caller: later batches do not overwrite them.
+        context.run_device({k: torch.zeros_like(v) for k, v in on_gpu.items()})
+        for output, tensor in kept.items():
+            np.testing.assert_array_equal(tensor.cpu().numpy(), device_results[output])
         with pytest.raises(InvalidInput, match="input_ids"):
             context.run_device({**on_gpu, "input_ids": on_gpu["input_ids"].int()})
         with pytest.raises(InvalidInput, match="expects"):

@@ -444,8 +444,9 @@ class TorchContext(ExecutionContext):
     def run_device(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Run a batch that is already on this GPU (e.g. torch.from_dlpack of Triton's
         GPU tensors): no host copies. Work queued on the caller's current stream is
-        waited for. Returns contiguous device tensors in this context's buffers,
-        valid until its next run (clone them to keep them)."""
+        waited for. Returns new contiguous device tensors the caller owns: one
+        device copy per output and batch, made before the batch's one wait, so
+        that responses can slice them without a copy and a wait per request."""
         runtime = self._runtime
         shapes = self._check_device_inputs(tensors)
         runtime.signature.choose_profile(shapes)
@@ -456,7 +457,7 @@ class TorchContext(ExecutionContext):
             for name in shapes:
                 bucket.place(name, tensors[name])
             bucket.graph.replay()
-            results = self._results(bucket, shapes)
+            results = {name: region.clone() for name, region in self._results(bucket, shapes).items()}
         self._wait()
         return results
 
