@@ -77,13 +77,12 @@ class TritonPythonModel:
         if self.instance.cfg.mode == "decoupled":
             self.handler = DecoupledHandler(pb_utils, self.instance, self.metrics)
         else:
-            self.handler = SyncHandler(pb_utils, self.instance)
+            self.handler = SyncHandler(pb_utils, self.instance, self.metrics)
 
-    async def execute(self, requests):
-        responses = await self.handler(requests)
-        if self.instance:
-            self.metrics.publish(self.instance.pool.stats)
-        return responses
+    def execute(self, requests):
+        # The sync and forward handlers return a coroutine, which the stub runs
+        # to the end; the decoupled handler queues the requests and returns None.
+        return self.handler(requests)
 
     def finalize(self):
         self.handler.close()

@@ -94,14 +94,19 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     return result
 
 
+SERVED_MODELS = (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True))  # (name, streaming)
+
+
 def throughput_section(server: TritonServer, args) -> dict:
     """Batch-1 clients at each level over plain gRPC, the top level also over CUDA
-    shared memory; batch-8/32 clients over CUDA shared memory (vs in-process)."""
+    shared memory; batch-8/32 clients (vs in-process) over both."""
     shm = "cuda" if args.runtime == "torch" else "none"
     rows = []
-    for model, streaming in (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True)):
+    for model, streaming in SERVED_MODELS:
+        if model not in args.models:
+            continue
         plan = [(1, level, "none") for level in args.levels] + [(1, args.levels[-1], shm)]
-        plan += [(batch, 8, shm) for batch in (8, 32)]
+        plan += [(batch, 8, memory) for batch in (8, 32) for memory in dict.fromkeys((shm, "none"))]
         for batch, level, memory in dict.fromkeys(plan):
             rows.append({"model": model, "batch": batch, "concurrency": level, "shm": memory,
                          "streaming": streaming,
@@ -154,6 +159,10 @@ def main() -> None:
     parser.add_argument("--sections", default="throughput,latency,memory")
     parser.add_argument("--peak", type=float, default=None,
                         help="batch-1 peak infer/s of resnet_c1 for the latency section without a throughput run")
+    parser.add_argument("--models", type=lambda t: t.split(","), default=[m for m, _ in SERVED_MODELS],
+                        help="the served models the throughput section measures")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="an extra tritonserver argument, e.g. --cuda-memory-pool-byte-size=0:1073741824")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_serving.json")
     args = parser.parse_args()
     sections = args.sections.split(",")
@@ -174,7 +183,7 @@ def main() -> None:
             add_model(repo, resnet, "resnet_c1", "resnet50", args, contexts=1, mode="sync")
             add_model(repo, resnet, "resnet_c4", "resnet50", args, contexts=4, mode="sync")
             add_model(repo, resnet, "resnet_c4_dec", "resnet50", args, contexts=4, mode="decoupled")
-            server = TritonServer(repo, base / "serving.log").start(timeout=600)
+            server = TritonServer(repo, base / "serving.log", tuple(args.server_arg)).start(timeout=600)
             shm = "cuda" if args.runtime == "torch" else "none"
             try:
                 if "throughput" in sections:

@@ -41,9 +41,10 @@ def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
 
 
 class SyncHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance) -> None:
+    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.instance = instance
+        self.metrics = metrics
 
     async def __call__(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -55,6 +56,7 @@ class SyncHandler:
             responses[index] = self.pb.InferenceResponse(error=self.pb.TritonError(str(error)))
 
         self.instance.runner.run([request_tensors(r) for r in requests], emit, fail)
+        self.metrics.publish(self.instance.pool.stats)
         return responses
 
     def close(self) -> None:
@@ -104,10 +106,12 @@ class DecoupledHandler:
                                    on_wait=metrics.record_queue_wait,
                                    on_done=lambda: metrics.publish(instance.pool.stats))
 
-    async def __call__(self, requests: list[Any]) -> None:
+    def __call__(self, requests: list[Any]) -> None:
+        """A plain call, not a coroutine: it only queues, and the stub's coroutine
+        path for decoupled models adds an event-loop hop per execute (and logs a
+        KeyError when the coroutine finishes before the stub has filed its future)."""
         for request in requests:
             self.scheduler.submit(request_tensors(request), SenderResponder(self.pb, request))
-        return None
 
     def close(self) -> None:
         self.scheduler.close()

@@ -6,6 +6,7 @@
 #   tests     the gpu-marked tests (torch runtime in-process, cuda.py, served GPU instances)
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
+#   pool      saturation points with the default and a 2 GiB CUDA memory pool
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -57,6 +58,16 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     serving)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --out "$OUT/gpu_serving.json" 2>&1 \
         | tee "$OUT/gpu_serving.log" | grep -v '^W' | tail -n 60
+      ;;
+    pool)
+      # Saturation points of one sync and one decoupled model, with Triton's default
+      # 64 MiB CUDA memory pool (parent <-> stub GPU tensors) and with 2 GiB.
+      for pool in 64m 2g; do
+        extra=(); [ $pool = 2g ] && extra=(--server-arg=--cuda-memory-pool-byte-size=0:2147483648)
+        python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 32 \
+          --models resnet_c1,resnet_c4_dec "${extra[@]}" --out "$OUT/gpu_serving_pool_$pool.json" 2>&1 \
+          | grep -v '^[IWE]1202' | tail -n 12
+      done
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
