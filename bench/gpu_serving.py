@@ -99,14 +99,15 @@ SERVED_MODELS = (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", T
 
 def throughput_section(server: TritonServer, args) -> dict:
     """Batch-1 clients at each level over plain gRPC, the top level also over CUDA
-    shared memory; batch-8/32 clients (vs in-process) over both."""
+    shared memory; batch-8/32 clients (vs in-process) at --batch-levels over --transports."""
     shm = "cuda" if args.runtime == "torch" else "none"
     rows = []
     for model, streaming in SERVED_MODELS:
         if model not in args.models:
             continue
         plan = [(1, level, "none") for level in args.levels] + [(1, args.levels[-1], shm)]
-        plan += [(batch, 8, memory) for batch in (8, 32) for memory in dict.fromkeys((shm, "none"))]
+        plan += [(batch, level, memory) for batch in (8, 32) for level in args.batch_levels
+                 for memory in dict.fromkeys((shm, "none")) if memory in args.transports]
         for batch, level, memory in dict.fromkeys(plan):
             rows.append({"model": model, "batch": batch, "concurrency": level, "shm": memory,
                          "streaming": streaming,
@@ -159,6 +160,10 @@ def main() -> None:
     parser.add_argument("--sections", default="throughput,latency,memory")
     parser.add_argument("--peak", type=float, default=None,
                         help="batch-1 peak infer/s of resnet_c1 for the latency section without a throughput run")
+    parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",")], default=[8],
+                        help="client concurrencies for the batch-8 and batch-32 clients")
+    parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
+                        help="shared-memory kinds for the batch-8 and batch-32 clients")
     parser.add_argument("--models", type=lambda t: t.split(","), default=[m for m, _ in SERVED_MODELS],
                         help="the served models the throughput section measures")
     parser.add_argument("--server-arg", action="append", default=[],

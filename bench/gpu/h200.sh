@@ -7,6 +7,7 @@
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
+#   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -68,6 +69,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
           --models resnet_c1,resnet_c4_dec "${extra[@]}" --out "$OUT/gpu_serving_pool_$pool.json" 2>&1 \
           | grep -v '^[IWE]1202' | tail -n 12
       done
+      ;;
+    saturation)
+      # More clients in flight than the standard run's 8: is concurrency 8 saturation?
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 64 \
+        --batch-levels 16,32 --transports cuda --out "$OUT/gpu_serving_saturation.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 20
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
