@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"generating {args.model} into {args.onnx}", file=sys.stderr, flush=True)
         write_example(args.model, args.onnx)
     report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": " ".join(["python", *sys.argv]),
         "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,
         "seconds": args.seconds, "seq_len": args.seq_len if args.model == "bert_base" else None,
     }
