@@ -74,6 +74,7 @@ class TritonPythonModel:
             self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch)
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
+        self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
         if self.instance.cfg.mode == "decoupled":
             self.handler = DecoupledHandler(pb_utils, self.instance, self.metrics)
         else:
@@ -87,4 +88,5 @@ class TritonPythonModel:
     def finalize(self):
         self.handler.close()
         if self.instance:
+            self.metrics.close()
             self.instance.close()

@@ -43,7 +43,7 @@ def gpu_memory_used_mib() -> int | None:
 
 
 def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts: int, mode: str,
-              instances: int = 1) -> None:
+              instances: int = 1, parameters: dict[str, str] | None = None) -> None:
     kind = "gpu" if args.runtime == "torch" else "cpu"
     options = {"image_size": args.image_size} if example == "resnet50" else {}
     folder = make_model_folder(repo, name, onnx, get_example(example).serving_profiles(**options),
@@ -56,6 +56,8 @@ def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts
         config.parameters["precision"].string_value = args.precision
         # GPU inputs (CUDA shared memory) reach the backend on the GPU, by DLPack.
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
+    for key, value in (parameters or {}).items():
+        config.parameters[key].string_value = value
     write_config(folder, config)
 
 
@@ -94,7 +96,9 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     return result
 
 
-SERVED_MODELS = (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True))  # (name, streaming)
+# (name, streaming). resnet_c1_inline is resnet_c1 handing its metrics to Triton after
+# every batch (metrics_interval_ms 0) instead of from a background thread.
+SERVED_MODELS = (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True), ("resnet_c1_inline", False))
 
 
 def throughput_section(server: TritonServer, args) -> dict:
@@ -188,6 +192,8 @@ def main() -> None:
             add_model(repo, resnet, "resnet_c1", "resnet50", args, contexts=1, mode="sync")
             add_model(repo, resnet, "resnet_c4", "resnet50", args, contexts=4, mode="sync")
             add_model(repo, resnet, "resnet_c4_dec", "resnet50", args, contexts=4, mode="decoupled")
+            add_model(repo, resnet, "resnet_c1_inline", "resnet50", args, contexts=1, mode="sync",
+                      parameters={"metrics_interval_ms": "0"})
             server = TritonServer(repo, base / "serving.log", tuple(args.server_arg)).start(timeout=600)
             shm = "cuda" if args.runtime == "torch" else "none"
             try:

@@ -11,6 +11,7 @@
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
+      { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
@@ -28,7 +29,7 @@ RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 MODES = ("sync", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
-    "max_queue_size", "batch_wait_microseconds", "forward_to", "precision",
+    "max_queue_size", "batch_wait_microseconds", "forward_to", "precision", "metrics_interval_ms",
     "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
 PRECISIONS = ("fp32", "fp16")
@@ -49,6 +50,7 @@ class PoolConfig:
     max_batch_size: int
     device: str                   # "cpu" or "cuda:N"
     precision: str = "fp32"       # the torch runtime's compute precision
+    metrics_interval_ms: int = 1000  # how often trtpool's metrics reach Triton; 0: after every batch
 
     @property
     def model_path(self) -> Path:
@@ -70,14 +72,14 @@ def parameters_of(model_config: dict[str, Any]) -> dict[str, str]:
     return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
 
 
-def _positive_int(params: dict[str, str], key: str, default: int) -> int:
+def _whole_number(params: dict[str, str], key: str, default: int, minimum: int = 1) -> int:
     text = params.get(key, "").strip() or str(default)
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected a whole number >= 1") from None
-    if value < 1:
-        raise ConfigError(f"parameter '{key}': {value} is too small; expected a whole number >= 1")
+        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected a whole number >= {minimum}") from None
+    if value < minimum:
+        raise ConfigError(f"parameter '{key}': {value} is too small; expected a whole number >= {minimum}")
     return value
 
 
@@ -96,7 +98,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         raise ConfigError(f"unknown parameter(s) {unknown}; trtpool accepts {sorted(KNOWN_KEYS)}")
 
     contexts_text = params.get("contexts", "").strip() or "auto"
-    contexts = None if contexts_text == "auto" else _positive_int(params, "contexts", 1)
+    contexts = None if contexts_text == "auto" else _whole_number(params, "contexts", 1)
 
     fraction_text = params.get("memory_fraction", "").strip() or "0.5"
     try:
@@ -126,9 +128,10 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         memory_fraction=memory_fraction,
         mode=mode,
         profiles=profiles,
-        max_queue_size=_positive_int(params, "max_queue_size", 256),
-        batch_wait_us=_positive_int(params, "batch_wait_microseconds", 500),
+        max_queue_size=_whole_number(params, "max_queue_size", 256),
+        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
         precision=_choice(params, "precision", PRECISIONS, "fp32"),
+        metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0),
     )

@@ -56,7 +56,7 @@ class SyncHandler:
             responses[index] = self.pb.InferenceResponse(error=self.pb.TritonError(str(error)))
 
         self.instance.runner.run([request_tensors(r) for r in requests], emit, fail)
-        self.metrics.publish(self.instance.pool.stats)
+        self.metrics.after_work()
         return responses
 
     def close(self) -> None:
@@ -104,7 +104,7 @@ class DecoupledHandler:
         cfg = instance.cfg
         self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us,
                                    on_wait=metrics.record_queue_wait,
-                                   on_done=lambda: metrics.publish(instance.pool.stats))
+                                   on_done=metrics.after_work)
 
     def __call__(self, requests: list[Any]) -> None:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine

@@ -6,10 +6,16 @@
     trtpool_queue_wait_us_total{model}             time batches waited for a free context
     trtpool_batches_total{model,batch_size}        executed batches by size
     trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
+
+Every metric update is a round trip from the stub to the server process, so
+the counters are kept here and handed to Triton in one flush: every
+``metrics_interval_ms`` on a background thread (off the request path), after
+every batch when that is 0, and once more when the model unloads.
 """
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 from trtpool.pool import PoolStats
@@ -34,7 +40,63 @@ class PoolMetrics:
                                            kind=counter)
         self._metrics: dict[tuple, Any] = {}
         self._published: dict[tuple, int] = {}
-        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one flush at a time
+        self._counts_lock = threading.Lock()  # the request path's counters
+        self._batch_sizes: Counter[int] = Counter()
+        self._request_wait_us = 0
+        self._stats: PoolStats | None = None
+        self._every_batch = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, stats: PoolStats, interval_ms: int) -> None:
+        """Flush the pool's `stats` and the recorded counters every interval_ms (0: after every batch)."""
+        self._stats = stats
+        self._every_batch = interval_ms == 0
+        if not self._every_batch:
+            self._thread = threading.Thread(target=self._flush_every, args=(interval_ms / 1000,),
+                                             name="trtpool-metrics", daemon=True)
+            self._thread.start()
+
+    def record_batch(self, batch_size: int) -> None:
+        with self._counts_lock:
+            self._batch_sizes[batch_size] += 1
+
+    def record_queue_wait(self, wait_ns: int) -> None:
+        with self._counts_lock:
+            self._request_wait_us += wait_ns // 1000
+
+    def after_work(self) -> None:
+        """Called after each batch (decoupled) or execute (sync)."""
+        if self._every_batch:
+            self.flush()
+
+    def flush(self) -> None:
+        stats = self._stats
+        if stats is None:
+            return
+        with self._counts_lock:
+            batch_sizes, request_wait_us = dict(self._batch_sizes), self._request_wait_us
+        with self._flush_lock:
+            for index, context in list(stats.contexts.items()):
+                label = str(index)
+                self._advance(self._busy, context.busy_ns // 1000, context=label)
+                self._advance(self._runs, context.runs, context=label)
+                self._advance(self._failures, context.failures, context=label)
+            self._advance(self._wait, stats.wait_ns // 1000)
+            for size, count in batch_sizes.items():
+                self._advance(self._batches, count, batch_size=str(size))
+            self._advance(self._request_wait, request_wait_us)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def _flush_every(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.flush()
 
     def _metric(self, family: Any, **labels: str) -> Any:
         key = (id(family), *sorted(labels.items()))
@@ -43,26 +105,9 @@ class PoolMetrics:
         return self._metrics[key]
 
     def _advance(self, family: Any, total: int, **labels: str) -> None:
-        """Counters only go up: add what the running total gained since last time."""
+        """Counters only go up: add what the running total gained since the last flush."""
         key = (id(family), *sorted(labels.items()))
         delta = total - self._published.get(key, 0)
         if delta > 0:
             self._metric(family, **labels).increment(delta)
             self._published[key] = total
-
-    def record_batch(self, batch_size: int) -> None:
-        with self._lock:
-            self._metric(self._batches, batch_size=str(batch_size)).increment(1)
-
-    def record_queue_wait(self, wait_ns: int) -> None:
-        with self._lock:
-            self._metric(self._request_wait).increment(wait_ns // 1000)
-
-    def publish(self, stats: PoolStats) -> None:
-        with self._lock:
-            for index, context in list(stats.contexts.items()):
-                label = str(index)
-                self._advance(self._busy, context.busy_ns // 1000, context=label)
-                self._advance(self._runs, context.runs, context=label)
-                self._advance(self._failures, context.failures, context=label)
-            self._advance(self._wait, stats.wait_ns // 1000)

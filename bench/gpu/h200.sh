@@ -73,7 +73,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     saturation)
       # More clients in flight than the standard run's 8: is concurrency 8 saturation?
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 64 \
-        --batch-levels 16,32 --transports cuda --out "$OUT/gpu_serving_saturation.json" 2>&1 \
+        --batch-levels 16,32 --transports cuda --models resnet_c1,resnet_c1_inline,resnet_c4_dec \
+        --out "$OUT/gpu_serving_saturation.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 20
       ;;
     latency)

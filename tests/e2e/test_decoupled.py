@@ -15,11 +15,6 @@ from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_
 from trtpool_builder.examples.tiny import tiny_reference
 
 
-def metric_total(served, name: str, model: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in served.server.metrics().splitlines()
-               if line.startswith(name + "{") and f'model="{model}"' in line)
-
-
 class Stream:
     """One gRPC stream; responses and errors collected by request id."""
 
@@ -56,7 +51,7 @@ class Stream:
 
 
 def test_streaming_requests_are_batched_by_the_scheduler_and_correct(served):
-    runs_before = metric_total(served, "trtpool_context_runs_total", "tiny_decoupled")
+    runs_before = served.server.metric_total("trtpool_context_runs_total", "tiny_decoupled")
     rng = np.random.default_rng(10)
     inputs = {str(i): rng.standard_normal((1, 16)).astype(np.float32) for i in range(64)}
     outputs, errors = Stream(served).run_all("tiny_decoupled", inputs)
@@ -64,9 +59,9 @@ def test_streaming_requests_are_batched_by_the_scheduler_and_correct(served):
     for request_id, x in inputs.items():
         np.testing.assert_allclose(outputs[request_id], tiny_reference(x), **TINY_TOLERANCE)
     time.sleep(0.2)
-    runs = metric_total(served, "trtpool_context_runs_total", "tiny_decoupled") - runs_before
+    runs = served.server.metric_total("trtpool_context_runs_total", "tiny_decoupled") - runs_before
     assert 0 < runs < len(inputs), f"{runs} runs for {len(inputs)} requests: the scheduler did not batch"
-    assert metric_total(served, "trtpool_request_wait_us_total", "tiny_decoupled") > 0
+    assert served.server.metric_total("trtpool_request_wait_us_total", "tiny_decoupled") > 0
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -141,7 +136,7 @@ def test_queue_overflow_gets_an_overloaded_error(served):
 
 def test_cancelled_requests_are_dropped_before_they_run(served):
     time.sleep(0.5)  # metrics of earlier tests published
-    runs_before = metric_total(served, "trtpool_context_runs_total", "tiny_small_queue")
+    runs_before = served.server.metric_total("trtpool_context_runs_total", "tiny_small_queue")
     stream = Stream(served)
     stream.send("tiny_small_queue", slow_input(), "slow")
     time.sleep(0.3)
@@ -150,7 +145,7 @@ def test_cancelled_requests_are_dropped_before_they_run(served):
     time.sleep(0.1)
     stream.close(cancel=True)
     time.sleep(1.5)  # the slow batch finishes; the workers see the cancellations
-    runs = metric_total(served, "trtpool_context_runs_total", "tiny_small_queue") - runs_before
+    runs = served.server.metric_total("trtpool_context_runs_total", "tiny_small_queue") - runs_before
     assert runs == 1, f"{runs} runs: cancelled requests ran"
     # The model still serves.
     stream = Stream(served)

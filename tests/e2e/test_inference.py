@@ -91,13 +91,14 @@ def test_auto_complete_fills_config_from_the_model(served):
 
 
 def test_custom_metrics_are_exported(served):
-    x = np.ones((4, 16), np.float32)
+    """`tiny` has the default metrics_interval_ms (1000): a background flush delivers them."""
+    server = served.server
+    # A batch size no other test sends to `tiny`, so that the count is this request's alone.
+    assert server.metric_total("trtpool_batches_total", "tiny", batch_size="7") == 0
+    x = np.ones((7, 16), np.float32)
     served.http.infer("tiny", [http_input("INPUT0", x, "FP32")])
-    text = served.server.metrics()
-    busy = [line for line in text.splitlines()
-            if line.startswith('trtpool_context_busy_us_total{') and 'model="tiny"' in line]
-    assert busy and any(float(line.rsplit(" ", 1)[1]) > 0 for line in busy)
-    assert any(line.startswith("trtpool_batches_total{") and 'model="tiny"' in line
-               and 'batch_size="4"' in line for line in text.splitlines())
+    assert server.wait_for_metric("trtpool_batches_total", "tiny", 1, batch_size="7") == 1
+    assert server.metric_total("trtpool_context_busy_us_total", "tiny") > 0
+    text = server.metrics()
     assert "trtpool_queue_wait_us_total{" in text
     assert "trtpool_context_runs_total{" in text

@@ -27,21 +27,27 @@ def add_example(repo: Path, cache: Path, name: str, model_name: str | None = Non
                              example.serving_profiles(), options)
 
 
+def set_parameters(folder: Path, **parameters: str) -> None:
+    config = read_config(folder)
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    write_config(folder, config)
+
+
 def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) -> Path:
     repo.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     add_example(repo, cache, "tiny", contexts="2")
     add_example(repo, cache, "tiny", "tiny_flaky", contexts="2", runtime=FLAKY_RUNTIME)
-    add_example(repo, cache, "tiny", "tiny_decoupled", contexts="2", mode="decoupled")
+    # Tests count these models' batches exactly: metrics after every batch.
+    set_parameters(add_example(repo, cache, "tiny", "tiny_decoupled", contexts="2", mode="decoupled"),
+                   metrics_interval_ms="0")
     add_example(repo, cache, "tiny", "tiny_decoupled_flaky", contexts="2", mode="decoupled",
                 runtime=FLAKY_RUNTIME)
     make_front_folder(repo, "tiny_decoupled")
     # One context and a queue of two: a slow batch makes it overflow.
-    small = add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
-                        runtime=FLAKY_RUNTIME)
-    config = read_config(small)
-    config.parameters["max_queue_size"].string_value = "2"
-    write_config(small, config)
+    set_parameters(add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
+                               runtime=FLAKY_RUNTIME), max_queue_size="2", metrics_interval_ms="0")
     if large_examples:
         add_example(repo, cache, "resnet50", contexts="2")
         add_example(repo, cache, "bert_base", contexts="2")

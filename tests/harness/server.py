@@ -109,3 +109,17 @@ class TritonServer:
     def metrics(self) -> str:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
             return reply.read().decode()
+
+    def metric_total(self, name: str, model: str, **labels: str) -> float:
+        """The sum of a metric's series for one model (and the given labels)."""
+        wanted = [f'model="{model}"', *(f'{k}="{v}"' for k, v in labels.items())]
+        return sum(float(line.rsplit(" ", 1)[1]) for line in self.metrics().splitlines()
+                   if line.startswith(name + "{") and all(w in line for w in wanted))
+
+    def wait_for_metric(self, name: str, model: str, at_least: float, timeout: float = 10.0,
+                        **labels: str) -> float:
+        """trtpool hands its metrics to Triton every metrics_interval_ms: poll."""
+        deadline = time.monotonic() + timeout
+        while (total := self.metric_total(name, model, **labels)) < at_least and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return total
