@@ -43,10 +43,11 @@ def gpu_memory_used_mib() -> int | None:
 
 
 def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts: int, mode: str,
-              instances: int = 1, parameters: dict[str, str] | None = None) -> None:
+              instances: int = 1, parameters: dict[str, str] | None = None,
+              profiles: tuple[str, ...] | None = None) -> None:
     kind = "gpu" if args.runtime == "torch" else "cpu"
     options = {"image_size": args.image_size} if example == "resnet50" else {}
-    folder = make_model_folder(repo, name, onnx, get_example(example).serving_profiles(**options),
+    folder = make_model_folder(repo, name, onnx, profiles or get_example(example).serving_profiles(**options),
                                ServingOptions(runtime=args.runtime, contexts=str(contexts), mode=mode,
                                               instance_kind=kind, max_queue_delay_microseconds=100))
     config = read_config(folder)
@@ -131,8 +132,9 @@ def latency_section(server: TritonServer, peak: float, model: str, streaming: bo
 def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
     """Load each model alone (explicit model control) and read the GPU memory it adds."""
     n = args.memory_n
-    add_model(repo, onnx, "bert_ctx", "bert_base", args, contexts=n, mode="sync")
-    add_model(repo, onnx, "bert_inst", "bert_base", args, contexts=1, mode="sync", instances=n)
+    profiles = (args.memory_profile,) if args.memory_profile else None
+    add_model(repo, onnx, "bert_ctx", "bert_base", args, contexts=n, mode="sync", profiles=profiles)
+    add_model(repo, onnx, "bert_inst", "bert_base", args, contexts=1, mode="sync", instances=n, profiles=profiles)
     server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()
     client = httpclient.InferenceServerClient(server.http_url)
     figures = {}
@@ -151,7 +153,7 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
         server.stop()
     if figures["bert_ctx"]["mib"] and figures["bert_inst"]["mib"]:
         figures["ratio_contexts_over_instances"] = round(figures["bert_ctx"]["mib"] / figures["bert_inst"]["mib"], 3)
-    return {"n": n, **figures}
+    return {"n": n, "profile": args.memory_profile or "the example's default", **figures}
 
 
 def main() -> None:
@@ -168,6 +170,9 @@ def main() -> None:
                         help="client concurrencies for the batch-8 and batch-32 clients")
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
                         help="shared-memory kinds for the batch-8 and batch-32 clients")
+    parser.add_argument("--memory-profile", default=None,
+                        help="the BERT models' profile for the memory section (default: the example's, "
+                             "up to 32 x 512 tokens), e.g. input_ids=1x1:8x128:8x128,attention_mask=1x1:8x128:8x128")
     parser.add_argument("--models", type=lambda t: t.split(","), default=[m for m, _ in SERVED_MODELS],
                         help="the served models the throughput section measures")
     parser.add_argument("--server-arg", action="append", default=[],

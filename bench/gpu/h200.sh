@@ -7,6 +7,7 @@
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
+#   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -76,6 +77,13 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --batch-levels 16,32 --transports cuda --models resnet_c1,resnet_c1_inline,resnet_c4_dec \
         --out "$OUT/gpu_serving_saturation.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 20
+      ;;
+    memory-small)
+      # The memory comparison with small activations: BERT capped at 8 x 128 tokens.
+      shapes=1x1:8x128:8x128
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections memory \
+        --memory-profile "input_ids=$shapes,attention_mask=$shapes" --out "$OUT/gpu_memory_8x128.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 4
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
