@@ -42,12 +42,16 @@ def gpu_memory_used_mib() -> int | None:
     return int(out.split()[0])
 
 
+def example_options(example: str, args) -> dict:
+    return {"image_size": args.image_size} if example == "resnet50" else {}
+
+
 def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts: int, mode: str,
               instances: int = 1, parameters: dict[str, str] | None = None,
               profiles: tuple[str, ...] | None = None) -> None:
     kind = "gpu" if args.runtime == "torch" else "cpu"
-    options = {"image_size": args.image_size} if example == "resnet50" else {}
-    folder = make_model_folder(repo, name, onnx, profiles or get_example(example).serving_profiles(**options),
+    folder = make_model_folder(repo, name, onnx,
+                               profiles or get_example(example).serving_profiles(**example_options(example, args)),
                                ServingOptions(runtime=args.runtime, contexts=str(contexts), mode=mode,
                                               instance_kind=kind, max_queue_delay_microseconds=100))
     config = read_config(folder)
@@ -63,15 +67,14 @@ def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts
 
 
 def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,
-            batch: int = 1, streaming: bool = False, shm: str = "none", shape: str | None = None,
+            batch: int = 1, streaming: bool = False, shm: str = "none", inputs: tuple[str, ...] = (),
             interval_ms: int = 1500) -> dict:
     extra = ["-b", str(batch), "--shared-memory", shm]
     if shm == "cuda":
         extra += ["--output-shared-memory-size", str(64 << 20)]
     if streaming:
         extra.append("--streaming")
-    if shape:
-        extra += ["--shape", shape]
+    extra += inputs
     if rate is not None:
         # Open-loop load: asynchronous requests at a fixed rate, looser stability.
         extra += ["--request-rate-range", f"{rate:.1f}", "--async", "--stability-percentage", "30"]
@@ -97,9 +100,26 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     return result
 
 
-# (name, streaming). resnet_c1_inline is resnet_c1 handing its metrics to Triton after
-# every batch (metrics_interval_ms 0) instead of from a background thread.
-SERVED_MODELS = (("resnet_c1", False), ("resnet_c4", False), ("resnet_c4_dec", True), ("resnet_c1_inline", False))
+# Served models by name suffix: contexts, mode, extra parameters. c1_inline is c1
+# handing its metrics to Triton after every batch instead of from a background thread.
+SERVED_MODELS = {
+    "c1": (1, "sync", {}),
+    "c4": (4, "sync", {}),
+    "c4_dec": (4, "decoupled", {}),
+    "c1_inline": (1, "sync", {"metrics_interval_ms": "0"}),
+}
+PREFIX = {"resnet50": "resnet", "bert_base": "bert"}
+# perf_analyzer's input options: BERT at sequence 128, token ids 0 (random int64
+# ids could fall outside the vocabulary).
+INPUTS = {"resnet50": (), "bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero")}
+
+
+def served_names(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = sorted(set(names) - set(SERVED_MODELS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown models {unknown}; expected some of {', '.join(SERVED_MODELS)}")
+    return names
 
 
 def throughput_section(server: TritonServer, args) -> dict:
@@ -107,25 +127,27 @@ def throughput_section(server: TritonServer, args) -> dict:
     shared memory; batch-8/32 clients (vs in-process) at --batch-levels over --transports."""
     shm = "cuda" if args.runtime == "torch" else "none"
     rows = []
-    for model, streaming in SERVED_MODELS:
-        if model not in args.models:
-            continue
+    for suffix in args.models:
+        model, streaming = f"{PREFIX[args.example]}_{suffix}", SERVED_MODELS[suffix][1] == "decoupled"
         plan = [(1, level, "none") for level in args.levels] + [(1, args.levels[-1], shm)]
         plan += [(batch, level, memory) for batch in (8, 32) for level in args.batch_levels
                  for memory in dict.fromkeys((shm, "none")) if memory in args.transports]
         for batch, level, memory in dict.fromkeys(plan):
             rows.append({"model": model, "batch": batch, "concurrency": level, "shm": memory,
                          "streaming": streaming,
-                         **measure(server, model, concurrency=level, batch=batch, streaming=streaming, shm=memory)})
+                         **measure(server, model, concurrency=level, batch=batch, streaming=streaming, shm=memory,
+                                   inputs=INPUTS[args.example])})
     return {"rows": rows}
 
 
-def latency_section(server: TritonServer, peak: float, model: str, streaming: bool, shm: str) -> list[dict]:
+def latency_section(server: TritonServer, peak: float, model: str, streaming: bool, shm: str,
+                    inputs: tuple[str, ...]) -> list[dict]:
     rows = []
     for share in (0.5, 0.9):
         rate = peak * share
         rows.append({"model": model, "share_of_peak": share, "request_rate": round(rate, 1), "shm": shm,
-                     **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000)})
+                     **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000,
+                               inputs=inputs)})
     return rows
 
 
@@ -165,7 +187,7 @@ def main() -> None:
     parser.add_argument("--memory-n", type=int, default=4)
     parser.add_argument("--sections", default="throughput,latency,memory")
     parser.add_argument("--peak", type=float, default=None,
-                        help="batch-1 peak infer/s of resnet_c1 for the latency section without a throughput run")
+                        help="batch-1 peak infer/s of <example>_c1 for the latency section without a throughput run")
     parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",")], default=[8],
                         help="client concurrencies for the batch-8 and batch-32 clients")
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
@@ -173,8 +195,10 @@ def main() -> None:
     parser.add_argument("--memory-profile", default=None,
                         help="the BERT models' profile for the memory section (default: the example's, "
                              "up to 32 x 512 tokens), e.g. input_ids=1x1:8x128:8x128,attention_mask=1x1:8x128:8x128")
-    parser.add_argument("--models", type=lambda t: t.split(","), default=[m for m, _ in SERVED_MODELS],
-                        help="the served models the throughput section measures")
+    parser.add_argument("--example", choices=tuple(PREFIX), default="resnet50",
+                        help="the example the throughput and latency sections serve")
+    parser.add_argument("--models", type=served_names, default=list(SERVED_MODELS),
+                        help="which of the served models (c1, c4, c4_dec, c1_inline) the throughput section measures")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="an extra tritonserver argument, e.g. --cuda-memory-pool-byte-size=0:1073741824")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_serving.json")
@@ -191,14 +215,14 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         base = Path(scratch)
-        resnet = write_example("resnet50", base / "resnet50.onnx", image_size=args.image_size)
         if {"throughput", "latency"} & set(sections):
+            example, prefix = args.example, PREFIX[args.example]
+            onnx = write_example(example, base / f"{example}.onnx", **example_options(example, args))
             repo = base / "serving"
-            add_model(repo, resnet, "resnet_c1", "resnet50", args, contexts=1, mode="sync")
-            add_model(repo, resnet, "resnet_c4", "resnet50", args, contexts=4, mode="sync")
-            add_model(repo, resnet, "resnet_c4_dec", "resnet50", args, contexts=4, mode="decoupled")
-            add_model(repo, resnet, "resnet_c1_inline", "resnet50", args, contexts=1, mode="sync",
-                      parameters={"metrics_interval_ms": "0"})
+            for suffix in dict.fromkeys([*args.models, "c1"]):  # c1: the latency section's
+                contexts, mode, parameters = SERVED_MODELS[suffix]
+                add_model(repo, onnx, f"{prefix}_{suffix}", example, args, contexts=contexts, mode=mode,
+                          parameters=parameters)
             server = TritonServer(repo, base / "serving.log", tuple(args.server_arg)).start(timeout=600)
             shm = "cuda" if args.runtime == "torch" else "none"
             try:
@@ -206,13 +230,13 @@ def main() -> None:
                     report["throughput"] = throughput_section(server, args)
                 if "latency" in sections:
                     if args.peak:  # from an earlier run's throughput section
-                        best = {"infer_per_s": args.peak, "model": "resnet_c1", "streaming": False}
+                        best = {"infer_per_s": args.peak, "model": f"{prefix}_c1", "streaming": False}
                     else:
                         batch1 = [r for r in report["throughput"]["rows"]
                                   if r["batch"] == 1 and "infer_per_s" in r and r["shm"] == shm]
                         best = max(batch1, key=lambda r: r["infer_per_s"])
                     report["latency"] = latency_section(server, best["infer_per_s"], best["model"],
-                                                        best["streaming"], shm)
+                                                        best["streaming"], shm, INPUTS[example])
             finally:
                 server.stop()
                 report["server_log_tail"] = server.log_tail(30)

@@ -8,6 +8,7 @@
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
+#   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -67,14 +68,14 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       for pool in 64m 2g; do
         extra=(); [ $pool = 2g ] && extra=(--server-arg=--cuda-memory-pool-byte-size=0:2147483648)
         python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 32 \
-          --models resnet_c1,resnet_c4_dec "${extra[@]}" --out "$OUT/gpu_serving_pool_$pool.json" 2>&1 \
+          --models c1,c4_dec "${extra[@]}" --out "$OUT/gpu_serving_pool_$pool.json" 2>&1 \
           | grep -v '^[IWE]1202' | tail -n 12
       done
       ;;
     saturation)
       # More clients in flight than the standard run's 8: is concurrency 8 saturation?
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 64 \
-        --batch-levels 16,32 --transports cuda --models resnet_c1,resnet_c1_inline,resnet_c4_dec \
+        --batch-levels 16,32 --transports cuda --models c1,c1_inline,c4_dec \
         --out "$OUT/gpu_serving_saturation.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 20
       ;;
@@ -84,6 +85,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections memory \
         --memory-profile "input_ids=$shapes,attention_mask=$shapes" --out "$OUT/gpu_memory_8x128.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 4
+      ;;
+    bert)
+      # BERT-base served (sequence 128): batch-1 clients at 32, batch-8/32 clients at 8, CUDA shm.
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput \
+        --levels 32 --transports cuda --models c1,c4_dec --out "$OUT/gpu_serving_bert.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 12
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
