@@ -45,3 +45,24 @@ def to_dlpack(tensor: Any) -> Any:
     import torch.utils.dlpack
 
     return torch.utils.dlpack.to_dlpack(tensor)
+
+
+def keep_after_execute(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The requests' tensors, with those on the GPU copied into memory trtpool owns.
+
+    Decoupled workers read a request after execute() has returned, and the Python
+    backend reuses a request's GPU input buffers from then on (seen on the H200:
+    token ids read later triggered an embedding's out-of-range device assert).
+    Host inputs stay valid while the request object lives. One wait covers all
+    copies, before execute() returns.
+    """
+    if not any(is_device(t) for tensors in requests for t in tensors.values()):
+        return requests
+    import torch
+
+    copies = [{name: t.clone() if is_device(t) else t for name, t in tensors.items()} for tensors in requests]
+    devices = {t.device for tensors in copies for t in tensors.values() if is_device(t)}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+    return copies
+

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import from_dlpack, is_device, to_dlpack
+from trtpool.device_tensors import from_dlpack, is_device, keep_after_execute, to_dlpack
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.scheduler import Scheduler
@@ -110,8 +110,9 @@ class DecoupledHandler:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
         path for decoupled models adds an event-loop hop per execute (and logs a
         KeyError when the coroutine finishes before the stub has filed its future)."""
-        for request in requests:
-            self.scheduler.submit(request_tensors(request), SenderResponder(self.pb, request))
+        tensors = keep_after_execute([request_tensors(r) for r in requests])
+        for request, request_inputs in zip(requests, tensors):
+            self.scheduler.submit(request_inputs, SenderResponder(self.pb, request))
 
     def close(self) -> None:
         self.scheduler.close()

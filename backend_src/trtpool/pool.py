@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from trtpool.errors import ConfigError, InvalidInput
+from trtpool.errors import ConfigError, ContextFailure, InvalidInput
 from trtpool.runtimes.base import ExecutionContext, Runtime
 
 log = logging.getLogger("trtpool")
@@ -44,6 +44,23 @@ class PoolStats:
     contexts: dict[int, ContextStats] = field(default_factory=dict)
     wait_ns: int = 0
     acquisitions: int = 0
+
+
+class OutOfService:
+    """Holds the slot of a context whose rebuild failed (after a sticky CUDA error,
+    say): any use raises ContextFailure with both errors, and the pool then
+    tries the rebuild again."""
+
+    def __init__(self, index: int, cause: Exception, rebuild_error: Exception) -> None:
+        self.index = index
+        self._message = (f"context {index} is out of service: it failed ({cause}) and rebuilding it "
+                         f"failed too ({type(rebuild_error).__name__}: {rebuild_error})")
+
+    def __getattr__(self, name: str) -> None:
+        raise ContextFailure(self._message)
+
+    def close(self) -> None:
+        pass
 
 
 class ContextPool:
@@ -90,7 +107,7 @@ class ContextPool:
             stats.busy_ns += time.monotonic_ns() - taken
             self._free.put(context)
 
-    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext:
+    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext | OutOfService:
         stats = self.stats.contexts[broken.index]
         stats.failures += 1
         log.warning("context %d failed (%s); rebuilding it", broken.index, cause)
@@ -100,10 +117,10 @@ class ContextPool:
             log.exception("closing failed context %d", broken.index)
         try:
             fresh = self.runtime.create_context(broken.index)
-        except Exception:
-            # Keep the slot: the next run on it fails and tries the rebuild again.
+        except Exception as exc:
+            # Keep the slot: the next run on it fails, saying why, and tries the rebuild again.
             log.exception("rebuilding context %d failed", broken.index)
-            return broken
+            return OutOfService(broken.index, cause, exc)
         stats.rebuilds += 1
         return fresh
 

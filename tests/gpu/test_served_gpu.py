@@ -91,22 +91,54 @@ def test_cuda_shared_memory_inputs_and_outputs(gpu_served):
         cudashm.destroy_shared_memory_region(out_region)
 
 
+def stream(server, model: str, requests: dict[str, list]) -> dict[str, np.ndarray]:
+    """Send each request id's inputs on one gRPC stream; the logits by request id."""
+    answers = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    for request_id, inputs in requests.items():
+        client.async_stream_infer(model, inputs, request_id=request_id)
+    deadline = time.monotonic() + 120
+    while len(answers) < len(requests) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.stop_stream()
+    assert len(answers) == len(requests)
+    for result, error in answers:
+        assert error is None, error
+    return {result.get_response().id: result.as_numpy("logits") for result, _ in answers}
+
+
 def test_decoupled_stream_on_the_gpu(gpu_served):
     server, reference = gpu_served
     rng = np.random.default_rng(2)
     inputs = {str(i): rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32) for i in range(16)}
-    answers = []
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    served = stream(server, "resnet_decoupled", {i: [grpc_input("input", x, "FP32")] for i, x in inputs.items()})
     for request_id, x in inputs.items():
-        client.async_stream_infer("resnet_decoupled", [grpc_input("input", x, "FP32")], request_id=request_id)
-    deadline = time.monotonic() + 120
-    while len(answers) < len(inputs) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.stop_stream()
-    assert len(answers) == len(inputs)
-    for result, error in answers:
-        assert error is None, error
-        request_id = result.get_response().id
-        [expected] = reference.run(None, {"input": inputs[request_id]})
-        close_enough(result.as_numpy("logits"), expected)
+        [expected] = reference.run(None, {"input": x})
+        close_enough(served[request_id], expected)
+
+
+def test_decoupled_stream_with_cuda_shared_memory_inputs(gpu_served):
+    """GPU inputs of a decoupled model are read after execute() returns: trtpool
+    copies them first (the Python backend reuses their buffers from then on)."""
+    server, reference = gpu_served
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32) for _ in range(16)]
+    size = inputs[0].nbytes
+    region = cudashm.create_shared_memory_region("trtpool_dec_in", size * len(inputs), 0)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        cudashm.set_shared_memory_region(region, inputs)  # one after the other
+        client.register_cuda_shared_memory("trtpool_dec_in", cudashm.get_raw_handle(region), 0, size * len(inputs))
+        requests = {}
+        for i in range(len(inputs)):
+            tensor = grpcclient.InferInput("input", list(inputs[i].shape), "FP32")
+            tensor.set_shared_memory("trtpool_dec_in", size, offset=i * size)
+            requests[str(i)] = [tensor]
+        served = stream(server, "resnet_decoupled", requests)
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(region)
+    for i, x in enumerate(inputs):
+        [expected] = reference.run(None, {"input": x})
+        close_enough(served[str(i)], expected)

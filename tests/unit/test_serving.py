@@ -148,3 +148,33 @@ def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
         make_cfg(tiny_dir, metrics_interval_ms="-1")
     assert make_cfg(tiny_dir, metrics_interval_ms="0").metrics_interval_ms == 0
     assert make_cfg(tiny_dir).metrics_interval_ms == 1000
+
+
+class UnrebuildableRuntime(FlakyOnnxRuntime):
+    """The flaky double whose context rebuilds fail while `rebuilds_fail` is set (a dead GPU, say)."""
+
+    rebuilds_fail = False
+
+    def create_context(self, index):
+        if self.rebuilds_fail:
+            raise RuntimeError("GPU is gone")
+        return super().create_context(index)
+
+
+def test_a_context_that_cannot_be_rebuilt_says_why_and_is_retried(tiny_dir):
+    runtime = UnrebuildableRuntime(make_cfg(tiny_dir), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    good = {"INPUT0": np.ones((1, 16), np.float32)}
+    poisoned = {"INPUT0": np.full((1, 16), SENTINEL, np.float32)}
+    runtime.rebuilds_fail = True
+    [broken] = run(runner, [poisoned])
+    assert isinstance(broken, ContextFailure) and "injected failure" in str(broken)
+    [refused] = run(runner, [good])
+    assert isinstance(refused, ContextFailure)
+    assert "context 0 is out of service" in str(refused) and "GPU is gone" in str(refused)
+    runtime.rebuilds_fail = False
+    # Each use of the slot fails and tries the rebuild again; this one succeeds.
+    [refused_again] = run(runner, [good])
+    assert isinstance(refused_again, ContextFailure) and "out of service" in str(refused_again)
+    [ok] = run(runner, [good])
+    np.testing.assert_allclose(ok["OUTPUT0"], tiny_reference(good["INPUT0"]), **TOLERANCE)
