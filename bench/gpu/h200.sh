@@ -87,8 +87,9 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         | grep -v '^[IWE]1202' | tail -n 4
       ;;
     bert)
-      # BERT-base served (sequence 128): batch-1 clients at 32, batch-8/32 clients at 8, CUDA shm.
-      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput \
+      # BERT-base served (sequence 128): batch-1 clients at 32, batch-8/32 clients at 8 (CUDA shm),
+      # then p50/p99 at 50% and 90% of the best batch-1 CUDA-shm rate.
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput,latency \
         --levels 32 --transports cuda --models c1,c4_dec --out "$OUT/gpu_serving_bert.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 12
       ;;
