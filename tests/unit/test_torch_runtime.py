@@ -367,3 +367,18 @@ def test_gpu_run_device_takes_tensors_already_on_the_gpu(examples):
         context.close()
         runtime.close()
 
+
+
+@gpu
+def test_gpu_request_tensors_are_copied_before_execute_returns():
+    """Decoupled mode reads request tensors after execute(); the Python backend
+    reuses their GPU buffers by then, so keep_after_execute copies them."""
+    from trtpool.device_tensors import keep_after_execute
+
+    host = np.arange(6, dtype=np.int64).reshape(1, 6)
+    on_gpu = torch.arange(6, dtype=torch.int64, device="cuda:0").reshape(1, 6)
+    [kept] = keep_after_execute([{"ids": on_gpu, "mask": host}])
+    assert kept["mask"] is host  # host tensors stay valid while the request lives
+    assert kept["ids"].data_ptr() != on_gpu.data_ptr()
+    on_gpu.fill_(-1)  # the backend reusing the buffer
+    np.testing.assert_array_equal(kept["ids"].cpu().numpy(), host)
