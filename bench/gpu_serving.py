@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import tritonclient.http as httpclient  # noqa: E402
 
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
+from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
@@ -56,14 +57,12 @@ def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts
                                               instance_kind=kind, max_queue_delay_microseconds=100))
     config = read_config(folder)
     config.instance_group[0].count = instances
-    if args.runtime == "torch":
-        config.parameters["model_file"].string_value = "model.onnx"
-        config.parameters["precision"].string_value = args.precision
-        # GPU inputs (CUDA shared memory) reach the backend on the GPU, by DLPack.
-        config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
-    for key, value in (parameters or {}).items():
-        config.parameters[key].string_value = value
     write_config(folder, config)
+    if args.runtime == "torch":
+        # GPU inputs (CUDA shared memory) reach the backend on the GPU, by DLPack.
+        parameters = {"model_file": "model.onnx", "precision": args.precision,
+                      "FORCE_CPU_ONLY_INPUT_TENSORS": "no", **(parameters or {})}
+    set_parameters(folder, **(parameters or {}))
 
 
 def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,

@@ -45,15 +45,13 @@ class PoolMetrics:
         self._batch_sizes: Counter[int] = Counter()
         self._request_wait_us = 0
         self._stats: PoolStats | None = None
-        self._every_batch = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, stats: PoolStats, interval_ms: int) -> None:
         """Flush the pool's `stats` and the recorded counters every interval_ms (0: after every batch)."""
         self._stats = stats
-        self._every_batch = interval_ms == 0
-        if not self._every_batch:
+        if interval_ms > 0:
             self._thread = threading.Thread(target=self._flush_every, args=(interval_ms / 1000,),
                                              name="trtpool-metrics", daemon=True)
             self._thread.start()
@@ -67,8 +65,8 @@ class PoolMetrics:
             self._request_wait_us += wait_ns // 1000
 
     def after_work(self) -> None:
-        """Called after each batch (decoupled) or execute (sync)."""
-        if self._every_batch:
+        """Called after each batch (decoupled) or execute (sync): flushes when no thread does."""
+        if self._thread is None:
             self.flush()
 
     def flush(self) -> None:

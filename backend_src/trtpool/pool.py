@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
 from trtpool.runtimes.base import ExecutionContext, Runtime
@@ -56,7 +57,7 @@ class OutOfService:
         self._message = (f"context {index} is out of service: it failed ({cause}) and rebuilding it "
                          f"failed too ({type(rebuild_error).__name__}: {rebuild_error})")
 
-    def __getattr__(self, name: str) -> None:
+    def __getattr__(self, name: str) -> NoReturn:
         raise ContextFailure(self._message)
 
     def close(self) -> None:
