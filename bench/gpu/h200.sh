@@ -10,6 +10,8 @@
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
+#   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
+#             fix that copies GPU request tensors before execute returns
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -78,6 +80,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --batch-levels 16,32 --transports cuda --models c1,c1_inline,c4_dec \
         --out "$OUT/gpu_serving_saturation.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 20
+      ;;
+    decoupled-recheck)
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 64 \
+        --batch-levels 16 --transports cuda --models c4_dec \
+        --out "$OUT/gpu_serving_decoupled_recheck.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 8
       ;;
     memory-small)
       # The memory comparison with small activations: BERT capped at 8 x 128 tokens.
