@@ -104,6 +104,7 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
 SERVED_MODELS = {
     "c1": (1, "sync", {}),
     "c4": (4, "sync", {}),
+    "c1_dec": (1, "decoupled", {}),
     "c4_dec": (4, "decoupled", {}),
     "c1_inline": (1, "sync", {"metrics_interval_ms": "0"}),
 }
@@ -187,7 +188,7 @@ def main() -> None:
     parser.add_argument("--sections", default="throughput,latency,memory")
     parser.add_argument("--peak", type=float, default=None,
                         help="batch-1 peak infer/s of <example>_c1 for the latency section without a throughput run")
-    parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",")], default=[8],
+    parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",") if x], default=[8],
                         help="client concurrencies for the batch-8 and batch-32 clients")
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
                         help="shared-memory kinds for the batch-8 and batch-32 clients")

@@ -7,6 +7,8 @@
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
+#   contexts  4 contexts against 1 at batch 1, each mode against itself (sync c1/c4,
+#             decoupled c1_dec/c4_dec), ResNet-50 and BERT-base, one server run each
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
@@ -86,6 +88,13 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --batch-levels 16 --transports cuda --models c4_dec \
         --out "$OUT/gpu_serving_decoupled_recheck.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 8
+      ;;
+    contexts)
+      for example in resnet50 bert_base; do
+        python3 bench/gpu_serving.py --runtime torch --precision fp16 --example $example --sections throughput \
+          --levels 16,64 --batch-levels "" --models c1,c4,c1_dec,c4_dec \
+          --out "$OUT/gpu_serving_contexts_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
+      done
       ;;
     memory-small)
       # The memory comparison with small activations: BERT capped at 8 x 128 tokens.
