@@ -65,6 +65,31 @@ def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts
     set_parameters(folder, **(parameters or {}))
 
 
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def server_counters(server: TritonServer, model: str) -> dict[str, int]:
+    """Triton's cumulative statistics for `model`: executions, inferences, ns per stage."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    [stats] = client.get_inference_statistics(model)["model_stats"]
+    counters = {"executions": int(stats["execution_count"]), "inferences": int(stats["inference_count"])}
+    for stage in STAGES:
+        counters[f"{stage}_count"] = int(stats["inference_stats"][stage]["count"])
+        counters[f"{stage}_ns"] = int(stats["inference_stats"][stage]["ns"])
+    return counters
+
+
+def server_breakdown(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Where a request's time went inside the server during one measurement: Triton's
+    average batch per execute and microseconds per request in each stage. For a
+    decoupled model compute_infer ends when execute() returns, not at the response."""
+    delta = {key: after[key] - before[key] for key in after}
+    breakdown = {"inferences_per_execute": round(delta["inferences"] / max(delta["executions"], 1), 2)}
+    for stage in STAGES:
+        breakdown[f"{stage}_us"] = round(delta[f"{stage}_ns"] / max(delta[f"{stage}_count"], 1) / 1000, 1)
+    return breakdown
+
+
 def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,
             batch: int = 1, streaming: bool = False, shm: str = "none", inputs: tuple[str, ...] = (),
             interval_ms: int = 1500) -> dict:
@@ -78,6 +103,7 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
         # Open-loop load: asynchronous requests at a fixed rate, looser stability.
         extra += ["--request-rate-range", f"{rate:.1f}", "--async", "--stability-percentage", "30"]
     result: dict = {}
+    before = server_counters(server, model)
     try:
         try:
             [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1),
@@ -93,9 +119,10 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-2000:]}
     result.update({"infer_per_s": row["Inferences/Second"], "items_per_s": row["Inferences/Second"],
-                   "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000})
+                   "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000,
+                   "server": server_breakdown(before, server_counters(server, model))})
     print(f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
-          f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms", flush=True)
+          f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms {result['server']}", flush=True)
     return result
 
 

@@ -9,6 +9,8 @@
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
 #   contexts  4 contexts against 1 at batch 1, each mode against itself (sync c1/c4,
 #             decoupled c1_dec/c4_dec), ResNet-50 and BERT-base, one server run each
+#   breakdown served saturation points with Triton's per-stage statistics, beside the
+#             in-process figures at the same contexts and batches, ResNet-50 and BERT-base
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
@@ -94,6 +96,17 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         python3 bench/gpu_serving.py --runtime torch --precision fp16 --example $example --sections throughput \
           --levels 16,64 --batch-levels "" --models c1,c4,c1_dec,c4_dec \
           --out "$OUT/gpu_serving_contexts_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
+      done
+      ;;
+    breakdown)
+      for example in resnet50 bert_base; do
+        seq=(); [ $example = bert_base ] && seq=(--seq-len 128)
+        python3 bench/inprocess.py --runtime torch --model $example --onnx /tmp/$example.onnx --precision fp16 \
+          "${seq[@]}" --contexts 1,4 --batches 1,8,32 --seconds 1.5 \
+          --output "$OUT/breakdown_inprocess_$example.json" 2>&1 | tail -n 3
+        python3 bench/gpu_serving.py --runtime torch --precision fp16 --example $example --sections throughput \
+          --levels 64 --batch-levels 16 --transports cuda --models c1,c1_dec,c4_dec \
+          --out "$OUT/breakdown_serving_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
       done
       ;;
     memory-small)
