@@ -180,15 +180,16 @@ def latency_section(server: TritonServer, peak: float, model: str, streaming: bo
 
 def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
     """Load each model alone (explicit model control) and read the GPU memory it adds."""
-    n = args.memory_n
+    n, example = args.memory_n, args.example
     profiles = (args.memory_profile,) if args.memory_profile else None
-    add_model(repo, onnx, "bert_ctx", "bert_base", args, contexts=n, mode="sync", profiles=profiles)
-    add_model(repo, onnx, "bert_inst", "bert_base", args, contexts=1, mode="sync", instances=n, profiles=profiles)
+    contexts_model, instances_model = f"{PREFIX[example]}_ctx", f"{PREFIX[example]}_inst"
+    add_model(repo, onnx, contexts_model, example, args, contexts=n, mode="sync", profiles=profiles)
+    add_model(repo, onnx, instances_model, example, args, contexts=1, mode="sync", instances=n, profiles=profiles)
     server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()
     client = httpclient.InferenceServerClient(server.http_url)
     figures = {}
     try:
-        for model in ("bert_ctx", "bert_inst"):
+        for model in (contexts_model, instances_model):
             time.sleep(2)
             before = gpu_memory_used_mib()
             client.load_model(model)
@@ -200,9 +201,10 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
             print(f"memory {model}: {figures[model]}", flush=True)
     finally:
         server.stop()
-    if figures["bert_ctx"]["mib"] and figures["bert_inst"]["mib"]:
-        figures["ratio_contexts_over_instances"] = round(figures["bert_ctx"]["mib"] / figures["bert_inst"]["mib"], 3)
-    return {"n": n, "profile": args.memory_profile or "the example's default", **figures}
+    if figures[contexts_model]["mib"] and figures[instances_model]["mib"]:
+        figures["ratio_contexts_over_instances"] = round(
+            figures[contexts_model]["mib"] / figures[instances_model]["mib"], 3)
+    return {"n": n, "example": example, "profile": args.memory_profile or "the example's default", **figures}
 
 
 def main() -> None:
@@ -220,7 +222,7 @@ def main() -> None:
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
                         help="shared-memory kinds for the batch-8 and batch-32 clients")
     parser.add_argument("--memory-profile", default=None,
-                        help="the BERT models' profile for the memory section (default: the example's, "
+                        help="the models' profile for the memory section (default: the example's, for BERT "
                              "up to 32 x 512 tokens), e.g. input_ids=1x1:8x128:8x128,attention_mask=1x1:8x128:8x128")
     parser.add_argument("--example", choices=tuple(PREFIX), default="resnet50",
                         help="the example the throughput and latency sections serve")
@@ -268,8 +270,8 @@ def main() -> None:
                 server.stop()
                 report["server_log_tail"] = server.log_tail(30)
         if "memory" in sections:
-            bert = write_example("bert_base", base / "bert.onnx")
-            report["memory"] = memory_section(base / "memory", base, bert, args)
+            onnx = write_example(args.example, base / "memory.onnx", **example_options(args.example, args))
+            report["memory"] = memory_section(base / "memory", base, onnx, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")

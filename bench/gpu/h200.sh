@@ -5,12 +5,14 @@
 #   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
 #   tests     the gpu-marked tests (torch runtime in-process, cuda.py, served GPU instances)
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
-#   serving   bench/gpu_serving.py (perf_analyzer, latency at 50/90% of peak, memory)
+#   serving   bench/gpu_serving.py (perf_analyzer throughput, latency at 50/90% of peak)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
 #   contexts  4 contexts against 1 at batch 1, each mode against itself (sync c1/c4,
 #             decoupled c1_dec/c4_dec), ResNet-50 and BERT-base, one server run each
 #   breakdown served saturation points with Triton's per-stage statistics, beside the
 #             in-process figures at the same contexts and batches, ResNet-50 and BERT-base
+#   memory    section 3 for both examples, each model's default profile
+#   bert-grpc BERT-base served over plain gRPC beside CUDA shm (batch-1/8/32 clients)
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
@@ -65,7 +67,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --seq-len 128 --contexts 1,2,4,8 --batches 1,8,32 --seconds 1.5 --output "$OUT/inprocess_bert_base_fp16.json" 2>&1 | tail -n 5
       ;;
     serving)
-      python3 bench/gpu_serving.py --runtime torch --precision fp16 --out "$OUT/gpu_serving.json" 2>&1 \
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput,latency \
+        --out "$OUT/gpu_serving.json" 2>&1 \
         | tee "$OUT/gpu_serving.log" | grep -v '^W' | tail -n 60
       ;;
     pool)
@@ -109,10 +112,21 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
           --out "$OUT/breakdown_serving_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
       done
       ;;
+    memory)
+      for example in resnet50 bert_base; do
+        python3 bench/gpu_serving.py --runtime torch --precision fp16 --example $example --sections memory \
+          --out "$OUT/gpu_memory_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 4
+      done
+      ;;
+    bert-grpc)
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput \
+        --levels 8 --batch-levels 8 --transports cuda,none --models c1,c4_dec \
+        --out "$OUT/gpu_serving_bert_grpc.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
+      ;;
     memory-small)
       # The memory comparison with small activations: BERT capped at 8 x 128 tokens.
       shapes=1x1:8x128:8x128
-      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections memory \
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections memory \
         --memory-profile "input_ids=$shapes,attention_mask=$shapes" --out "$OUT/gpu_memory_8x128.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 4
       ;;
