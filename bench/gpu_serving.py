@@ -167,14 +167,16 @@ def throughput_section(server: TritonServer, args) -> dict:
     return {"rows": rows}
 
 
-def latency_section(server: TritonServer, peak: float, model: str, streaming: bool, shm: str,
+def latency_section(server: TritonServer, peak: float, models: list[tuple[str, bool]], shm: str,
                     inputs: tuple[str, ...]) -> list[dict]:
+    """Each (model, streaming) at 50% and 90% of `peak`, the models side by side at each rate."""
     rows = []
     for share in (0.5, 0.9):
         rate = peak * share
-        rows.append({"model": model, "share_of_peak": share, "request_rate": round(rate, 1), "shm": shm,
-                     **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000,
-                               inputs=inputs)})
+        for model, streaming in models:
+            rows.append({"model": model, "share_of_peak": share, "request_rate": round(rate, 1), "shm": shm,
+                         **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000,
+                                   inputs=inputs)})
     return rows
 
 
@@ -216,7 +218,8 @@ def main() -> None:
     parser.add_argument("--memory-n", type=int, default=4)
     parser.add_argument("--sections", default="throughput,latency,memory")
     parser.add_argument("--peak", type=float, default=None,
-                        help="batch-1 peak infer/s of <example>_c1 for the latency section without a throughput run")
+                        help="batch-1 peak infer/s for the latency section without a throughput run; "
+                             "then every --models model is measured at 50%% and 90%% of it")
     parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",") if x], default=[8],
                         help="client concurrencies for the batch-8 and batch-32 clients")
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
@@ -258,14 +261,16 @@ def main() -> None:
                 if "throughput" in sections:
                     report["throughput"] = throughput_section(server, args)
                 if "latency" in sections:
-                    if args.peak:  # from an earlier run's throughput section
-                        best = {"infer_per_s": args.peak, "model": f"{prefix}_c1", "streaming": False}
-                    else:
+                    if args.peak:  # from an earlier run's throughput section: every --models model
+                        peak = args.peak
+                        models = [(f"{prefix}_{suffix}", SERVED_MODELS[suffix][1] == "decoupled")
+                                  for suffix in args.models]
+                    else:  # the best batch-1 model of this run's throughput section
                         batch1 = [r for r in report["throughput"]["rows"]
                                   if r["batch"] == 1 and "infer_per_s" in r and r["shm"] == shm]
                         best = max(batch1, key=lambda r: r["infer_per_s"])
-                    report["latency"] = latency_section(server, best["infer_per_s"], best["model"],
-                                                        best["streaming"], shm, INPUTS[example])
+                        peak, models = best["infer_per_s"], [(best["model"], best["streaming"])]
+                    report["latency"] = latency_section(server, peak, models, shm, INPUTS[example])
             finally:
                 server.stop()
                 report["server_log_tail"] = server.log_tail(30)

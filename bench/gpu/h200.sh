@@ -13,6 +13,7 @@
 #             in-process figures at the same contexts and batches, ResNet-50 and BERT-base
 #   memory    section 3 for both examples, each model's default profile
 #   bert-grpc BERT-base served over plain gRPC beside CUDA shm (batch-1/8/32 clients)
+#   tail      BERT p50/p99 at 50/90% of peak: metrics flushed every second vs after every batch
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
@@ -122,6 +123,11 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput \
         --levels 8 --batch-levels 8 --transports cuda,none --models c1,c4_dec \
         --out "$OUT/gpu_serving_bert_grpc.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 14
+      ;;
+    tail)
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections latency \
+        --peak 2289 --models c1,c1_inline --out "$OUT/gpu_latency_bert_flush.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 6
       ;;
     memory-small)
       # The memory comparison with small activations: BERT capped at 8 x 128 tokens.
