@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -184,11 +185,8 @@ def test_pool_and_batch_runner_with_concurrent_contexts(runtime):
             except AssertionError as exc:
                 failures.append(exc)
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(4) as clients:
+        list(clients.map(client, range(4)))
     assert not failures, failures[0]
     assert sum(s.runs for s in pool.stats.contexts.values()) >= 40
     assert all(s.failures == 0 for s in pool.stats.contexts.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -282,12 +282,9 @@ def test_gpu_contexts_run_concurrently_and_agree(examples):
                     except AssertionError as exc:
                         failures.append(f"worker {worker} step {step} {output}: {exc}")
 
-    threads = [threading.Thread(target=client, args=(w,)) for w in range(8)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(8) as clients:
+            list(clients.map(client, range(8)))
         assert not failures, failures[:5]
         assert sum(1 for s in pool.stats.contexts.values() if s.runs) > 1
         assert all(s.failures == 0 for s in pool.stats.contexts.values())
