@@ -118,6 +118,7 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
                                   extra=(*extra, "--stability-percentage", "25"))
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-2000:]}
+    # perf_analyzer's inferences/s already count batch items: requests/s x client batch.
     result.update({"infer_per_s": row["Inferences/Second"], "items_per_s": row["Inferences/Second"],
                    "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000,
                    "server": server_breakdown(before, server_counters(server, model))})
