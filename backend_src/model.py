@@ -81,8 +81,9 @@ class TritonPythonModel:
             self.handler = SyncHandler(pb_utils, self.instance, self.metrics)
 
     def execute(self, requests):
-        # The sync and forward handlers return a coroutine, which the stub runs
-        # to the end; the decoupled handler queues the requests and returns None.
+        # The sync handler returns the responses; the forward handler a coroutine,
+        # which the stub runs to the end; the decoupled handler queues the
+        # requests and returns None.
         return self.handler(requests)
 
     def finalize(self):

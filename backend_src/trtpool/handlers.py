@@ -46,7 +46,9 @@ class SyncHandler:
         self.instance = instance
         self.metrics = metrics
 
-    async def __call__(self, requests: list[Any]) -> list[Any]:
+    def __call__(self, requests: list[Any]) -> list[Any]:
+        """A plain call: a coroutine would make the stub hand every execute to its
+        event-loop thread and wait for it there, a thread hop per batch."""
         responses: list[Any] = [None] * len(requests)
 
         def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
