@@ -14,6 +14,7 @@
 #   memory    section 3 for both examples, each model's default profile
 #   bert-grpc BERT-base served over plain gRPC beside CUDA shm (batch-1/8/32 clients)
 #   tail      BERT p50/p99 at 50/90% of peak: metrics flushed every second vs after every batch
+#   sync-plain  served GPU tests and ResNet-50 sync saturation points after execute became a plain call
 #   memory-small  section 3 with BERT capped at 8 x 128 tokens
 #   bert      BERT-base served through tritonserver (CUDA shm)
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
@@ -127,6 +128,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     tail)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections latency \
         --peak 2289 --models c1,c1_inline --out "$OUT/gpu_latency_bert_flush.json" 2>&1 \
+        | grep -v '^[IWE]1202' | tail -n 6
+      ;;
+    sync-plain)
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 2
+      python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections throughput --levels 64 \
+        --batch-levels 16 --transports cuda --models c1 --out "$OUT/gpu_serving_sync_plain.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 6
       ;;
     memory-small)
