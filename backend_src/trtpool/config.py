@@ -9,6 +9,7 @@
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
+      { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
       { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
@@ -29,7 +30,8 @@ RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 MODES = ("sync", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
-    "max_queue_size", "batch_wait_microseconds", "forward_to", "precision", "metrics_interval_ms",
+    "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
+    "metrics_interval_ms",
     "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
 PRECISIONS = ("fp32", "fp16")
@@ -47,6 +49,7 @@ class PoolConfig:
     profiles: tuple[dict[str, ShapeRange], ...]
     max_queue_size: int
     batch_wait_us: int
+    cancel_check_after_us: int
     max_batch_size: int
     device: str                   # "cpu" or "cuda:N"
     precision: str = "fp32"       # the torch runtime's compute precision
@@ -130,6 +133,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         profiles=profiles,
         max_queue_size=_whole_number(params, "max_queue_size", 256),
         batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500),
+        cancel_check_after_us=_whole_number(params, "cancel_check_after_microseconds", 10_000, minimum=0),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
         precision=_choice(params, "precision", PRECISIONS, "fp32"),

@@ -104,7 +104,7 @@ class DecoupledHandler:
     def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         cfg = instance.cfg
-        self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us,
+        self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us, cfg.cancel_check_after_us,
                                    on_wait=metrics.record_queue_wait,
                                    on_done=metrics.after_work)
 

@@ -6,6 +6,15 @@ decoupled mode execute() only enqueues; one worker thread per context takes
 up to the engine's batch limit of waiting requests with the same shape
 (waiting at most ``batch_wait_us`` to fill the batch), runs them, and answers
 each request through its own responder.
+
+Cancellation: asking whether a request was cancelled is a round trip from the
+stub to the server (the Python backend's response sender), one per request,
+serial with everything else the stub does; asking every request cost a small
+model 3-11% of its decoupled throughput on the CPU (BENCHMARKS.md). So only
+requests that waited in the queue at least ``cancel_check_after_us`` are asked
+before they run: those sat in a backlog, where dropping cancelled work pays;
+one taken at once is run, as it would be had the client cancelled a moment
+later.
 """
 from __future__ import annotations
 
@@ -44,12 +53,13 @@ class Waiting:
 
 
 class Scheduler:
-    def __init__(self, runner: BatchRunner, max_queue: int, batch_wait_us: int,
+    def __init__(self, runner: BatchRunner, max_queue: int, batch_wait_us: int, cancel_check_after_us: int,
                  on_wait: Callable[[int], None] | None = None,
                  on_done: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self.max_queue = max_queue
         self.batch_wait_s = batch_wait_us / 1e6
+        self.cancel_check_after_ns = cancel_check_after_us * 1000
         self._on_wait = on_wait or (lambda ns: None)
         self._on_done = on_done or (lambda: None)
         self._queue: deque[Waiting] = deque()
@@ -113,10 +123,11 @@ class Scheduler:
             now = time.monotonic_ns()
             live = []
             for position, waiting in enumerate(batch):
-                if waiting.responder.cancelled():
+                waited_ns = now - waiting.enqueued_ns
+                if waited_ns >= self.cancel_check_after_ns and waiting.responder.cancelled():
                     waiting.responder.drop()  # cancelled before it ran
                     continue
-                self._on_wait(now - waiting.enqueued_ns)
+                self._on_wait(waited_ns)
                 waiting.item.index = position
                 live.append(waiting)
             if not live:

@@ -148,6 +148,10 @@ def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
         make_cfg(tiny_dir, metrics_interval_ms="-1")
     assert make_cfg(tiny_dir, metrics_interval_ms="0").metrics_interval_ms == 0
     assert make_cfg(tiny_dir).metrics_interval_ms == 1000
+    assert make_cfg(tiny_dir).cancel_check_after_us == 10_000
+    assert make_cfg(tiny_dir, cancel_check_after_microseconds="0").cancel_check_after_us == 0
+    with pytest.raises(ConfigError, match="parameter 'cancel_check_after_microseconds': 'soon' is not an integer"):
+        make_cfg(tiny_dir, cancel_check_after_microseconds="soon")
 
 
 class UnrebuildableRuntime(FlakyOnnxRuntime):

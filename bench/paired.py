@@ -1,0 +1,81 @@
+"""Two models served side by side in one server, measured one after the other
+by perf_analyzer with the order swapped every round (ABBA), and compared pair
+by pair: on a noisy machine a ratio taken within one round holds where an
+absolute figure does not."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.harness.perf import perf_analyzer
+from tests.harness.server import TritonServer
+from trtpool_builder.examples import write_example
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def arguments(doc: str, result_name: str, concurrency: int) -> argparse.ArgumentParser:
+    """The options every paired benchmark takes; scripts add their own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--example", default="tiny", help="a small model makes per-request costs visible")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=concurrency)
+    parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--out", type=Path, default=RESULTS / result_name)
+    return parser
+
+
+def serve_and_alternate(build: Callable[[Path, Path], None], models: tuple[str, str], args: argparse.Namespace,
+                        extra: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """build(repo, onnx) writes the two model folders; one server serves both."""
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch)
+        build(base / "repo", write_example(args.example, base / "model.onnx"))
+        server = TritonServer(base / "repo", base / "server.log").start()
+        try:
+            return alternate(server, models, args.rounds, args.concurrency, args.interval_ms, extra)
+        finally:
+            server.stop()
+
+
+def alternate(server: TritonServer, models: tuple[str, str], rounds: int, concurrency: int,
+              interval_ms: int, extra: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    rows: dict[str, list[dict]] = {model: [] for model in models}
+    for round_index in range(rounds):
+        for model in (models if round_index % 2 == 0 else models[::-1]):
+            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency), interval_ms=interval_ms,
+                                  max_trials=10, extra=("--stability-percentage", "30", *extra))
+            rows[model].append({"infer_per_s": row["Inferences/Second"], "p99_us": row["p99 latency"]})
+            print(f"round {round_index} {model:12s} {row['Inferences/Second']:8.1f} infer/s "
+                  f"p99 {row['p99 latency'] / 1000:6.1f} ms", flush=True)
+    return rows
+
+
+def write_record(out: Path, benchmark: str, model: str, concurrency: int, rows: dict[str, list[dict]]) -> dict:
+    """The JSON record, with the first model's throughput over the second's per round."""
+    first, second = rows
+    ratios = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows[first], rows[second])]
+    record = {
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor()},
+        "model": model,
+        "concurrency": concurrency,
+        "rounds": rows,
+        f"{first}_over_{second}_throughput": {"per_round": [round(r, 3) for r in ratios],
+                                              "median": round(statistics.median(ratios), 3),
+                                              f"rounds_{first}_faster": sum(r > 1 for r in ratios)},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record[f"{first}_over_{second}_throughput"]))
+    return record
