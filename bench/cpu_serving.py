@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 from google.protobuf import json_format  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
-from bench.inprocess import timed, warm_up  # noqa: E402
+from bench.inprocess import items_per_s, timed, warm_up  # noqa: E402
+from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import perf_analyzer  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool import config as pool_config  # noqa: E402
@@ -74,7 +73,7 @@ def inprocess_throughput(runtime, workers: int, inputs: dict, seconds: float) ->
     warm_up(pool, inputs)
     batch = next(iter(inputs.values())).shape[0]
     result = timed(pool, {name: array.shape for name, array in inputs.items()}, seconds)
-    return {"items_per_s": round(result["runs"] * batch / result["elapsed_s"], 1), **result}
+    return {"items_per_s": items_per_s(result, batch), **result}
 
 
 def sweep(server: TritonServer, levels: list[int], interval_ms: int) -> dict:
@@ -151,18 +150,14 @@ def main() -> None:
     }
     record = {
         "benchmark": "cpu_serving",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(),
-                    "processor": platform.processor()},
+        **provenance(),
         "model": f"resnet50-shaped, input 3x{args.image_size}x{args.image_size}, fp32, ONNX Runtime CPU",
         "contexts": args.contexts,
         "served_grpc": served,
         "inprocess": inprocess,
         "ratios_at_saturation": {k: round(v, 3) for k, v in ratios.items()},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(args.out, record)
     print(json.dumps(record["ratios_at_saturation"], indent=2))
 
 

@@ -15,7 +15,6 @@ no GPU memory figures), which is how its logic is checked without a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import tritonclient.http as httpclient  # noqa: E402
 
+from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -119,7 +119,7 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-2000:]}
     # perf_analyzer's inferences/s already count batch items: requests/s x client batch.
-    result.update({"infer_per_s": row["Inferences/Second"], "items_per_s": row["Inferences/Second"],
+    result.update({"infer_per_s": row["Inferences/Second"],
                    "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000,
                    "server": server_breakdown(before, server_counters(server, model))})
     print(f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
@@ -237,8 +237,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_serving.json")
     args = parser.parse_args()
     sections = args.sections.split(",")
-    report: dict = {"benchmark": "gpu_serving", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                    "command": " ".join(["python", *sys.argv]), "runtime": args.runtime,
+    report: dict = {"benchmark": "gpu_serving", **provenance(), "runtime": args.runtime,
                     "precision": args.precision}
     try:
         report["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -278,8 +277,7 @@ def main() -> None:
         if "memory" in sections:
             onnx = write_example(args.example, base / "memory.onnx", **example_options(args.example, args))
             report["memory"] = memory_section(base / "memory", base, onnx, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(f"wrote {args.out}")
 
 

@@ -27,10 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import config as pool_config
-from trtpool.pool import ContextPool
-from trtpool.runtimes.base import Runtime
-from trtpool_builder.examples import get_example, write_example
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.record import provenance, write_json  # noqa: E402
+from trtpool import config as pool_config  # noqa: E402
+from trtpool.pool import ContextPool  # noqa: E402
+from trtpool.runtimes.base import Runtime  # noqa: E402
+from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 WARMUP_RUNS = 3  # per context and batch size, sequential
 WARMUP_SECONDS = 1.0  # concurrent, not counted
@@ -95,6 +98,11 @@ def warm_up(pool: ContextPool, inputs: dict[str, np.ndarray]) -> None:
                 context.inputs.view(name, array.shape)[...] = array
             context.run(shapes)
         runs[context.index] = runs.get(context.index, 0) + 1
+
+
+def items_per_s(result: dict[str, Any], batch: int) -> float:
+    """Throughput of a timed() result whose runs each carried `batch` items."""
+    return round(result["runs"] * batch / result["elapsed_s"], 1)
 
 
 def timed(pool: ContextPool, shapes: dict[str, tuple[int, ...]], seconds: float) -> dict[str, Any]:
@@ -176,8 +184,7 @@ def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict],
             warm_up(pool, inputs)
             timed(pool, shapes, min(WARMUP_SECONDS, args.seconds))
             result = timed(pool, shapes, args.seconds)
-            result = {"contexts": contexts, "batch": batch,
-                      "items_per_s": round(result["runs"] * batch / result["elapsed_s"], 1), **result}
+            result = {"contexts": contexts, "batch": batch, "items_per_s": items_per_s(result, batch), **result}
             print(f"contexts {contexts:2d}  batch {batch:3d}  {result['items_per_s']:10.1f} items/s  "
                   f"p50 {result['latency_ms']['p50']:.2f} ms", file=sys.stderr, flush=True)
             results.append(result)
@@ -193,8 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"generating {args.model} into {args.onnx}", file=sys.stderr, flush=True)
         write_example(args.model, args.onnx)
     report: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": " ".join(["python", *sys.argv]),
+        **provenance(),
         "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,
         "seconds": args.seconds, "seq_len": args.seq_len if args.model == "bert_base" else None,
     }
@@ -212,12 +218,10 @@ def main(argv: list[str] | None = None) -> None:
     for result in report["results"]:
         if result["batch"] in single:
             result["speedup_vs_1_context"] = round(result["items_per_s"] / single[result["batch"]], 2)
-    text = json.dumps(report, indent=2)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+        write_json(args.output, report)
     else:
-        print(text)
+        print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.record import provenance, write_json
 from tests.harness.perf import perf_analyzer
 from tests.harness.server import TritonServer
 from trtpool_builder.examples import write_example
@@ -65,9 +62,7 @@ def write_record(out: Path, benchmark: str, model: str, concurrency: int, rows: 
     ratios = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows[first], rows[second])]
     record = {
         "benchmark": benchmark,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor()},
+        **provenance(),
         "model": model,
         "concurrency": concurrency,
         "rounds": rows,
@@ -75,7 +70,6 @@ def write_record(out: Path, benchmark: str, model: str, concurrency: int, rows: 
                                               "median": round(statistics.median(ratios), 3),
                                               f"rounds_{first}_faster": sum(r > 1 for r in ratios)},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(out, record)
     print(json.dumps(record[f"{first}_over_{second}_throughput"]))
     return record

@@ -12,7 +12,6 @@ inside the Python backend's stub.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import numpy as np
@@ -72,12 +71,12 @@ class SenderResponder:
         self.pb = pb_utils
         self.request = request
         self.sender = request.get_response_sender()
-        self._answered = threading.Event()
+        self._answered = False  # one worker answers a request; a failure after its send is ignored
 
     def _final(self, response: Any | None) -> None:
-        if self._answered.is_set():
+        if self._answered:
             return
-        self._answered.set()
+        self._answered = True
         flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if response is None:
             self.sender.send(flags=flags)

@@ -61,6 +61,7 @@ class PoolMetrics:
             self._batch_sizes[batch_size] += 1
 
     def record_queue_wait(self, wait_ns: int) -> None:
+        """Nanoseconds that requests (one batch's, summed) waited in the decoupled queue."""
         with self._counts_lock:
             self._request_wait_us += wait_ns // 1000
 

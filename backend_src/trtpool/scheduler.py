@@ -54,7 +54,7 @@ class Waiting:
 
 class Scheduler:
     def __init__(self, runner: BatchRunner, max_queue: int, batch_wait_us: int, cancel_check_after_us: int,
-                 on_wait: Callable[[int], None] | None = None,
+                 on_wait: Callable[[int], None] | None = None,  # the batch's total queue wait, ns
                  on_done: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self.max_queue = max_queue
@@ -123,15 +123,14 @@ class Scheduler:
             now = time.monotonic_ns()
             live = []
             for position, waiting in enumerate(batch):
-                waited_ns = now - waiting.enqueued_ns
-                if waited_ns >= self.cancel_check_after_ns and waiting.responder.cancelled():
+                if now - waiting.enqueued_ns >= self.cancel_check_after_ns and waiting.responder.cancelled():
                     waiting.responder.drop()  # cancelled before it ran
                     continue
-                self._on_wait(waited_ns)
                 waiting.item.index = position
                 live.append(waiting)
             if not live:
                 continue
+            self._on_wait(sum(now - waiting.enqueued_ns for waiting in live))
             try:
                 self.runner.run_chunk(
                     [w.item for w in live],
