@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per (contexts, batch)")
     parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     parser.add_argument("--seq-len", type=int, default=128, help="bert_base: tokens per sequence")
+    parser.add_argument("--image-size", type=int, default=224, help="resnet50: input height and width")
     parser.add_argument("--device", default="cuda:0", help="torch: the GPU")
     parser.add_argument("--inputs", choices=("host", "device"), default="host",
                         help="torch: where the batch's inputs lie when submitted")
@@ -68,10 +69,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def example_options(args: argparse.Namespace) -> dict[str, int]:
+    return {"image_size": args.image_size} if args.model == "resnet50" else {}
+
+
 def load(args: argparse.Namespace, contexts: int) -> Runtime:
     example = get_example(args.model)
     params = {"runtime": args.runtime, "model_file": args.onnx.name, "contexts": str(contexts),
-              "profile": example.serving_profiles()[0]}
+              "profile": example.serving_profiles(**example_options(args))[0]}
     config = {"name": args.model, "max_batch_size": example.max_batch_size(),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
     device = args.device if args.runtime == "torch" else "cpu"
@@ -87,7 +92,7 @@ def inputs_for(args: argparse.Namespace, batch: int) -> Parts:
     """One batch as the parts a context is submitted: numpy arrays, or CUDA tensors with --inputs device."""
     example = get_example(args.model)
     if args.model != "bert_base":
-        inputs = example.sample_inputs(batch, seed=0)
+        inputs = example.sample_inputs(batch, seed=0, **example_options(args))
     else:
         rng = np.random.default_rng(0)
         vocab = example.options()["vocab_size"]
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not args.onnx.is_file():
         print(f"generating {args.model} into {args.onnx}", file=sys.stderr, flush=True)
-        write_example(args.model, args.onnx)
+        write_example(args.model, args.onnx, **example_options(args))
     report: dict[str, Any] = {
         **provenance(),
         "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,

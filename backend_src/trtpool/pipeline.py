@@ -10,6 +10,11 @@ models since tritonserver 2.38, so HTTP /infer and unary gRPC clients work).
 When every context is busy, execute() waits for one: Triton's queue then
 fills and its dynamic batcher makes larger batches.
 
+Each response sent is a round trip to the server process (the stub waits
+for the server to take it, with the GIL released), so one batch's responses
+are sent from ``response_threads`` threads at once; the context is given
+back once all of them are out, since they are read from its buffers.
+
 Every request is answered exactly once, whatever fails: the responder ignores
 a second answer, and a completion that raises fails the batch it held.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from trtpool.responders import Responder
@@ -28,10 +33,13 @@ log = logging.getLogger("trtpool")
 
 
 class Pipeline:
-    def __init__(self, runner: BatchRunner, on_done: Callable[[], None] | None = None) -> None:
+    def __init__(self, runner: BatchRunner, response_threads: int = 1,
+                 on_done: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self._on_done = on_done or (lambda: None)
         self._completions = ThreadPoolExecutor(max_workers=runner.pool.size, thread_name_prefix="trtpool-complete")
+        self._senders = (ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
+                         if response_threads > 1 else None)
 
     def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
         """Start every request's batch; returns before they complete."""
@@ -54,7 +62,12 @@ class Pipeline:
     def _finish(self, context: ExecutionContext, chunk: list[Item], emit: Callable, fail: Callable,
                 responders: Sequence[Responder]) -> None:
         try:
-            self.runner.finish(context, chunk, emit, fail)
+            if self._senders is None:
+                self.runner.finish(context, chunk, emit, fail)
+            else:
+                sent: list[Future] = []
+                self.runner.finish(context, chunk, lambda i, outputs: sent.append(self._senders.submit(emit, i, outputs)),
+                                   fail, answered=lambda: wait(sent))
         except BaseException as exc:
             log.exception("completing a pipelined batch")
             for item in chunk:
@@ -64,3 +77,5 @@ class Pipeline:
 
     def close(self) -> None:
         self._completions.shutdown(wait=True)
+        if self._senders is not None:
+            self._senders.shutdown(wait=True)

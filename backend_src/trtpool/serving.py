@@ -158,13 +158,18 @@ class BatchRunner:
             return None
         return context
 
-    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail) -> None:
-        """Wait for the chunk's batch, answer its requests, give the context back."""
+    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail,
+               answered: Callable[[], None] = lambda: None) -> None:
+        """Wait for the chunk's batch, answer its requests, give the context back.
+
+        `answered` runs after the last emit, before the context is given back: a
+        caller whose emit hands answers to other threads waits for them there."""
         failure = None
         try:
             outputs = context.complete()
             self._on_batch(sum(item.batch for item in chunk) if self.signature.batched else 1)
             self._emit_all(chunk, outputs, emit, fail)
+            answered()
         except Exception as exc:
             failure = exc
         finally:
