@@ -11,9 +11,11 @@ When every context is busy, execute() waits for one: Triton's queue then
 fills and its dynamic batcher makes larger batches.
 
 Each response sent is a round trip to the server process (the stub waits
-for the server to take it, with the GIL released), so one batch's responses
-are sent from ``response_threads`` threads at once; the context is given
-back once all of them are out, since they are read from its buffers.
+for the server to take it, with the GIL released), so a batch's outputs are
+copied out of its context, the context is given back at once for the next
+batch, and the responses are then sent from ``response_threads`` threads.
+A completion thread takes its next batch once its own responses are out,
+which bounds the responses waiting to be sent.
 
 Every request is answered exactly once, whatever fails: the responder ignores
 a second answer, and a completion that raises fails the batch it held.
@@ -63,11 +65,12 @@ class Pipeline:
                 responders: Sequence[Responder]) -> None:
         try:
             if self._senders is None:
-                self.runner.finish(context, chunk, emit, fail)
+                self.runner.finish(context, chunk, emit, fail, detach=True)
             else:
                 sent: list[Future] = []
                 self.runner.finish(context, chunk, lambda i, outputs: sent.append(self._senders.submit(emit, i, outputs)),
-                                   fail, answered=lambda: wait(sent))
+                                   fail, detach=True)
+                wait(sent)
         except BaseException as exc:
             log.exception("completing a pipelined batch")
             for item in chunk:

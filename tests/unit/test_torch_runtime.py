@@ -98,10 +98,16 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 
 # --- CPU ------------------------------------------------------------------------
 
-def test_batch_buckets_are_powers_of_two_then_the_max():
-    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
-    assert batch_buckets(24) == (1, 2, 4, 8, 16, 24)
+def test_batch_buckets_pad_by_at_most_an_eighth_of_the_max():
+    assert batch_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert batch_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert batch_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
+    assert batch_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
     assert batch_buckets(1) == (1,)
+    for largest in range(1, 130):
+        buckets = batch_buckets(largest)
+        assert buckets[-1] == largest and list(buckets) == sorted(set(buckets))
+        assert all(bucket_of(n, buckets) - n <= max(1, largest // 8) for n in range(1, largest + 1))
 
 
 def test_sequence_buckets_stop_at_the_profile_max():
@@ -387,7 +393,7 @@ def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"])],
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
         "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
         [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
     path = tmp_path / "1" / "model.onnx"

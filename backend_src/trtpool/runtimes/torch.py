@@ -30,7 +30,7 @@ a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
-Batch sizes are bucketed to powers of two up to the max batch. Other dynamic
+Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
 non-batch dimension is right only for models that mask it (attention_mask 0
@@ -88,12 +88,15 @@ Buckets = tuple[int, ...] | None  # the sizes a dimension is padded to; None: us
 
 # --- buckets ---------------------------------------------------------------
 
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """1, 2, 4, ... below max_batch, then max_batch itself."""
-    sizes, size = [], 1
-    while size < max_batch:
-        sizes.append(size)
-        size *= 2
+def batch_buckets(max_batch: int, steps: int = 8) -> tuple[int, ...]:
+    """Powers of two up to max_batch / `steps`, then multiples of it, then max_batch.
+
+    A batch runs in the smallest bucket that holds it, padded: with powers of two
+    alone a batch of 17 computes 32 rows. Here no bucket wastes more than
+    max_batch / steps rows (4 of 32), for `steps` + log2 graphs per context."""
+    step = 1 << max(0, (max_batch // steps).bit_length() - 1)  # a power of two, max_batch / steps or below
+    sizes = [1 << k for k in range(step.bit_length() - 1)]
+    sizes += range(step, max_batch, step)
     return (*sizes, max_batch)
 
 
