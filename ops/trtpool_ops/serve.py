@@ -80,14 +80,17 @@ def wait_live(process: subprocess.Popen, url: str, timeout: float) -> bool:
 
 
 def report(states: Sequence[ModelState]) -> list[ModelState]:
-    """Print every model's load result; return the failed ones."""
-    failed = [s for s in states if s.state != "READY"]
+    """Print every model's load result; return the ones that failed to load."""
+    failed = [s for s in states if s.state not in ("READY", "")]
     for state in states:
         if state.state == "READY":
             say(f"  {state.name}: READY")
-        else:
-            reason = state.reason.split("\n\n")[0] or state.state or "not loaded"  # the error, not its traceback
+        elif state.state:
+            reason = state.reason.split("\n\n")[0] or state.state  # the error, not its traceback
             say(f"  {state.name}: FAILED TO LOAD: {reason}")
+    skipped = [s.name for s in states if not s.state]
+    if skipped:
+        say(f"  not loaded (not in --models): {', '.join(skipped)}")
     return failed
 
 
@@ -113,19 +116,22 @@ def start(command: list[str], log: IO[bytes] | None) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> None:
-    """Triton drains in-flight requests (--exit-timeout-secs) on SIGINT/SIGTERM, then stops its stubs."""
-    if process.poll() is None:
-        process.send_signal(signum)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL tritonserver's process group: the server and any stub it left."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    process.wait()
+
+
+def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> None:
+    """Triton drains in-flight requests (--exit-timeout-secs) on SIGINT/SIGTERM, then stops its
+    stubs; after `grace` seconds the group is killed. Returns at once (safe in a signal handler)."""
+    if process.poll() is None:
+        process.send_signal(signum)
+        timer = threading.Timer(grace, kill_group, (process,))
+        timer.daemon = True
+        timer.start()
 
 
 def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
@@ -140,17 +146,20 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         stopping.set()
         say("stopping tritonserver (draining in-flight requests)")
-        stop(process, signum)
+        ask_to_stop(process, signum)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     url = control_url(options)
     if not wait_live(process, url, args.start_timeout):
         if stopping.is_set():
+            process.wait()
+            kill_group(process)
             return 0
         if process.poll() is None:
             say(f"tritonserver not up after {args.start_timeout:g} s")
-            stop(process, signal.SIGTERM)
+            kill_group(process)
+            process.wait()
         say(f"tritonserver exited with status {process.returncode} during start-up")
         errors = log_errors(args.log)
         if errors:
@@ -167,6 +176,7 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
         say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; dead stubs are reloaded")
     say("Ctrl-C stops the server.")
     code = process.wait()
+    kill_group(process)
     if log:
         log.close()
     if stopping.is_set():
