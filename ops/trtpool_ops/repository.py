@@ -1,7 +1,6 @@
 """Model states from Triton's repository index, and a reload that restarts stubs."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import tritonclient.grpc as grpcclient
@@ -19,22 +18,18 @@ def model_states(client: grpcclient.InferenceServerClient) -> list[ModelState]:
     return [ModelState(m["name"], m.get("state", ""), m.get("reason", "")) for m in index]
 
 
-def wait_unloaded(client: grpcclient.InferenceServerClient, model: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(s.state != "UNLOADING" for s in model_states(client) if s.name == model):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"model '{model}' still unloading after {timeout:g} s")
-
-
 def reload_model(client: grpcclient.InferenceServerClient, model: str, timeout: float = 300.0) -> None:
-    """Unload, then load: new stub processes.
+    """Unload, then load at once: new stub processes, serving when this returns.
 
-    A plain load of an unchanged READY model is only a config update in Triton
-    2.51 (core r24.10 src/model_repository_manager/model_lifecycle.cc, AsyncLoad):
-    the existing instances, dead stub included, are kept.
+    Not a plain load: for an unchanged READY model Triton 2.51 only updates the
+    config and keeps the instances, dead stub included (core r24.10
+    model_lifecycle.cc:486-503). And not waiting for the unload to finish: once
+    a request has failed on a dead stub, it never finishes. The Python backend
+    returns early from that request (python_be.cc:1342) without deleting its
+    response factory (created at :311, deleted only at :1360), and each
+    factory holds the model (core infer_response.h:113), so the old model
+    object, its surviving stubs and their memory stay until the server exits.
+    Triton loads the new model beside it (model_lifecycle.cc:510).
     """
     client.unload_model(model)
-    wait_unloaded(client, model, timeout)
     client.load_model(model, client_timeout=timeout)

@@ -6,7 +6,10 @@ Models load in explicit model-control mode. A model that fails to load is
 listed with Triton's reason and the others serve; --strict makes any failure
 stop the server (for production). While serving, a watchdog sends each model
 a tiny request and watches its stub processes every --watch-interval seconds;
-a model whose stub died is unloaded and loaded again (new stubs).
+a model whose stub died is unloaded and loaded again (new stubs), or with
+--on-dead-stub=exit the server is stopped and this command exits with status
+3, for a supervisor to restart it (Triton 2.51 never frees a model whose stub
+died while serving: each reload keeps the old instances' memory).
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from tritonclient.utils import InferenceServerException
 
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.repository import ModelState, model_states
-from trtpool_ops.watchdog import Watchdog
+from trtpool_ops.watchdog import ON_DEAD_STUB, Watchdog
 
+EXIT_DEAD_STUB = 3
 # Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
 ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
 
@@ -53,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--watch-interval", type=float, default=5.0, metavar="S",
                    help="seconds between liveness checks of every model; 0: no watchdog")
     p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
+                   help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB} (default: reload)")
     p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
     p.add_argument("--tritonserver", default=os.environ.get("TRTPOOL_TRITONSERVER", "tritonserver"),
                    help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, else from PATH)")
@@ -142,6 +148,7 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     log = args.log.open("wb") if args.log else None
     process = start(command, log)
     stopping = threading.Event()   # set by a signal: the watchdog ends, the exit is clean
+    dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit
 
     def on_signal(signum: int, _frame: object) -> None:
         stopping.set()
@@ -171,14 +178,21 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     say(f"ready: {len(ready)} model(s) serving" + (f", {len(failed)} failed to load (listed above)" if failed else ""))
     print_endpoints(options, ready)
     if args.watch_interval > 0:
-        watchdog = Watchdog(url, process.pid, say, args.probe_timeout)
+        def exit_server() -> None:
+            dead_stub.set()
+            ask_to_stop(process, signal.SIGTERM)
+
+        watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server)
         threading.Thread(target=watchdog.run, args=(args.watch_interval, stopping), daemon=True).start()
-        say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; dead stubs are reloaded")
+        action = "reloaded" if args.on_dead_stub == "reload" else f"stop the server (exit {EXIT_DEAD_STUB})"
+        say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; models with a dead stub: {action}")
     say("Ctrl-C stops the server.")
     code = process.wait()
     kill_group(process)
     if log:
         log.close()
+    if dead_stub.is_set():
+        return EXIT_DEAD_STUB
     if stopping.is_set():
         return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL) else code
     say(f"tritonserver exited unexpectedly with status {code}")

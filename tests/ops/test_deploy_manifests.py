@@ -100,6 +100,7 @@ def test_deployment_gpu_probes_and_draining(rendered):
         assert container["image"] == "trtpool:24.10-py3"
     args = server["args"]
     assert args[0] == "trtpool-serve" and "--strict" in args and "--address=0.0.0.0" in args
+    assert "--on-dead-stub=exit" in args      # the restart policy frees a dead model's memory
     assert server["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert server["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert server["livenessProbe"]["exec"]["command"][0] == "trtpool-health"
