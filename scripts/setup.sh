@@ -93,27 +93,31 @@ fetch_deb() {  # package dest-root
   dpkg -x "$(ls "$debs/$1"_*.deb | tail -n1)" "$2"
 }
 
+# trtpool into the serving environment and the backend into .triton/backends,
+# with the image's recipe (scripts/install-trtpool.sh); pip runs only when
+# pyproject.toml changed.
 setup_venv() {
+  local pip_args=()
   if [ "${TRTPOOL_SYSTEM_PYTHON:-0}" = 1 ]; then
     say "using $(command -v "$PYTHON") as is (TRTPOOL_SYSTEM_PYTHON=1)"
     INSTALLER=$PYTHON
     SERVING_BIN=$(dirname "$(command -v "$PYTHON")")
-    return
-  fi
-  INSTALLER="$VENV/bin/python"
-  SERVING_BIN="$VENV/bin"
-  [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
-  local stamp="$VENV/.trtpool-installed" want
-  want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing trtpool and its dev extras into $VENV (a minute on first run)"
-    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" \
-      ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"}
-    echo "$want" >"$stamp"
   else
-    say "venv up to date: $VENV"
+    INSTALLER="$VENV/bin/python"
+    SERVING_BIN="$VENV/bin"
+    [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+    local stamp="$VENV/.trtpool-installed" want
+    want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+      say "installing trtpool and its dev extras into $VENV (a minute on first run)"
+      "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+      pip_args=(-- -q -e "$ROOT[dev]" ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"})
+    else
+      say "venv up to date: $VENV"
+    fi
   fi
+  bash "$ROOT/scripts/install-trtpool.sh" "$INSTALLER" "$TRITON/backends" --link "${pip_args[@]}"
+  [ -z "${stamp:-}" ] || echo "$want" >"$stamp"
 }
 
 setup_tritonserver() {
@@ -139,10 +143,6 @@ setup_tritonserver() {
   cp -f "$server/tritonserver/backends/python/libtriton_python.so" \
         "$server/tritonserver/backends/python/triton_python_backend_utils.py" \
         "$stub" "$backends/python/"
-  # The trtpool backend: model.py only; it imports the installed trtpool package.
-  rm -rf "$backends/trtpool"
-  mkdir -p "$backends/trtpool"
-  ln -sfn "$ROOT/backend_src/model.py" "$backends/trtpool/model.py"
   mkdir -p "$TRITON/bin"
   cat >"$TRITON/bin/tritonserver" <<EOF
 #!/usr/bin/env bash
