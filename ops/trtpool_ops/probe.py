@@ -50,7 +50,7 @@ def probe_inputs(config: dict[str, Any]) -> list[grpcclient.InferInput]:
     return inputs
 
 
-def _verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
+def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
     if error is None:
         return ProbeResult(model, True, "answered")
     message = str(error)
@@ -93,4 +93,4 @@ def probe_model(url: str, model: str, timeout: float = 10.0) -> ProbeResult:
     inputs = probe_inputs(config)
     decoupled = config.get("model_transaction_policy", {}).get("decoupled", False)
     send = _streamed if decoupled else _unary
-    return _verdict(model, send(url, model, inputs, timeout))
+    return verdict(model, send(url, model, inputs, timeout))

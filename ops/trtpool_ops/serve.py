@@ -140,6 +140,18 @@ def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> 
         timer.start()
 
 
+def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen,
+                   stopping: threading.Event, dead_stub: threading.Event) -> None:
+    def exit_server() -> None:
+        dead_stub.set()
+        ask_to_stop(process, signal.SIGTERM)
+
+    watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server)
+    threading.Thread(target=watchdog.run, args=(args.watch_interval, stopping), daemon=True).start()
+    action = "reloaded" if args.on_dead_stub == "reload" else f"stop the server (exit {EXIT_DEAD_STUB})"
+    say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; models with a dead stub: {action}")
+
+
 def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
                            args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
@@ -178,14 +190,7 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     say(f"ready: {len(ready)} model(s) serving" + (f", {len(failed)} failed to load (listed above)" if failed else ""))
     print_endpoints(options, ready)
     if args.watch_interval > 0:
-        def exit_server() -> None:
-            dead_stub.set()
-            ask_to_stop(process, signal.SIGTERM)
-
-        watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server)
-        threading.Thread(target=watchdog.run, args=(args.watch_interval, stopping), daemon=True).start()
-        action = "reloaded" if args.on_dead_stub == "reload" else f"stop the server (exit {EXIT_DEAD_STUB})"
-        say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; models with a dead stub: {action}")
+        start_watchdog(args, url, process, stopping, dead_stub)
     say("Ctrl-C stops the server.")
     code = process.wait()
     kill_group(process)
