@@ -23,7 +23,7 @@ def reload_model(client: grpcclient.InferenceServerClient, model: str, timeout: 
 
     Not a plain load: for an unchanged READY model Triton 2.51 only updates the
     config and keeps the instances, dead stub included (core r24.10
-    model_lifecycle.cc:486-503). And not waiting for the unload to finish: once
+    model_lifecycle.cc:486-505). And not waiting for the unload to finish: once
     a request has failed on a dead stub, it never finishes. The Python backend
     returns early from that request (python_be.cc:1342) without deleting its
     response factory (created at :311, deleted only at :1360), and each
