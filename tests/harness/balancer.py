@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-from tests.harness.server import ROOT, TritonServer, free_port
+from tests.harness.server import ROOT, LoopbackEndpoints, TritonServer, free_port
 
 NGINX = ROOT / ".triton" / "bin" / "nginx"
 TEMPLATE = ROOT / "deploy" / "nginx" / "trtpool.conf.template"
@@ -29,7 +29,7 @@ def render(prefix: Path, replicas: Sequence[TritonServer], http_port: int, grpc_
     )
 
 
-class Balancer:
+class Balancer(LoopbackEndpoints):
     def __init__(self, prefix: Path, replicas: Sequence[TritonServer]) -> None:
         self.prefix = prefix
         self.http_port, self.grpc_port = free_port(), free_port()
@@ -37,14 +37,6 @@ class Balancer:
         self.config = prefix / "nginx.conf"
         self.config.write_text(render(prefix, replicas, self.http_port, self.grpc_port))
         self.process: subprocess.Popen | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
 
     def start(self, timeout: float = 10.0) -> "Balancer":
         command = [str(NGINX), "-p", str(self.prefix), "-c", str(self.config), "-e", "stderr",

@@ -11,16 +11,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness.server import ROOT, TRITONSERVER, free_port
+from tests.harness.server import ROOT, TRITONSERVER, LoopbackEndpoints, free_port
 
 TRTPOOL_SERVE = Path(sys.executable).parent / "trtpool-serve"
 
 
 @dataclass(frozen=True)
-class Ports:
-    http: int = field(default_factory=free_port)
-    grpc: int = field(default_factory=free_port)
-    metrics: int = field(default_factory=free_port)
+class Ports(LoopbackEndpoints):
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
 
 
 class ServeCommand:
@@ -33,14 +33,6 @@ class ServeCommand:
             start_new_session=True,
             env={**os.environ, "TRTPOOL_TRITONSERVER": str(TRITONSERVER), **(env or {})})
         threading.Thread(target=self._read, daemon=True).start()
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.ports.grpc}"
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.ports.http}"
 
     def _read(self) -> None:
         for line in self.process.stdout:
@@ -76,12 +68,13 @@ class ServeCommand:
 def trtpool_serve(repo: Path, log: Path, *args: str) -> ServeCommand:
     ports = Ports()
     return ServeCommand([str(TRTPOOL_SERVE), "--repo", str(repo), "--log", str(log),
-                         "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
-                         "--metrics-port", str(ports.metrics), *args], ports)
+                         "--http-port", str(ports.http_port), "--grpc-port", str(ports.grpc_port),
+                         "--metrics-port", str(ports.metrics_port), *args], ports)
 
 
 def serve_sh(env: dict[str, str], *args: str) -> ServeCommand:
     """scripts/serve.sh with the ports (and MODELS etc.) in its environment."""
     ports = Ports()
-    port_env = {"HTTP_PORT": str(ports.http), "GRPC_PORT": str(ports.grpc), "METRICS_PORT": str(ports.metrics)}
+    port_env = {"HTTP_PORT": str(ports.http_port), "GRPC_PORT": str(ports.grpc_port),
+                "METRICS_PORT": str(ports.metrics_port)}
     return ServeCommand(["bash", str(ROOT / "scripts" / "serve.sh"), *args], ports, {**port_env, **env})

@@ -123,35 +123,35 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
     serve = trtpool_serve(repository, log, "--watch-interval=0", EXIT_TIMEOUT)
     try:
         serve.wait_for("[serve] ready:")
-        assert health(serve.grpc_url)[0] == 0
+        assert health(serve.ports.grpc_url)[0] == 0
         assert len(stubs_of(serve, repository, "tiny")) == 2
         # One instance only: the other may still answer, so all of tiny's stubs go.
         for stub in stubs_of(serve, repository, "tiny"):
             stub.send_signal(signal.SIGKILL)
         killed = time.monotonic()
 
-        code, report = health(serve.grpc_url)
+        code, report = health(serve.ports.grpc_url)
         assert time.monotonic() - killed < DEAD_WITHIN_S
         assert code == 1, report
         assert "tiny: DEAD (" in report and "is not healthy" in report
         assert "tiny2: alive" in report and "tiny_decoupled: alive" in report
 
         # Tritonserver 2.51's own view: READY, and every request fails about a second later.
-        with httpclient.InferenceServerClient(serve.http_url) as client:
+        with httpclient.InferenceServerClient(serve.ports.http_url) as client:
             assert client.is_model_ready("tiny") and client.is_server_ready() and client.is_server_live()
         start = time.monotonic()
-        _, answer = infer(serve.grpc_url, 0)
+        _, answer = infer(serve.ports.grpc_url, 0)
         assert isinstance(answer, str) and "Stub process 'tiny_0_" in answer and "is not healthy" in answer
         assert 0.5 < time.monotonic() - start < 5
-        with grpcclient.InferenceServerClient(serve.grpc_url) as client:
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             client.load_model("tiny")          # unchanged model: a config update, the dead stubs stay
-        assert isinstance(infer(serve.grpc_url, 1)[1], str)
+        assert isinstance(infer(serve.ports.grpc_url, 1)[1], str)
 
-        with grpcclient.InferenceServerClient(serve.grpc_url) as client:
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             reload_model(client, "tiny")       # the documented recovery: unload, then load
-        assert_answers_correct([(0, *infer(serve.grpc_url, seed)) for seed in range(5)])
-        assert all(not isinstance(infer(serve.grpc_url, seed)[1], str) for seed in range(5))
-        assert health(serve.grpc_url)[0] == 0
+        assert_answers_correct([(0, *infer(serve.ports.grpc_url, seed)) for seed in range(5)])
+        assert all(not isinstance(infer(serve.ports.grpc_url, seed)[1], str) for seed in range(5))
+        assert health(serve.ports.grpc_url)[0] == 0
     finally:
         code = serve.stop()
     assert code == 1 and LEAKED_MODEL_EXIT in log.read_text(), "the old tiny was freed after all?"
@@ -163,7 +163,7 @@ def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp
     try:
         serve.wait_for("[serve] watchdog:")
         time.sleep(2.5)                        # the watchdog has seen every stub alive
-        load = Load(serve.grpc_url)
+        load = Load(serve.ports.grpc_url)
         time.sleep(1)
         [victim, survivor] = stubs_of(serve, repository, "tiny")
         os.kill(victim.pid, signal.SIGKILL)    # one of two instances: the probe may not notice, the tracker does

@@ -49,7 +49,7 @@ def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_r
             assert fragment in line, line
         assert f"{len(broken)} failed to load" in output
         x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
-        with httpclient.InferenceServerClient(serve.http_url) as client:
+        with httpclient.InferenceServerClient(serve.ports.http_url) as client:
             assert client.is_server_ready()
             y = client.infer("tiny", [http_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
         np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
@@ -72,7 +72,7 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
     serve = serve_sh({"MODELS": "tiny", "TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")}, "--watch-interval=0")
     try:
         serve.wait_for("[serve] ready:", timeout=300)
-        with grpcclient.InferenceServerClient(serve.grpc_url) as client:
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             states = {m["name"]: m.get("state", "") for m in client.get_model_repository_index(as_json=True)["models"]}
         assert states["tiny"] == "READY"
         assert states["resnet50"] == "" and states["bert_base"] == "", states   # present, never loaded
@@ -87,11 +87,11 @@ def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_reposit
     ports = Ports()
     serve = serve_sh({"TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")},
                      "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
-                     f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}")
+                     f"--http-port={ports.http_port}", f"--grpc-port={ports.grpc_port}", f"--metrics-port={ports.metrics_port}")
     try:
         serve.wait_for("[serve] ready:", timeout=300)
         assert "preparing example models" not in serve.output()
-        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports.grpc}") as client:
+        with grpcclient.InferenceServerClient(ports.grpc_url) as client:
             assert client.is_model_ready("tiny")
             assert not any(client.is_model_ready(model) for model in broken)
     finally:

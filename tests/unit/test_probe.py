@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tritonclient.utils import InferenceServerException
 
-from trtpool_ops.probe import verdict, probe_inputs
+from trtpool_ops.probe import probe_inputs, verdict
 
 
 def test_probe_inputs_are_batch_one_zeros_with_variable_dimensions_one():
