@@ -26,6 +26,9 @@ from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 DEAD_STUB_MESSAGES = ("is not healthy", "Failed to obtain the health mutex")
 
 
+Inputs = list[grpcclient.InferInput]
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     model: str
@@ -33,7 +36,7 @@ class ProbeResult:
     detail: str
 
 
-def probe_inputs(config: dict[str, Any]) -> list[grpcclient.InferInput]:
+def probe_inputs(config: dict[str, Any]) -> Inputs:
     """Zeros for every required input: batch 1 where the model batches, each -1 dimension 1."""
     batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
     inputs = []
@@ -59,7 +62,7 @@ def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
     return ProbeResult(model, True, f"answered with an error: {message}")
 
 
-def _unary(url: str, model: str, inputs: list[grpcclient.InferInput], timeout: float) -> InferenceServerException | None:
+def _unary(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
     with grpcclient.InferenceServerClient(url) as client:
         try:
             client.infer(model, inputs, client_timeout=timeout)
@@ -68,7 +71,7 @@ def _unary(url: str, model: str, inputs: list[grpcclient.InferInput], timeout: f
     return None
 
 
-def _streamed(url: str, model: str, inputs: list[grpcclient.InferInput], timeout: float) -> InferenceServerException | None:
+def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
     """Decoupled models take gRPC streams only: the first response or error decides."""
     answers: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(url) as client:

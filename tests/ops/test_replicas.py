@@ -139,5 +139,6 @@ def test_every_replica_exports_the_autoscaling_series(cluster):
         for name in names:
             assert re.search(rf'^{name}{{[^}}]*model="tiny"', text, re.M), f"{name} missing on {replica.metrics_url}"
         # Average queue microseconds per request, the HPA's target: a real, finite number.
-        queue_us = metric(text, "nv_inference_queue_duration_us") / max(1.0, metric(text, "nv_inference_request_success"))
+        requests = max(1.0, metric(text, "nv_inference_request_success"))
+        queue_us = metric(text, "nv_inference_queue_duration_us") / requests
         assert 0 <= queue_us < 10_000_000

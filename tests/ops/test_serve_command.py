@@ -87,7 +87,8 @@ def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_reposit
     ports = Ports()
     serve = serve_sh({"TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")},
                      "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
-                     f"--http-port={ports.http_port}", f"--grpc-port={ports.grpc_port}", f"--metrics-port={ports.metrics_port}")
+                     f"--http-port={ports.http_port}", f"--grpc-port={ports.grpc_port}",
+                     f"--metrics-port={ports.metrics_port}")
     try:
         serve.wait_for("[serve] ready:", timeout=300)
         assert "preparing example models" not in serve.output()
