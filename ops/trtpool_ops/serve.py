@@ -185,8 +185,9 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
             print(errors, file=sys.stderr)
         return 1
     with grpcclient.InferenceServerClient(url) as client:
-        failed = report(model_states(client))
-        ready = [s.name for s in model_states(client) if s.state == "READY"]
+        states = model_states(client)
+    failed = report(states)
+    ready = [s.name for s in states if s.state == "READY"]
     say(f"ready: {len(ready)} model(s) serving" + (f", {len(failed)} failed to load (listed above)" if failed else ""))
     print_endpoints(options, ready)
     if args.watch_interval > 0:
