@@ -29,15 +29,11 @@ class ServerFailed(RuntimeError):
     pass
 
 
-class TritonServer:
-    def __init__(self, repository: Path, log_path: Path, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
-        self.repository = repository
-        self.log_path = log_path
-        self.args = args
-        self.env = env or {}
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.process: subprocess.Popen | None = None
+class LoopbackEndpoints:
+    """The client addresses of something listening on loopback HTTP and gRPC ports."""
+
+    http_port: int
+    grpc_port: int
 
     @property
     def http_url(self) -> str:
@@ -46,6 +42,17 @@ class TritonServer:
     @property
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+
+class TritonServer(LoopbackEndpoints):
+    def __init__(self, repository: Path, log_path: Path, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self.repository = repository
+        self.log_path = log_path
+        self.args = args
+        self.env = env or {}
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.process: subprocess.Popen | None = None
 
     @property
     def metrics_url(self) -> str:
