@@ -90,18 +90,18 @@ NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.i
 class Dims:
     """Like trt.Dims: indexable, sized, equal to a tuple or list of its values; not a tuple."""
 
-    def __init__(self, shape: Any = ()) -> None:
+    def __init__(self, shape: Any) -> None:
         self._values = tuple(int(d) for d in shape)
 
     def __len__(self) -> int:
         return len(self._values)
 
-    def __getitem__(self, index: int) -> int:
-        return self._values[index]
+    def __getitem__(self, arg0: int) -> int:
+        return self._values[arg0]
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (tuple, list)):
-            return self._values == tuple(other)
+    def __eq__(self, arg0: object) -> bool:
+        if isinstance(arg0, (tuple, list)):
+            return self._values == tuple(arg0)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -285,7 +285,7 @@ class ICudaEngine:
 
     # -- the model ------------------------------------------------------------------
 
-    def infer(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]] | str:
+    def _infer(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]] | str:
         """Output shapes (-1 where the data decides) for input shapes, or why they cannot be inferred."""
         key = tuple(sorted(shapes.items()))
         if key not in self._inferred:
@@ -306,7 +306,7 @@ class ICudaEngine:
                                        for v in inferred.graph.output}
         return self._inferred[key]
 
-    def compute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _compute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self.outputs, self.session.run(list(self.outputs), inputs)))
 
 
@@ -387,7 +387,7 @@ class IExecutionContext:
         return True
 
     def _inferred(self) -> dict[str, tuple[int, ...]] | str:
-        return self._engine.infer(self._shapes)
+        return self._engine._infer(self._shapes)
 
     def get_tensor_shape(self, name: str) -> Dims:
         engine = self._engine
@@ -491,7 +491,7 @@ class IExecutionContext:
             if self._state() != state:
                 raise DoubleError(cudaError_t.cudaErrorIllegalAddress,
                                   f"a captured run replayed in context state {self._state()}, captured in {state}")
-            outputs = self._engine.compute(self._read_inputs(shapes, addresses))
+            outputs = self._engine._compute(self._read_inputs(shapes, addresses))
             for name, value in outputs.items():
                 if value.shape != inferred[name]:
                     raise DoubleError(cudaError_t.cudaErrorIllegalAddress, f"{name}: {value.shape} != {inferred[name]}")
@@ -506,7 +506,7 @@ class IExecutionContext:
         err, = cudart.cudaStreamSynchronize(stream_handle)
         if err:
             return self._error(f"IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime ({err.name})")
-        outputs = self._engine.compute(self._read_inputs(self._shapes, self._addresses))
+        outputs = self._engine._compute(self._read_inputs(self._shapes, self._addresses))
         addresses = dict(self._addresses)
         for name in dynamic:
             allocator = self._allocators.get(name)
@@ -546,17 +546,19 @@ class _StreamCapturable:
 def make_module(cudart: FakeCudart, name: str = "tensorrt", version: str = "10.8.0.43") -> Any:
     """A module object standing in for `tensorrt` (or `tensorrt_rtx`) of a release, bound to a FakeCudart.
 
-    The release decides the members that differ: device_memory_size (10.x, removed in
-    11.0), device_memory_size_v2 (10.1 and later), is_stream_capturable (TensorRT-RTX).
+    The release decides the members that differ: device_memory_size (tensorrt 10.x, removed
+    in 11.0, never in TensorRT-RTX), device_memory_size_v2 (10.1 and later, TensorRT-RTX),
+    is_stream_capturable (TensorRT-RTX).
     """
     import types
 
     shared = _Module(cudart, name, version)
-    release = shared.release
-    memory = ((_MemorySize,) if release < (11, 0) else ()) + ((_MemorySizeV2,) if release >= (10, 1) else ())
-    rtx = (_StreamCapturable,) if name == "tensorrt_rtx" else ()
+    rtx, release = name == "tensorrt_rtx", shared.release
+    memory = ((_MemorySize,) if not rtx and release < (11, 0) else ()) + \
+        ((_MemorySizeV2,) if rtx or release >= (10, 1) else ())
+    capturable = (_StreamCapturable,) if rtx else ()
     shared.engine_class = type("ICudaEngine", (ICudaEngine, *memory), {})
-    shared.context_class = type("IExecutionContext", (IExecutionContext, *rtx), {})
+    shared.context_class = type("IExecutionContext", (IExecutionContext, *capturable), {})
 
     def init_libnvinfer_plugins(logger: Any, namespace: str) -> bool:
         shared.plugins_registered = True
