@@ -49,6 +49,15 @@ def positive_model(w: np.ndarray, b: np.ndarray) -> onnx.ModelProto:
     return model
 
 
+def column_sums_model(w: np.ndarray, b: np.ndarray) -> onnx.ModelProto:
+    """The linear model plus sums = y summed over the batch [N]: an output that is not batched."""
+    model = linear_model(w, b)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "batch_axis"))
+    model.graph.node.append(helper.make_node("ReduceSum", ["y", "batch_axis"], ["sums"], keepdims=0))
+    model.graph.output.append(helper.make_tensor_value_info("sums", TensorProto.FLOAT, [w.shape[1]]))
+    return model
+
+
 def masked_model() -> onnx.ModelProto:
     """tokens [batch, length] (float32) and mask [batch, length] -> total = sum(tokens * mask, 1):
     the two inputs' lengths must agree, which only the model knows."""

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.doubles.cuda_double import GRAPH_BYTES_PER_NODE, FakeCudart, FakeDevice
-from tests.doubles.engines import (GPU_NAME, linear_model, linear_reference, masked_model, positive_model,
+from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, linear_reference, masked_model, positive_model,
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from trtpool import config as pool_config
@@ -284,6 +284,21 @@ def test_capture_invalidated_by_work_that_cannot_be_captured(runtime, fake, monk
     assert any("capture invalidated" in why for why in fake.misuse)
     x = batch(2)
     check(run(context, x), x)
+    context.close()
+
+
+def test_an_output_that_is_not_batched_keeps_batches_unpadded(tmp_path, trt):
+    """Padding rows could not be cut out of a sum over the batch: graphs are per exact shape."""
+    data = engine_bytes(column_sums_model(W, B), PROFILES)
+    outputs = [*LINEAR_IO[1], TensorInfo("sums", "float32", (N,))]
+    runtime = load(write_engine(tmp_path / "1", data, PROFILES, LINEAR_IO[0], outputs, version=TRT_VERSION))
+    context = runtime.create_context(0)
+    for size in (3, 3):
+        x = batch(size)
+        outputs = run(context, x)
+        check(outputs, x)
+        np.testing.assert_allclose(outputs["sums"], linear_reference(x, W, B)["y"].sum(axis=0), rtol=1e-5)
+    assert context.captured == [(0, (("x", (3, K)),))]
     context.close()
 
 

@@ -113,12 +113,10 @@ class TensorRTRuntime(Runtime):
             for s in self.signature.inputs}
         self.output_capacities, self.data_dependent = self._learn_outputs()
         self.infers_shapes = trt_api.raises_safely(self.trt)
-        self._buckets = {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
-                         for p in self.signature.profiles} if self._pads_batches() else {}
-        self.graphs_off: str | None = None  # why graphs are not used, once they are not
-        if not cfg.cuda_graphs:
-            self.graphs_off = "parameter 'cuda_graphs' is off"
-        elif self.data_dependent:
+        self._buckets = self._graph_buckets()
+        # Why batches run without CUDA graphs, once they do.
+        self.graphs_off: str | None = None if cfg.cuda_graphs else "parameter 'cuda_graphs' is off"
+        if self.graphs_off is None and self.data_dependent:
             self.stop_graphs(f"outputs {sorted(self.data_dependent)} have data-dependent shapes, and "
                              f"{self.name} synchronizes inside such a run")
 
@@ -201,10 +199,14 @@ class TensorRTRuntime(Runtime):
             stream.close()
         return {s.name: (s.dtype, counts[s.name]) for s in self.signature.outputs}, frozenset(data_dependent)
 
-    def _pads_batches(self) -> bool:
-        """Whether a batch may be padded to a bucket: every input and output is batched, so
-        that the padding rows can be cut off every output."""
-        return self.signature.batched and all(s.shape[:1] == (-1,) for s in self.signature.outputs)
+    def _graph_buckets(self) -> dict[int, tuple[int, ...]]:
+        """Per profile, the batch sizes a batch is padded to for its graph. None where the
+        padding rows could not be cut off every output (an input or output not batched)."""
+        signature = self.signature
+        if not (signature.batched and all(s.shape[:1] == (-1,) for s in signature.outputs)):
+            return {}
+        return {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
+                for p in signature.profiles}
 
     # ---- what contexts share ----------------------------------------------------------
 
