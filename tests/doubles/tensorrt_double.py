@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from tests.doubles.cuda_double import DoubleError, FakeCudart, cudaError_t
 
@@ -292,10 +292,8 @@ class ICudaEngine:
             model = copy.deepcopy(self.model)
             for value in model.graph.input:
                 if value.name in shapes:
-                    dims = value.type.tensor_type.shape.dim
-                    for dim, size in zip(dims, shapes[value.name]):
-                        dim.Clear()
-                        dim.dim_value = size
+                    value.CopyFrom(helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type,
+                                                                 shapes[value.name]))
             try:
                 inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
             except Exception as exc:  # onnx.shape_inference.InferenceError and kin
