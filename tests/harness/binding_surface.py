@@ -7,7 +7,8 @@ the double to the real bindings:
 
     {"classes": {class: {member: {"kind": "method", "overloads": [[[param, has_default], ...], ...]}
                                  | {"kind": "property", "settable": bool} | {"kind": "value"}}},
-     "enums": {enum: {member: value}}, "functions": {name: overloads}}
+     "enums": {enum: {member: value}}, "functions": {name: overloads},
+     "callbacks": {method TensorRT calls on an IOutputAllocator subclass: [param, ...]}}
 
 Real TensorRT wheels (tensorrt-cu12-bindings on PyPI) import without TensorRT's
 libraries when stand-ins for the few C entry points they link against are on
@@ -116,7 +117,14 @@ def surface(module: ModuleType) -> dict[str, Any]:
     functions = {name: _overloads(name, function)
                  for name in FUNCTIONS if (function := getattr(module, name, None)) is not None}
     return {"version": getattr(module, "__version__", ""), "classes": classes, "enums": enums,
-            "functions": functions}
+            "functions": functions, "callbacks": callbacks(getattr(module, "IOutputAllocator", None))}
+
+
+def callbacks(interface: type | None) -> dict[str, list[str]]:
+    """The methods TensorRT calls by name on an application's subclass of `interface`, as
+    its docstring's example shows them ("def notify_shape(self, tensor_name, shape):")."""
+    found = re.findall(r"def (\w+)\(self, ([^)]*)\)", getattr(interface, "__doc__", None) or "")
+    return {name: [p.strip() for p in params.split(",")] for name, params in found if name != "__init__"}
 
 
 # ---- real TensorRT wheels --------------------------------------------------------------------

@@ -37,6 +37,7 @@ from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.engines import masked_model
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from tests.harness.binding_surface import surface, wheel_surface
+from trtpool import trt_api
 
 WHEELS = os.environ.get("TRTPOOL_TENSORRT_WHEELS", "")
 FETCH = ("pip download --no-deps -d DIR tensorrt-cu12-bindings==VERSION (10.0.1, 10.5.0, 10.12.0.36, "
@@ -114,6 +115,27 @@ def _wheels() -> list[Path]:
 def test_the_double_of_each_release_has_only_what_its_bindings_have(wheel, tmp_path):
     real = wheel_surface(wheel, tmp_path)
     assert differences(double_surface("tensorrt", real["version"]), real) == []
+    assert allocator_differences(real) == []
+
+
+def allocator_differences(real: dict[str, Any]) -> list[str]:
+    """trtpool's IOutputAllocator against the methods the bindings call by name (a misspelt one
+    would never be called: TensorRT would get a null pointer, and only on a GPU)."""
+    import types
+
+    module = types.SimpleNamespace(__name__="bindings", IOutputAllocator=type("IOutputAllocator", (), {}))
+    allocator = trt_api.output_allocator(module, lambda name, size: 0, lambda name, shape: None)
+    expected = {name: params for name, params in real["callbacks"].items() if name != "reallocate_output"}
+    ours = {name: list(inspect.signature(getattr(allocator, name)).parameters) for name in expected}
+    return [f"{name}{ours[name]}: the bindings call {params}" for name, params in expected.items()
+            if ours[name] != params] + (["the bindings document no callbacks"] if not expected else [])
+
+
+def test_trtpools_output_allocator_has_the_methods_tensorrt_rtx_calls():
+    rtx = pytest.importorskip("tensorrt_rtx")
+    assert surface(rtx)["callbacks"]["reallocate_output_async"] == ["tensor_name", "memory", "size", "alignment",
+                                                                    "stream"]
+    assert allocator_differences(surface(rtx)) == []
 
 
 # ---- the CUDA double ----------------------------------------------------------------------------
