@@ -19,11 +19,18 @@ from trtpool.stub_check import check_numpy_handover
 
 
 class _TritonLogHandler(logging.Handler):
-    """Route the trtpool logger into Triton's log."""
+    """Route the trtpool logger into Triton's log, each record at its own level."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        level = pb_utils.Logger.WARNING if record.levelno >= logging.WARNING else pb_utils.Logger.INFO
-        pb_utils.Logger.log(self.format(record), level)
+        pb_utils.Logger.log(self.format(record), _triton_level(record.levelno))
+
+
+def _triton_level(levelno: int):
+    if levelno >= logging.ERROR:
+        return pb_utils.Logger.ERROR
+    if levelno >= logging.WARNING:
+        return pb_utils.Logger.WARNING
+    return pb_utils.Logger.INFO if levelno >= logging.INFO else pb_utils.Logger.VERBOSE
 
 
 def _stub_version_dir() -> Path:

@@ -197,9 +197,10 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def _version_ok(target: Target, built: str, running: str) -> bool:
     if built == running:
         return True
-    # Version-compatible engines run on the same or a newer release of the same major version.
-    b, r = _version_tuple(built), _version_tuple(running)
-    return target.version_compatible and b[:1] == r[:1] and r >= b
+    # Version-compatible engines carry their lean runtime and run on the same or any newer
+    # TensorRT, across major versions ("engines built with TensorRT 10 work with TensorRT 11":
+    # TensorRT 11.1 docs, inference-library/engine-compatibility.html); never on an older one.
+    return target.version_compatible and _version_tuple(running) >= _version_tuple(built)
 
 
 def _gpu_ok(sidecar: Sidecar, compute_capability: str) -> bool:
