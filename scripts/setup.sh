@@ -13,7 +13,7 @@
 #
 # Offline (e.g. a GPU machine without an index): TRTPOOL_WHEELHOUSE=DIR holding
 # the nvidia-pytriton, tritonclient 2.41.0 and nvidia-cuda-runtime-cu12 wheels
-# and libb64.so.0d; TRTPOOL_SYSTEM_PYTHON=1 skips the venv and serves with the
+# and libb64.so.0d (nginx, for the multi-replica tests only, is then left out); TRTPOOL_SYSTEM_PYTHON=1 skips the venv and serves with the
 # python3 on PATH (its packages must then already be importable).
 set -euo pipefail
 
@@ -195,6 +195,10 @@ EOF
 # package is unpacked beside it.
 setup_nginx() {
   local root="$TRITON/nginx" libs
+  if [ ! -x "$root/usr/sbin/nginx" ] && [ -n "${TRTPOOL_WHEELHOUSE:-}" ]; then
+    say "nginx skipped (offline set-up): the multi-replica tests need it"
+    return
+  fi
   if [ ! -x "$root/usr/sbin/nginx" ]; then
     say "fetching Debian's nginx"
     fetch_deb nginx "$root"
@@ -222,7 +226,7 @@ main() {
   say "ready: venv $VENV (Python $PYVER)"
   say "       tritonserver  $TRITON/bin/tritonserver (backends in $TRITON/backends)"
   say "       perf_analyzer $TRITON/bin/perf_analyzer"
-  say "       nginx         $TRITON/bin/nginx"
+  [ ! -x "$TRITON/bin/nginx" ] || say "       nginx         $TRITON/bin/nginx"
 }
 
 main "$@"

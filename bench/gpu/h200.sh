@@ -52,8 +52,19 @@ for stage in "$@"; do
       site=$("$SERVE_VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
       "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl || exit 4
       ln -sf "$site/bin/py-spy" "$SERVE_VENV/bin/py-spy"
-      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" "import site; site.addsitedir('$image_site')" \
+      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD/ops" "$PWD" "import site; site.addsitedir('$image_site')" \
         > "$site/zz-trtpool-h200.pth"
+      # trtpool's console scripts, as an install makes them (pip cannot build the project offline here).
+      "$SERVE_VENV/bin/python3" - "$SERVE_VENV/bin" <<'PY' || exit 4
+import sys, tomllib
+from pathlib import Path
+bin_dir = Path(sys.argv[1])
+for name, target in tomllib.loads(Path("pyproject.toml").read_text())["project"]["scripts"].items():
+    module, function = target.split(":")
+    script = bin_dir / name
+    script.write_text(f"#!{bin_dir / 'python3'}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n")
+    script.chmod(0o755)
+PY
       cp .whl/house/* "$HOME/wh/"
       TRTPOOL_WHEELHOUSE=$HOME/wh TRTPOOL_SYSTEM_PYTHON=1 bash scripts/setup.sh || exit 5
       python3 -c 'import numpy, torch, onnx, onnx2torch, trtpool, tritonclient.grpc, pytest
