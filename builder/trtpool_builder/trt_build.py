@@ -52,6 +52,10 @@ class TrtSettings:
     timing_cache: Path | None = None        # tensorrt only (no-op in tensorrt_rtx)
 
 
+class ParseError(BuildError):
+    """TensorRT's ONNX parser refused the graph (before any build)."""
+
+
 def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: int, label: str) -> Any:
     """The network; a parse error names the model (`label`), node index, node name and operator."""
     network = builder.create_network(flags)
@@ -66,7 +70,7 @@ def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: in
             if e.node_operator():
                 where += f" ({e.node_operator()})"
             problems.append(f"{where}: {e.desc()}")
-        raise BuildError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
+        raise ParseError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
     return network
 
 
