@@ -127,8 +127,8 @@ def _accuracy_report(onnx_path: Path, prepared: prec.PreparedModel, precision: s
         notes.append(f"no accuracy report: the {precision} engine was built from the ONNX graph as "
                      "given (precision set by builder flags or already in the graph)")
         return None
-    report = compare(onnxruntime_runner(onnx_path), onnxruntime_runner(prepared.path), feeds,
-                     f"fp32 '{onnx_path.name}' on ONNX Runtime", "the converted ONNX on ONNX Runtime")
+    report = compare(onnxruntime_runner(onnx_path), onnxruntime_runner(prepared.check_path or prepared.path),
+                     feeds, f"fp32 '{onnx_path.name}' on ONNX Runtime", prepared.check_label)
     notes.append("the engine itself was not executed for the accuracy report (run trtpool-accuracy "
                  "on a GPU that can run it); the report compares the ONNX graph it was built from")
     return report
@@ -143,7 +143,8 @@ def _check_accuracy(report: AccuracyReport, limit: float, onnx_path: Path, prepa
     outputs = "; ".join(f"output '{e.name}' error {e.error:.3g} (max abs {e.max_abs:.3g}, largest "
                         f"|reference| {e.reference_max:.3g})" for e in beyond)
     inputs = "the --calib samples" if given_samples else "random inputs at each profile's opt shapes"
-    where = first_divergence(onnx.load(str(onnx_path)), onnx.load(str(prepared.path)), feeds, limit)
+    where = first_divergence(onnx.load(str(onnx_path)), onnx.load(str(prepared.check_path or prepared.path)),
+                             feeds, limit)
     kept = "; ".join(k.describe() for k in prepared.kept_fp32)
     raise BuildError(
         f"the {precision} conversion of '{onnx_path}' is not accurate enough on {inputs} "

@@ -32,6 +32,7 @@ import onnx
 
 from trtpool.errors import ConfigError
 from trtpool_builder.errors import BuildError
+from trtpool_builder.fp16_emulation import emulate_fp16
 from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, skip_fp16_round_trips
 from trtpool_builder.onnx_io import save_model
 from trtpool_builder.samples import Samples, batches
@@ -52,6 +53,9 @@ class PreparedModel:
     quantizer: str | None      # modelopt | onnxruntime
     legacy_flags: tuple[str, ...]
     kept_fp32: tuple[KeptInFp32, ...] = ()
+    # What the accuracy check runs for this precision on ONNX Runtime (None: `path` itself).
+    check_path: Path | None = None
+    check_label: str = "the converted ONNX on ONNX Runtime"
 
 
 def quantizer_for(precision: str) -> str | None:
@@ -100,17 +104,20 @@ def graph_has_dtype(model: onnx.ModelProto, elem_type: int) -> bool:
             or any(t.data_type == elem_type for t in graph.initializer))
 
 
-def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples]) -> tuple[KeptInFp32, ...]:
-    """Convert to float16 except the nodes fp16_safety finds; return those."""
+def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[str, ...]) -> PreparedModel:
+    """Convert to float16 except the nodes fp16_safety finds; the check runs fp16_emulation's graph."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = onnx.load(str(source))
     name_nodes(model)
     kept = keep_in_fp32(model, feeds)
-    converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=[k.node for k in kept])
+    names = [k.node for k in kept]
+    emulated = save_model(emulate_fp16(model, names), dest.with_name("model.fp16-emulated.onnx"))
+    converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=names)
     skip_fp16_round_trips(converted)
     save_model(converted, dest)
-    return tuple(kept)
+    return PreparedModel(dest, True, None, flags, tuple(kept), emulated,
+                         "the fp16 graph emulated on ONNX Runtime (float16 tensors, float32 arithmetic)")
 
 
 def _quantize_modelopt(source: Path, dest: Path, mode: str, samples: Samples) -> None:
@@ -167,7 +174,7 @@ def prepare(source: Path, precision: str, legacy: bool, samples: Samples | None,
                 _quantize_onnxruntime(source, dest, samples)
             return PreparedModel(dest, True, quantizer, flags)
         if precision == "fp16" and not legacy:
-            return PreparedModel(dest, True, None, flags, _to_fp16(source, dest, feeds))
+            return _to_fp16(source, dest, feeds, flags)
     except (ConfigError, BuildError):
         raise
     except Exception as exc:

@@ -68,3 +68,9 @@ def reduce_tensors(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence
             if isinstance(value, np.ndarray) and value.size:
                 result[name] = max(result.get(name, -np.inf), reduce(value))
     return result
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
+    """ONNX Runtime's type ('tensor(float)', ...) of every node output of the main graph."""
+    session = _session(model, [name for _, name in node_outputs(model)])
+    return {o.name: o.type for o in session.get_outputs()}

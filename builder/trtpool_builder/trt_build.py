@@ -19,8 +19,13 @@ from trtpool.signature import Profile
 from trtpool_builder.errors import BuildError
 
 
+# A warning, not an error, in TensorRT-RTX 1.7: the engine is written and then refuses those shapes.
+INCONSISTENT_PROFILE = "values are not self-consistent"
+
+
 def make_logger(trt: ModuleType, verbose: bool) -> Any:
-    """A logger that prints warnings (everything with `verbose`) and keeps the errors."""
+    """A logger that prints warnings (everything with `verbose`) and keeps the errors, counting
+    a profile the graph cannot run as one."""
 
     class Logger(trt.ILogger):
         def __init__(self) -> None:
@@ -29,7 +34,7 @@ def make_logger(trt: ModuleType, verbose: bool) -> Any:
             self.shown = trt.ILogger.Severity.VERBOSE if verbose else trt.ILogger.Severity.WARNING
 
         def log(self, severity: Any, msg: str) -> None:
-            if severity <= trt.ILogger.Severity.ERROR:
+            if severity <= trt.ILogger.Severity.ERROR or INCONSISTENT_PROFILE in msg:
                 self.errors.append(msg)
             if severity <= self.shown:
                 print(f"[{trt.__name__}] {severity.name}: {msg}", file=sys.stderr)
@@ -126,7 +131,7 @@ def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, ve
     network = parse_onnx(trt, builder, logger, onnx_path, settings.network_flags, label)
     config = _configure(trt, builder, settings, notes)
     serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
+    if serialized is None or logger.errors:
         raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
                          + "\n  ".join(logger.errors or ["(no error was logged; rerun with --verbose)"]))
     if settings.timing_cache is not None:
