@@ -4,13 +4,18 @@
     <repo>/<name>/1/model.onnx                      (ONNX Runtime), or
     <repo>/<name>/1/model.plan + model.plan.json    (TensorRT engine and its sidecar)
 
-config.pbtxt is written from Triton's own protobuf classes and validated with
-the backend's own parameter reader, so what is written is what loads.
+config.pbtxt is written from Triton's own protobuf classes, and the folder is
+first assembled in a temporary place (a link to the model file, its sidecar,
+the config) and loaded there with the server's own code (load_check); only a
+folder that loads is written into the repository, so what is written is what
+loads.
 """
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +23,11 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as backend_config
-from trtpool.errors import ConfigError
+from trtpool.errors import ConfigError, TrtpoolError
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool_builder.load_check import check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph
 from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
 
@@ -126,18 +132,38 @@ def _place(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
+def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> list[str]:
+    """Load the folder-to-be from a temporary place; the server's error if it would not load."""
+    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
+        version_dir = Path(staging) / str(version)
+        version_dir.mkdir()
+        os.symlink(model_file.resolve(), version_dir / file_name)
+        if file_name == "model.plan":
+            write_sidecar(version_dir / file_name, read_sidecar(model_file))
+        write_config(Path(staging), config)
+        try:
+            return check_loads(config, version_dir)
+        except TrtpoolError as exc:
+            raise ConfigError(f"'{model_file}' would not load in trtpool as written (config.pbtxt, "
+                              f"{version}/{file_name}), so nothing was written; trtpool says: {exc}") from exc
+
+
 def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
-                      options: ServingOptions = ServingOptions(), version: int = 1) -> Path:
+                      options: ServingOptions = ServingOptions(), version: int = 1,
+                      log: Callable[[str], None] = print) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
     `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
-    with dynamic dimensions; an engine's profiles come from its sidecar.
+    with dynamic dimensions; an engine's profiles come from its sidecar. The
+    folder is written only if trtpool loads it (load_check); notes go to `log`.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
     signature, file_name = _signature(model_file, shapes)
     config = model_config(name, signature, options)
+    for note in _check_staged(config, model_file, file_name, version):
+        log(f"note: {note}")
     folder = Path(repo) / name
     version_dir = folder / str(version)
     version_dir.mkdir(parents=True, exist_ok=True)
