@@ -6,11 +6,15 @@ of the output's largest magnitude so that values near zero (after a ReLU,
 say) do not turn rounding noise into huge ratios.
 
 One figure per output decides whether a conversion is good enough
-(`trtpool-build --max-error`): for a float output the largest absolute error
-divided by the output's largest |reference| value (0.01: off by at most 1 %
-of the output's range); for an integer or boolean output (labels, indices)
-the share of elements that differ. A NaN or infinity where the reference is
-finite counts as an infinite error.
+(`trtpool-build --max-error`): for a float output the relative RMS error
+||candidate - reference|| / ||reference|| (0.01: the difference is 1 % of the
+output's magnitude); for an integer or boolean output (labels, indices) the
+share of elements that differ. A NaN or infinity where the reference has a
+number counts as an infinite error. Unlike the largest error, it does not
+refuse an fp16 engine for one near-tie among 6625 character probabilities
+(PaddleOCR's recognizer: 0.3 at one element, every argmax the same), and it
+still sees a broken conversion (a clamped constant, an overflow: about 1 or
+infinite).
 """
 from __future__ import annotations
 
@@ -26,9 +30,8 @@ from trtpool_builder.samples import Samples
 Runner = Callable[[Samples], dict[str, np.ndarray]]
 REL_FLOOR = 1e-3
 # --max-error defaults: what a sound conversion stays within on sample inputs
-# (fp16 rounding: ~1e-3 of the range; int8: a few 1e-2), with room for deep
-# graphs; a value clamped to fp16's range or an overflow lands orders of magnitude above.
-DEFAULT_MAX_ERROR = {"fp16": 0.05, "bf16": 0.1, "int8": 0.2, "fp8": 0.2}
+# (the corpus in fp16: 0.002 to 0.06; int8: a few 0.01), with room for deep graphs.
+DEFAULT_MAX_ERROR = {"fp16": 0.1, "bf16": 0.1, "int8": 0.25, "fp8": 0.25}
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,16 @@ def onnxruntime_runner(path: Path) -> Runner:
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
 
 
-def _figure(reference: np.ndarray, candidate: np.ndarray, max_abs: float, scale: float) -> float:
+def _figure(reference: np.ndarray, candidate: np.ndarray, diff: np.ndarray) -> float:
     if reference.dtype.kind in "iub":
         return float(np.mean(reference != candidate)) if reference.size else 0.0
-    if max_abs == 0.0:
+    if not np.isfinite(diff).all():
+        return float("inf")
+    error = float(np.linalg.norm(diff))
+    if error == 0.0:
         return 0.0
-    return max_abs / scale if scale > 0.0 else float("inf")
+    size = float(np.linalg.norm(np.nan_to_num(reference.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)))
+    return error / size if size > 0.0 else float("inf")
 
 
 def output_error(name: str, reference: np.ndarray, candidate: np.ndarray) -> OutputError:
@@ -97,8 +104,7 @@ def output_error(name: str, reference: np.ndarray, candidate: np.ndarray) -> Out
         rel = np.where(same, 0.0, diff / np.maximum(np.abs(ref), floor))
     rel[np.isnan(rel)] = np.inf
     max_abs = float(diff.max(initial=0.0))
-    return OutputError(name, max_abs, float(rel.max(initial=0.0)), scale,
-                       _figure(reference, candidate, max_abs, scale))
+    return OutputError(name, max_abs, float(rel.max(initial=0.0)), scale, _figure(reference, candidate, diff))
 
 
 def compare(reference: Runner, candidate: Runner, feeds: Sequence[Samples],

@@ -85,8 +85,8 @@ def check_options(options: BuildOptions, module_name: str) -> None:
     if options.workspace is not None and options.workspace < 1:
         raise ConfigError(f"--workspace {options.workspace}: expected a size in MiB >= 1")
     if options.max_error is not None and not options.max_error > 0:
-        raise ConfigError(f"--max-error {options.max_error}: expected a number > 0 (0.05: outputs within "
-                          "5 % of their range of the fp32 model's)")
+        raise ConfigError(f"--max-error {options.max_error}: expected a number > 0 (0.05: a relative RMS "
+                          "error of 5 % against the fp32 model's outputs)")
 
 
 def _gpu_target(trt: ModuleType, module_name: str, options: BuildOptions) -> Target:

@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "conversion is checked on (default: random inputs at each profile's opt shapes)")
     p.add_argument("--max-error", type=float, metavar="E",
                    help="refuse a converted graph (fp16, int8, fp8) whose outputs differ from the fp32 "
-                        "model's by more than E times each output's largest magnitude (integer outputs: "
-                        "the share of elements that differ); default "
+                        "model's by a relative RMS error above E (||converted - fp32|| / ||fp32||; integer "
+                        "outputs: the share of elements that differ); default "
                         + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MAX_ERROR.items()))
     p.add_argument("--workspace", type=int, metavar="MIB", help="workspace memory pool limit in MiB")
     p.add_argument("--timing-cache", type=Path, metavar="PATH",
