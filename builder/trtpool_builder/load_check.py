@@ -11,6 +11,7 @@ the targets it was built for; a note says so.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,18 @@ from trtpool.instance import ModelInstance
 from trtpool.model_config import check_agreement
 from trtpool.runtimes import resolve
 from trtpool.sidecar import check_compatible, read_sidecar
+from trtpool.signature import Signature
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.gpu import gpu_status
 
 ENGINE_RUNTIMES = ("tensorrt", "tensorrt_rtx")
 GPU_RUNTIMES = (*ENGINE_RUNTIMES, "torch")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    notes: list[str]
+    signature: Signature | None  # as the runtime reports it; None when it could not run here
 
 
 def as_triton_hands_it(config: mc.ModelConfig) -> dict[str, Any]:
@@ -53,8 +61,8 @@ def _engine_checks(handed: dict[str, Any], engine: Path) -> None:
                          sidecar.target.gpu_name or "the target GPU", target)
 
 
-def check_loads(config: mc.ModelConfig, version_dir: Path) -> list[str]:
-    """Load `version_dir` with `config` as the server would; return notes, raise what it would raise."""
+def check_loads(config: mc.ModelConfig, version_dir: Path) -> Loaded:
+    """Load `version_dir` with `config` as the server would; raise what it would raise."""
     handed = as_triton_hands_it(config)
     runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)
@@ -66,8 +74,11 @@ def check_loads(config: mc.ModelConfig, version_dir: Path) -> list[str]:
                 where = f"It loads where {built_for(read_sidecar(path))} runs"
             else:
                 where = "It loads on a machine with a CUDA GPU"
-            return [f"this machine cannot run the '{runtime}' runtime ({why}); the folder was checked "
-                    f"as far as it can be here (config, tensors and profiles against the sidecar). {where}"]
+            return Loaded([f"this machine cannot run the '{runtime}' runtime ({why}); the folder was checked "
+                           f"as far as it can be here (config, tensors and profiles against the sidecar). {where}"],
+                          None)
     instance = ModelInstance(handed, version_dir, device)
-    instance.close()
-    return []
+    try:
+        return Loaded([], instance.runtime.signature)
+    finally:
+        instance.close()

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -24,10 +24,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as backend_config
 from trtpool.errors import ConfigError, TrtpoolError
+from trtpool.model_config import check_agreement
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
-from trtpool_builder.load_check import check_loads
+from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph
 from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
 
@@ -132,17 +133,23 @@ def _place(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
-def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> list[str]:
-    """Load the folder-to-be from a temporary place; the server's error if it would not load."""
+def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> Loaded:
+    """Load the folder-to-be from a temporary place; the server's error if it would not load.
+
+    Its outputs are left out of the staged config (the server takes undeclared
+    outputs from the model) so that they can be written as the runtime reports them."""
+    staged = mc.ModelConfig()
+    staged.CopyFrom(config)
+    del staged.output[:]
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
         version_dir = Path(staging) / str(version)
         version_dir.mkdir()
         os.symlink(model_file.resolve(), version_dir / file_name)
         if file_name == "model.plan":
             write_sidecar(version_dir / file_name, read_sidecar(model_file))
-        write_config(Path(staging), config)
+        write_config(Path(staging), staged)
         try:
-            return check_loads(config, version_dir)
+            return check_loads(staged, version_dir)
         except TrtpoolError as exc:
             raise ConfigError(f"'{model_file}' would not load in trtpool as written (config.pbtxt, "
                               f"{version}/{file_name}), so nothing was written; trtpool says: {exc}") from exc
@@ -161,8 +168,12 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
     signature, file_name = _signature(model_file, shapes)
+    loaded = _check_staged(model_config(name, signature, options), model_file, file_name, version)
+    if loaded.signature is not None:
+        signature = replace(signature, outputs=loaded.signature.outputs)
     config = model_config(name, signature, options)
-    for note in _check_staged(config, model_file, file_name, version):
+    check_agreement(as_triton_hands_it(config), loaded.signature or signature)
+    for note in loaded.notes:
         log(f"note: {note}")
     folder = Path(repo) / name
     version_dir = folder / str(version)
