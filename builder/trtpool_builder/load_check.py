@@ -1,9 +1,9 @@
 """Before trtpool-model writes a folder: does it load in trtpool? Asked of the server's own code.
 
 The config is handed over as Triton hands it to the backend (the ModelConfig
-message as a dict with proto field names) and loaded with
-`trtpool.instance.ModelInstance`, so a folder the server would refuse is
-refused here with the server's message. A folder that needs a GPU (an engine,
+message as a dict with proto field names), auto-completed as the backend's
+auto_complete_config does, and loaded with `trtpool.instance.ModelInstance`,
+so a folder the server would refuse is refused here with the server's message. A folder that needs a GPU (an engine,
 the torch runtime) on a machine that cannot run it (no GPU, another GPU, no
 TensorRT: building for another GPU is normal) is checked as far as this
 machine can: the config against the engine's sidecar, and the sidecar against
@@ -19,8 +19,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as pool_config
-from trtpool.instance import ModelInstance
-from trtpool.model_config import check_agreement
+from trtpool.instance import ModelInstance, describe
+from trtpool.model_config import auto_complete, check_agreement
 from trtpool.runtimes import resolve
 from trtpool.sidecar import check_compatible, read_sidecar
 from trtpool.signature import Signature
@@ -62,8 +62,10 @@ def _engine_checks(handed: dict[str, Any], engine: Path) -> None:
 
 
 def check_loads(config: mc.ModelConfig, version_dir: Path) -> Loaded:
-    """Load `version_dir` with `config` as the server would; raise what it would raise."""
+    """Load `version_dir` with `config` as the server would (auto-complete first, as model.py's
+    auto_complete_config does); raise what it would raise."""
     handed = as_triton_hands_it(config)
+    handed.update(auto_complete(handed, describe(handed, version_dir)))
     runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)
     if runtime in GPU_RUNTIMES and device != "cpu":

@@ -150,9 +150,10 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
         write_config(Path(staging), staged)
         try:
             return check_loads(staged, version_dir)
-        except TrtpoolError as exc:
+        except Exception as exc:  # the server refuses a model on any exception, not only trtpool's own
+            said = str(exc) if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
             raise ConfigError(f"'{model_file}' would not load in trtpool as written (config.pbtxt, "
-                              f"{version}/{file_name}), so nothing was written; trtpool says: {exc}") from exc
+                              f"{version}/{file_name}), so nothing was written; trtpool says: {said}") from exc
 
 
 def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
