@@ -26,7 +26,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         cfg = pool_config.load(provisional, version_dir, "cpu")
         # An ONNX file carries no batch limit: take the profile's, else a default.
         provisional["max_batch_size"] = max(
-            (r.max[0] for p in cfg.profiles for r in p.values()), default=DEFAULT_ONNX_MAX_BATCH
+            (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
         )
     cfg = pool_config.load(provisional, version_dir, "cpu")
     name, path = resolve(cfg)
