@@ -18,7 +18,7 @@ from trtpool.shapes import format_profile
 from trtpool.sidecar import (
     RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
 )
-from trtpool.signature import Profile, TensorSpec
+from trtpool.signature import Profile
 from trtpool_builder import precision as prec
 from trtpool_builder.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare, onnxruntime_runner
 from trtpool_builder.build_failure import foreign_operators, refused_axis, renamed_hint
@@ -152,7 +152,7 @@ def _check_accuracy(report: AccuracyReport, limit: float, onnx_path: Path, prepa
         f"--max-error is {limit:g}."
         + (f"\n{where}." if where else "")
         + (f"\nkept in fp32 already: {kept}." if kept else "")
-        + f"\nNo engine was written. Build with --precision fp32, give representative inputs with --calib, "
+        + "\nNo engine was written. Build with --precision fp32, give representative inputs with --calib, "
           "or accept the difference with a larger --max-error")
 
 
