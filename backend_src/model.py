@@ -11,7 +11,7 @@ import triton_python_backend_utils as pb_utils
 
 from trtpool.config import instance_device, parameters_of
 from trtpool.errors import TrtpoolError
-from trtpool.handlers import DecoupledHandler, ForwardHandler, SyncHandler
+from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import auto_complete
@@ -74,15 +74,13 @@ class TritonPythonModel:
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
-        if self.instance.cfg.mode == "decoupled":
-            self.handler = DecoupledHandler(pb_utils, self.instance, self.metrics)
-        else:
-            self.handler = SyncHandler(pb_utils, self.instance, self.metrics)
+        handler = {"sync": SyncHandler, "pipelined": PipelinedHandler, "decoupled": DecoupledHandler}
+        self.handler = handler[self.instance.cfg.mode](pb_utils, self.instance, self.metrics)
 
     def execute(self, requests):
         # The sync handler returns the responses; the forward handler a coroutine,
-        # which the stub runs to the end; the decoupled handler queues the
-        # requests and returns None.
+        # which the stub runs to the end; the pipelined and decoupled handlers
+        # return None and answer through the requests' response senders.
         return self.handler(requests)
 
     def finalize(self):

@@ -5,13 +5,15 @@
       { key: "model_file"      value: { string_value: "" } },       # default: the runtime's usual file name
       { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
-      { key: "mode"            value: { string_value: "sync" } },   # sync | decoupled
+      { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
       { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
+      { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
+      { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
       { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
@@ -27,11 +29,11 @@ from trtpool.shapes import parse_profile
 from trtpool.signature import ShapeRange
 
 RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
-MODES = ("sync", "decoupled")
+MODES = ("sync", "pipelined", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
-    "metrics_interval_ms",
+    "metrics_interval_ms", "sequence_buckets", "response_threads",
     "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
 PRECISIONS = ("fp32", "fp16")
@@ -54,6 +56,8 @@ class PoolConfig:
     device: str                   # "cpu" or "cuda:N"
     precision: str = "fp32"       # the torch runtime's compute precision
     metrics_interval_ms: int = 1000  # how often trtpool's metrics reach Triton; 0: after every batch
+    sequence_buckets: tuple[int, ...] | None = None  # the torch runtime's padding of dynamic dims
+    response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
 
     @property
     def model_path(self) -> Path:
@@ -91,6 +95,19 @@ def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default
     if value not in accepted and not (key == "runtime" and ":" in value):
         raise ConfigError(f"parameter '{key}': '{value}' is not accepted; expected one of {', '.join(accepted)}")
     return value
+
+
+def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
+    text = params.get(key, "").strip()
+    if not text:
+        return None
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected sizes like 32,64,128") from None
+    if sizes[0] < 1:
+        raise ConfigError(f"parameter '{key}': every size in '{text}' must be at least 1")
+    return sizes
 
 
 def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:
@@ -138,4 +155,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         device=device,
         precision=_choice(params, "precision", PRECISIONS, "fp32"),
         metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0),
+        sequence_buckets=_sizes(params, "sequence_buckets"),
+        response_threads=_whole_number(params, "response_threads", 1),
     )

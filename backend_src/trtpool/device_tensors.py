@@ -1,13 +1,12 @@
 """Request tensors that arrive on the GPU (Triton hands them over by DLPack when
 FORCE_CPU_ONLY_INPUT_TENSORS is "no", e.g. from CUDA shared-memory clients).
 
-They are torch tensors here. A runtime whose contexts have ``run_device``
-takes the batch without host copies; any other runtime gets host copies.
-torch is imported only when such a tensor exists.
+They are torch tensors here. A GPU runtime's context copies them straight
+into its device buffers; a host runtime copies them to the host. torch is
+imported only when such a tensor exists.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,23 +27,10 @@ def to_host(tensor: Any) -> np.ndarray:
     return tensor if isinstance(tensor, np.ndarray) else tensor.cpu().numpy()
 
 
-def concat_on_device(parts: Sequence[Any]) -> Any:
-    """One batch from request tensors on the GPU: a device-to-device copy."""
-    import torch
-
-    return parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=0)
-
-
 def from_dlpack(capsule_owner: Any) -> Any:
     import torch.utils.dlpack
 
     return torch.utils.dlpack.from_dlpack(capsule_owner.to_dlpack())
-
-
-def to_dlpack(tensor: Any) -> Any:
-    import torch.utils.dlpack
-
-    return torch.utils.dlpack.to_dlpack(tensor)
 
 
 def keep_after_execute(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:

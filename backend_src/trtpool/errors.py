@@ -23,3 +23,7 @@ class ContextFailure(TrtpoolError):
 
 class Overloaded(TrtpoolError):
     """The request queue is full; the client should retry later."""
+
+
+class Cancelled(TrtpoolError):
+    """The client cancelled the request before it ran."""

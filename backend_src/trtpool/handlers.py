@@ -1,8 +1,10 @@
 """How each mode turns Triton requests into work and answers them.
 
     sync       execute() runs the batch on the pool and returns the responses
+    pipelined  execute() starts the batch on a free context and returns; a completion
+               thread answers through each request's response sender (any client)
     decoupled  execute() queues the requests for the scheduler and returns at once;
-               workers answer through each request's response sender
+               workers answer through each request's response sender (streaming clients)
     forward    a unary front for a decoupled model: forwards each request with
                BLS and returns its single response (for HTTP /infer and unary gRPC)
 
@@ -16,27 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import from_dlpack, is_device, keep_after_execute, to_dlpack
+from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
+from trtpool.pipeline import Pipeline
+from trtpool.responders import SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 
 
 def request_tensors(request: Any) -> dict[str, Any]:
     """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
     return {t.name(): t.as_numpy() if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
-
-
-def output_tensors(pb_utils: Any, outputs: dict[str, Any]) -> list[Any]:
-    """Response tensors that own their memory. Host outputs are views of the
-    context's pinned buffers, reused as soon as the context is released while
-    Triton reads the response later: copied. Outputs of a batch that ran on the
-    GPU are slices of tensors made for this batch: handed over by DLPack."""
-    return [
-        pb_utils.Tensor.from_dlpack(name, to_dlpack(array)) if is_device(array)
-        else pb_utils.Tensor(name, array.copy())
-        for name, array in outputs.items()
-    ]
 
 
 class SyncHandler:
@@ -51,10 +43,12 @@ class SyncHandler:
         responses: list[Any] = [None] * len(requests)
 
         def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
-            responses[index] = self.pb.InferenceResponse(output_tensors=output_tensors(self.pb, outputs))
+            # Copied: the stub reads the responses after execute() returns, and within
+            # it a context may take another batch (a split batch, a retried request).
+            responses[index] = response(self.pb, {name: array.copy() for name, array in outputs.items()})
 
         def fail(index: int, error: Exception) -> None:
-            responses[index] = self.pb.InferenceResponse(error=self.pb.TritonError(str(error)))
+            responses[index] = error_response(self.pb, error)
 
         self.instance.runner.run([request_tensors(r) for r in requests], emit, fail)
         self.metrics.after_work()
@@ -64,39 +58,20 @@ class SyncHandler:
         pass
 
 
-class SenderResponder:
-    """Answers one decoupled request once, with the final flag."""
-
-    def __init__(self, pb_utils: Any, request: Any) -> None:
+class PipelinedHandler:
+    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
-        self.request = request
-        self.sender = request.get_response_sender()
-        self._answered = False  # one worker answers a request; a failure after its send is ignored
+        self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
 
-    def _final(self, response: Any | None) -> None:
-        if self._answered:
-            return
-        self._answered = True
-        flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        if response is None:
-            self.sender.send(flags=flags)
-        else:
-            self.sender.send(response, flags=flags)
+    def __call__(self, requests: list[Any]) -> None:
+        """Start the batch and return None: the requests are answered through their
+        response senders. Their tensors are copied into the contexts' own buffers
+        before this returns (Triton reuses them afterwards)."""
+        responders = [SenderResponder(self.pb, request) for request in requests]
+        self.pipeline.submit([request_tensors(r) for r in requests], responders)
 
-    def send(self, outputs: dict[str, np.ndarray]) -> None:
-        self._final(self.pb.InferenceResponse(output_tensors=output_tensors(self.pb, outputs)))
-
-    def fail(self, error: Exception) -> None:
-        code = self.pb.TritonError.UNAVAILABLE if "overloaded" in str(error) else self.pb.TritonError.INTERNAL
-        self._final(self.pb.InferenceResponse(error=self.pb.TritonError(str(error), code)))
-
-    def cancelled(self) -> bool:
-        # In decoupled mode the response sender is what learns of a cancellation.
-        return self.sender.is_cancelled()
-
-    def drop(self) -> None:
-        error = self.pb.TritonError("request cancelled before it ran", self.pb.TritonError.CANCELLED)
-        self._final(self.pb.InferenceResponse(error=error))
+    def close(self) -> None:
+        self.pipeline.close()
 
 
 class DecoupledHandler:
@@ -105,7 +80,8 @@ class DecoupledHandler:
         cfg = instance.cfg
         self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us, cfg.cancel_check_after_us,
                                    on_wait=metrics.record_queue_wait,
-                                   on_done=metrics.after_work)
+                                   on_done=metrics.after_work,
+                                   on_worker_lost=metrics.record_worker_lost)
 
     def __call__(self, requests: list[Any]) -> None:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
@@ -134,11 +110,11 @@ class ForwardHandler:
         )
         answer = None
         # trtpool's decoupled models send one final response per request.
-        for response in await forwarded.async_exec(decoupled=True):
-            if response.has_error():
-                return self.pb.InferenceResponse(error=response.error())
-            if response.output_tensors():
-                answer = self.pb.InferenceResponse(output_tensors=response.output_tensors())
+        for reply in await forwarded.async_exec(decoupled=True):
+            if reply.has_error():
+                return self.pb.InferenceResponse(error=reply.error())
+            if reply.output_tensors():
+                answer = self.pb.InferenceResponse(output_tensors=reply.output_tensors())
         return answer or self.pb.InferenceResponse(
             error=self.pb.TritonError(f"model '{self.target}' sent no output"))
 

@@ -6,6 +6,7 @@
     trtpool_queue_wait_us_total{model}             time batches waited for a free context
     trtpool_batches_total{model,batch_size}        executed batches by size
     trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
+    trtpool_workers_lost_total{model}              decoupled mode: worker threads that died and were replaced
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -38,12 +39,16 @@ class PoolMetrics:
         self._request_wait = metric_family(name="trtpool_request_wait_us_total",
                                            description="Microseconds decoupled requests waited in trtpool's queue",
                                            kind=counter)
+        self._workers_lost = metric_family(name="trtpool_workers_lost_total",
+                                           description="Decoupled worker threads that died and were replaced",
+                                           kind=counter)
         self._metrics: dict[tuple, Any] = {}
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
         self._counts_lock = threading.Lock()  # the request path's counters
         self._batch_sizes: Counter[int] = Counter()
         self._request_wait_us = 0
+        self._lost_workers = 0
         self._stats: PoolStats | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,6 +70,10 @@ class PoolMetrics:
         with self._counts_lock:
             self._request_wait_us += wait_ns // 1000
 
+    def record_worker_lost(self) -> None:
+        with self._counts_lock:
+            self._lost_workers += 1
+
     def after_work(self) -> None:
         """Called after each batch (decoupled) or execute (sync): flushes when no thread does."""
         if self._thread is None:
@@ -75,7 +84,7 @@ class PoolMetrics:
         if stats is None:
             return
         with self._counts_lock:
-            batch_sizes, request_wait_us = dict(self._batch_sizes), self._request_wait_us
+            batch_sizes, request_wait_us, lost = dict(self._batch_sizes), self._request_wait_us, self._lost_workers
         with self._flush_lock:
             for index, context in list(stats.contexts.items()):
                 label = str(index)
@@ -86,6 +95,7 @@ class PoolMetrics:
             for size, count in batch_sizes.items():
                 self._advance(self._batches, count, batch_size=str(size))
             self._advance(self._request_wait, request_wait_us)
+            self._advance(self._workers_lost, lost)
 
     def close(self) -> None:
         self._stop.set()

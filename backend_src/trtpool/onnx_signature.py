@@ -4,8 +4,10 @@ runtime from the ONNX graph; both hand them here as names, dtypes and dims).
 
 An ONNX file carries no optimization profiles: they come from the config's
 `profile` parameter, or batch 1..max_batch_size when every other dimension is
-fixed. Each output dimension must be fixed or copied from an input's named
-dimension, so that output buffers can be sized before any request.
+fixed. Output dimensions are taken only where the file fixes them: exporters
+name dynamic dimensions arbitrarily (one name for axes of different sizes,
+no name at all), so a name says nothing about a size. The runtime reports
+each batch's output shapes after the run.
 """
 from __future__ import annotations
 
@@ -15,17 +17,16 @@ import numpy as np
 
 from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError
+from trtpool.shapes import format_profile
 from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
 
 # A dimension as the file declares it: fixed (int), named (str), or unnamed (None or "").
 Dim = int | str | None
-# An output dimension: fixed, or (input name, axis) to copy it from.
-DimSource = int | tuple[str, int]
 DeclaredTensor = tuple[str, np.dtype, Sequence[Dim]]
 
 
 def tensor_spec(name: str, dtype: np.dtype, dims: Sequence[Dim]) -> TensorSpec:
-    return TensorSpec(name, np.dtype(dtype), tuple(d if isinstance(d, int) else -1 for d in dims))
+    return TensorSpec(name, np.dtype(dtype), tuple(d if isinstance(d, int) and d > 0 else -1 for d in dims))
 
 
 def default_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, ShapeRange]:
@@ -45,52 +46,48 @@ def default_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, S
     return ranges
 
 
-def output_dim_sources(inputs: Sequence[DeclaredTensor],
-                       outputs: Sequence[DeclaredTensor]) -> dict[str, tuple[DimSource, ...]]:
-    """Each output dimension as a constant or as an input's named dimension."""
-    symbols: dict[str, tuple[str, int]] = {}
-    for name, _, dims in inputs:
-        for axis, dim in enumerate(dims):
-            if isinstance(dim, str) and dim:
-                symbols.setdefault(dim, (name, axis))
-    resolved = {}
-    for name, _, dims in outputs:
-        sources: list[DimSource] = []
-        for axis, dim in enumerate(dims):
-            if isinstance(dim, int):
-                sources.append(dim)
-            elif dim in symbols:
-                sources.append(symbols[dim])
-            else:
-                raise ConfigError(
-                    f"output '{name}' dimension {axis} ('{dim}') is not fixed and matches no "
-                    "input dimension, so its buffer cannot be preallocated; export the model with "
-                    "named dynamic axes shared between inputs and outputs"
-                )
-        resolved[name] = tuple(sources)
-    return resolved
-
-
-def output_shape(sources: tuple[DimSource, ...], input_shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else input_shapes[d[0]][d[1]] for d in sources)
+def check_profile(ranges: dict[str, ShapeRange], inputs: Sequence[TensorSpec], max_batch: int) -> None:
+    """Refuse a `profile` parameter that contradicts the model: input names, ranks,
+    fixed dimensions, and the batch dimension against max_batch_size."""
+    where = f"parameter 'profile' ('{format_profile(ranges)}')"
+    names = [spec.name for spec in inputs]
+    if set(ranges) != set(names):
+        raise ConfigError(f"{where} names inputs {sorted(ranges)}; the model's inputs are {sorted(names)}")
+    for spec in inputs:
+        shape_range = ranges[spec.name]
+        if len(shape_range.min) != len(spec.shape):
+            raise ConfigError(f"{where}: input '{spec.name}' has rank {len(spec.shape)} in the model "
+                              f"(shape {list(spec.shape)}, -1 = dynamic) but rank {len(shape_range.min)} in the profile")
+        for axis, (dim, low, high) in enumerate(zip(spec.shape, shape_range.min, shape_range.max)):
+            if dim != -1 and not low == high == dim:
+                raise ConfigError(f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} in the model "
+                                  f"but the profile gives {low}..{high}")
+        if max_batch and spec.shape[0] != -1:
+            raise ConfigError(f"input '{spec.name}' dimension 0 is fixed at {spec.shape[0]} in the model, so it "
+                              f"has no batch dimension; set max_batch_size: 0 (it is {max_batch})")
 
 
 def read_signature(inputs: Sequence[DeclaredTensor], outputs: Sequence[DeclaredTensor],
-                   cfg: PoolConfig) -> tuple[Signature, dict[str, tuple[DimSource, ...]]]:
-    """The signature with the config's profiles, and where each output dimension comes from."""
+                   cfg: PoolConfig) -> Signature:
+    """The signature with the config's profiles, checked against the model's inputs."""
     input_specs = tuple(tensor_spec(*declared) for declared in inputs)
     output_specs = tuple(tensor_spec(*declared) for declared in outputs)
     profiles = cfg.profiles or (default_profile(input_specs, cfg.max_batch_size),)
-    names = {s.name for s in input_specs}
     for ranges in profiles:
-        if set(ranges) != names:
-            raise ConfigError(
-                f"parameter 'profile' names inputs {sorted(ranges)}; the model's inputs are {sorted(names)}"
-            )
-    signature = Signature(
+        check_profile(ranges, input_specs, cfg.max_batch_size)
+    for spec in output_specs:
+        if cfg.max_batch_size and (not spec.shape or spec.shape[0] != -1):
+            raise ConfigError(f"output '{spec.name}' has shape {list(spec.shape)} in the model: no batch dimension "
+                              f"first, so the model cannot be served batched; set max_batch_size: 0 "
+                              f"(it is {cfg.max_batch_size})")
+    return Signature(
         inputs=input_specs,
         outputs=output_specs,
-        profiles=tuple(Profile(i, r) for i, r in enumerate(profiles)),
+        profiles=tuple(Profile(i, {s.name: r[s.name] for s in input_specs}) for i, r in enumerate(profiles)),
         batched=cfg.max_batch_size > 0,
     )
-    return signature, output_dim_sources(inputs, outputs)
+
+
+def is_static(spec: TensorSpec, batched: bool) -> bool:
+    """Whether a tensor's shape is known for every batch before a run: fixed, but for the batch size."""
+    return -1 not in (spec.shape[1:] if batched else spec.shape)

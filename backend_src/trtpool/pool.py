@@ -78,17 +78,17 @@ class ContextPool:
         self.size = size
         self.stats = PoolStats()
         self._lock = threading.Lock()
+        self._taken_at: dict[int, int] = {}  # context index -> monotonic ns when taken
         self._free: queue.Queue[ExecutionContext] = queue.Queue()
         for index in range(size):
             self._free.put(runtime.create_context(index))
             self.stats.contexts[index] = ContextStats()
 
-    @contextmanager
-    def acquire(self) -> Iterator[ExecutionContext]:
-        """Take a free context (waiting if none is); give it back afterwards.
+    def take(self) -> ExecutionContext:
+        """A free context, waiting for one if none is; hand it back with ``give``.
 
-        If the body raises anything but an input error, the context is
-        presumed broken: it is closed, rebuilt and put back in its place.
+        Taking and giving back may happen on different threads (a pipelined
+        batch is submitted in execute() and completed on a completion thread).
         """
         start = time.monotonic_ns()
         context = self._free.get()
@@ -96,17 +96,33 @@ class ContextPool:
         with self._lock:
             self.stats.wait_ns += taken - start
             self.stats.acquisitions += 1
+            self._taken_at[context.index] = taken
+        return context
+
+    def give(self, context: ExecutionContext, failure: Exception | None = None) -> None:
+        """Put a context back. A failure other than an input error means the context
+        may be broken: it is closed, rebuilt and put back in its place."""
+        with self._lock:
+            taken = self._taken_at.pop(context.index)
         stats = self.stats.contexts[context.index]
+        stats.runs += 1
+        stats.busy_ns += time.monotonic_ns() - taken
+        if failure is not None and not isinstance(failure, InvalidInput):
+            context = self._rebuild(context, failure)
+        self._free.put(context)
+
+    @contextmanager
+    def acquire(self) -> Iterator[ExecutionContext]:
+        """``take`` and ``give`` around a block on one thread."""
+        context = self.take()
+        failure = None
         try:
             yield context
         except Exception as exc:
-            if not isinstance(exc, InvalidInput):
-                context = self._rebuild(context, exc)
+            failure = exc
             raise
         finally:
-            stats.runs += 1
-            stats.busy_ns += time.monotonic_ns() - taken
-            self._free.put(context)
+            self.give(context, failure)
 
     def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext | OutOfService:
         stats = self.stats.contexts[broken.index]

@@ -1,11 +1,18 @@
 """The decoupled mode's queue and workers: several batches in flight per instance.
 
-A non-decoupled Python model runs one execute at a time per instance, so only
-one batch would ever be in flight however many contexts the pool holds. In
-decoupled mode execute() only enqueues; one worker thread per context takes
+In decoupled mode execute() only enqueues; one worker thread per context takes
 up to the engine's batch limit of waiting requests with the same shape
 (waiting at most ``batch_wait_us`` to fill the batch), runs them, and answers
 each request through its own responder.
+
+No request is ever left unanswered:
+- requests wait in one FIFO per shape key, and a batch is taken from the front
+  of one of them: nothing is searched for or compared, so no request record is
+  ever tested for equality (their tensors cannot be);
+- a worker's loop is supervised: an error anywhere in it fails the batch in
+  hand and the loop goes on; a worker thread that dies all the same (an
+  exception injected into it, say) fails its batch on the way out, and a
+  watchdog notices the dead thread, logs it, counts it and starts another.
 
 Cancellation: asking whether a request was cancelled is a round trip from the
 stub to the server (the Python backend's response sender), one per request,
@@ -24,132 +31,182 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any
 
-import numpy as np
-
-from trtpool.errors import InvalidInput, Overloaded
+from trtpool.errors import Cancelled, ContextFailure, InvalidInput, Overloaded
+from trtpool.responders import Responder
 from trtpool.serving import BatchRunner, Item, shape_key
 from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 
-
-class Responder(Protocol):
-    """Answers one request exactly once (the final response)."""
-
-    def send(self, outputs: dict[str, np.ndarray]) -> None: ...
-    def fail(self, error: Exception) -> None: ...
-    def cancelled(self) -> bool: ...
-    def drop(self) -> None: ...
+WATCHDOG_INTERVAL_S = 0.5
 
 
-@dataclass
+@dataclass(eq=False)  # identity only: a request record is never compared
 class Waiting:
-    item: Item
+    tensors: dict[str, Any]
+    shapes: dict[str, tuple[int, ...]]
     responder: Responder
-    key: tuple
     enqueued_ns: int = field(default_factory=time.monotonic_ns)
+
+    @property
+    def batch(self) -> int:
+        return next(iter(self.shapes.values()))[0]
 
 
 class Scheduler:
     def __init__(self, runner: BatchRunner, max_queue: int, batch_wait_us: int, cancel_check_after_us: int,
                  on_wait: Callable[[int], None] | None = None,  # the batch's total queue wait, ns
-                 on_done: Callable[[], None] | None = None) -> None:
+                 on_done: Callable[[], None] | None = None,
+                 on_worker_lost: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self.max_queue = max_queue
         self.batch_wait_s = batch_wait_us / 1e6
         self.cancel_check_after_ns = cancel_check_after_us * 1000
         self._on_wait = on_wait or (lambda ns: None)
         self._on_done = on_done or (lambda: None)
-        self._queue: deque[Waiting] = deque()
+        self._on_worker_lost = on_worker_lost or (lambda: None)
+        self._queues: dict[tuple, deque[Waiting]] = {}  # per shape key, oldest first
+        self._waiting = 0
         self._ready = threading.Condition()
         self._closed = False
-        self._workers = [
-            threading.Thread(target=self._work, name=f"trtpool-worker-{i}", daemon=True)
-            for i in range(runner.pool.size)
-        ]
-        for worker in self._workers:
-            worker.start()
+        self.workers = [self._start_worker(slot) for slot in range(runner.pool.size)]
+        self._stop_watchdog = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="trtpool-watchdog", daemon=True)
+        self._watchdog.start()
 
-    def submit(self, tensors: dict[str, np.ndarray], responder: Responder) -> None:
+    def submit(self, tensors: dict[str, Any], responder: Responder) -> None:
         """Queue one request, or answer it at once with its error."""
+        signature = self.runner.signature
         try:
-            shapes = check_request(self.runner.signature, tensors)
+            shapes = check_request(signature, tensors)
         except InvalidInput as exc:
             responder.fail(exc)
             return
-        key = shape_key(shapes, self.runner.signature.batched)
         with self._ready:
-            if len(self._queue) >= self.max_queue:
-                responder.fail(Overloaded(
-                    f"overloaded: {len(self._queue)} requests are waiting (max_queue_size "
-                    f"{self.max_queue}); retry later"))
-                return
-            self._queue.append(Waiting(Item(0, tensors, shapes), responder, key))
-            self._ready.notify()
+            if self._closed:
+                refusal: Exception | None = Overloaded("the model is being unloaded; retry on another instance")
+            elif self._waiting >= self.max_queue:
+                refusal = Overloaded(f"overloaded: {self._waiting} requests are waiting (max_queue_size "
+                                     f"{self.max_queue}); retry later")
+            else:
+                refusal = None
+                key = shape_key(shapes, signature.batched)
+                self._queues.setdefault(key, deque()).append(Waiting(tensors, shapes, responder))
+                self._waiting += 1
+                self._ready.notify()
+        if refusal is not None:
+            responder.fail(refusal)
+
+    # --- taking a batch -----------------------------------------------------------
 
     def _take_batch(self) -> list[Waiting]:
-        """The oldest request plus queued ones of its shape, up to the batch limit."""
+        """The oldest request plus queued ones of its shape, as many as one profile admits."""
+        batched = self.runner.signature.batched
+        deadline: float | None = None
         with self._ready:
-            while not self._queue and not self._closed:
-                self._ready.wait()
-            if not self._queue:
-                return []
-            first = self._queue.popleft()
-            batch = [first]
-            if not self.runner.signature.batched:
-                return batch
-            limit = self.runner.chunk_limit(first.item)
-            size = first.item.batch
-            deadline = time.monotonic() + self.batch_wait_s
-            while size < limit:
-                for waiting in list(self._queue):
-                    if waiting.key == first.key and size + waiting.item.batch <= limit:
-                        self._queue.remove(waiting)
-                        batch.append(waiting)
-                        size += waiting.item.batch
-                remaining = deadline - time.monotonic()
-                if size >= limit or remaining <= 0 or self._closed:
-                    break
-                self._ready.wait(remaining)
-            return batch
-
-    def _work(self) -> None:
-        while True:
-            batch = self._take_batch()
-            if not batch:
-                return
-            now = time.monotonic_ns()
-            live = []
-            for position, waiting in enumerate(batch):
-                if now - waiting.enqueued_ns >= self.cancel_check_after_ns and waiting.responder.cancelled():
-                    waiting.responder.drop()  # cancelled before it ran
+            while True:
+                if not self._waiting:
+                    if self._closed:
+                        return []
+                    self._ready.wait()
                     continue
-                waiting.item.index = position
-                live.append(waiting)
-            if not live:
-                continue
-            self._on_wait(sum(now - waiting.enqueued_ns for waiting in live))
+                key = min(self._queues, key=lambda k: self._queues[k][0].enqueued_ns)
+                queue = self._queues[key]
+                if not batched:
+                    return self._pop(key, 1)
+                limit = self.runner.planner.largest_batch(self._as_item(queue[0]))
+                deadline = deadline if deadline is not None else time.monotonic() + self.batch_wait_s
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed or sum(w.batch for w in queue) >= limit:
+                    return self._pop_batch(key, limit)
+                self._ready.wait(remaining)
+
+    def _pop(self, key: tuple, count: int) -> list[Waiting]:
+        queue = self._queues[key]
+        taken = [queue.popleft() for _ in range(count)]
+        if not queue:
+            del self._queues[key]
+        self._waiting -= count
+        return taken
+
+    def _pop_batch(self, key: tuple, limit: int) -> list[Waiting]:
+        queue = self._queues[key]
+        count, size = 0, 0
+        for waiting in queue:
+            if count and size + waiting.batch > limit:
+                break
+            count, size = count + 1, size + waiting.batch
+        candidates = [self._as_item(w) for w in list(queue)[:count]]
+        return self._pop(key, self.runner.planner.fitting_head(candidates))
+
+    @staticmethod
+    def _as_item(waiting: Waiting) -> Item:
+        return Item(0, waiting.tensors, waiting.shapes)
+
+    # --- workers ------------------------------------------------------------------
+
+    def _start_worker(self, slot: int) -> threading.Thread:
+        worker = threading.Thread(target=self._work, args=(slot,), name=f"trtpool-worker-{slot}", daemon=True)
+        worker.start()
+        return worker
+
+    def _work(self, slot: int) -> None:
+        while True:
+            batch: list[Waiting] = []
             try:
-                self.runner.run_chunk(
-                    [w.item for w in live],
-                    lambda i, outputs: batch[i].responder.send(outputs),
-                    lambda i, error: batch[i].responder.fail(error),
-                )
-            except Exception as exc:  # keep the worker alive whatever happens
-                log.exception("decoupled worker")
-                for waiting in live:
-                    waiting.responder.fail(exc)
-            self._on_done()
+                batch = self._take_batch()
+                if not batch:
+                    return
+                self._run(batch)
+            except Exception as exc:  # trtpool's own fault: fail the batch, keep the worker
+                log.exception("decoupled worker %d; its batch of %d request(s) is failed", slot, len(batch))
+                for waiting in batch:
+                    waiting.responder.fail(ContextFailure(f"execution failed: {type(exc).__name__}: {exc}"))
+            except BaseException:  # the thread is ending: answer what it holds first
+                log.error("decoupled worker %d is ending; failing its batch of %d request(s)", slot, len(batch))
+                for waiting in batch:
+                    waiting.responder.fail(ContextFailure("execution failed: the worker running it stopped"))
+                raise
+
+    def _run(self, batch: list[Waiting]) -> None:
+        now = time.monotonic_ns()
+        live = []
+        for waiting in batch:
+            if now - waiting.enqueued_ns >= self.cancel_check_after_ns and waiting.responder.cancelled():
+                waiting.responder.fail(Cancelled("request cancelled before it ran"))
+            else:
+                live.append(waiting)
+        if not live:
+            return
+        self._on_wait(sum(now - waiting.enqueued_ns for waiting in live))
+        self.runner.run_chunk(
+            [Item(position, waiting.tensors, waiting.shapes) for position, waiting in enumerate(live)],
+            lambda i, outputs: live[i].responder.send(outputs),
+            lambda i, error: live[i].responder.fail(error),
+        )
+        self._on_done()
+
+    def _watch(self) -> None:
+        """Replace any worker thread that died while the model is loaded."""
+        while not self._stop_watchdog.wait(WATCHDOG_INTERVAL_S):
+            for slot, worker in enumerate(self.workers):
+                if not worker.is_alive() and not self._closed:
+                    log.error("decoupled worker %d died; starting a new one", slot)
+                    self._on_worker_lost()
+                    self.workers[slot] = self._start_worker(slot)
 
     def close(self) -> None:
+        self._stop_watchdog.set()
+        self._watchdog.join()
         with self._ready:
             self._closed = True
-            pending = list(self._queue)
-            self._queue.clear()
+            pending = [waiting for queue in self._queues.values() for waiting in queue]
+            self._queues.clear()
+            self._waiting = 0
             self._ready.notify_all()
         for waiting in pending:
-            waiting.responder.fail(Overloaded("the model is being unloaded"))
-        for worker in self._workers:
+            waiting.responder.fail(Overloaded("the model is being unloaded; retry on another instance"))
+        for worker in self.workers:
             worker.join(timeout=30)

@@ -1,11 +1,14 @@
 """Requests -> validated batches -> contexts -> outputs split back per request.
 
 Triton-agnostic: the caller passes each request's input arrays and two
-callbacks. ``emit(i, outputs)`` receives, for a batch that ran from host
-memory, numpy views into the context's output buffers, valid only during the
-call (copy them out, e.g. into Triton tensors); for a batch that ran on the
-GPU (``run_device``), torch slices of tensors the caller owns.
+callbacks. ``emit(i, outputs)`` receives request i's slice of the batch's host
+outputs, views of the context's buffers: use them within the call (build the
+response from them), since the context is handed to the next batch afterwards.
 ``fail(i, error)`` receives the error for request i alone.
+
+A batch runs in two steps, ``start`` (take a free context, submit the batch)
+and ``finish`` (wait, answer, give the context back), so that a pipelined
+caller can start the next batch while this one runs.
 """
 from __future__ import annotations
 
@@ -17,25 +20,26 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.buffers import gather, split_points
-from trtpool.device_tensors import concat_on_device, is_device, to_host
+from trtpool.buffers import split_points
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.pool import ContextPool
+from trtpool.runtimes.base import ExecutionContext, Parts
+from trtpool.signature import Signature
 from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 
-Emit = Callable[[int, dict[str, Any]], None]  # numpy views, or owned torch slices from run_device
+Emit = Callable[[int, dict[str, np.ndarray]], None]
 Fail = Callable[[int, Exception], None]
 BatchObserver = Callable[[int], None]
 
 
 @dataclass
 class Item:
-    """One valid request: its position in the execute() call and its tensors."""
+    """One valid request: its position among the requests it came with, and its tensors."""
 
     index: int
-    tensors: dict[str, np.ndarray]
+    tensors: dict[str, Any]
     shapes: dict[str, tuple[int, ...]]
 
     @property
@@ -48,32 +52,38 @@ def shape_key(shapes: dict[str, tuple[int, ...]], batched: bool) -> tuple:
     return tuple((name, shape[1:] if batched else shape) for name, shape in sorted(shapes.items()))
 
 
-class BatchRunner:
-    """Runs one list of requests (a Triton batch) on the context pool."""
+class BatchPlanner:
+    """The one batching rule, shared by the runner and the decoupled scheduler:
+    requests of one shape key join one batch when some optimization profile
+    admits the combined batch; a group is split only above the largest batch
+    any profile takes for its shapes (or where the profiles leave a gap)."""
 
-    def __init__(self, pool: ContextPool, on_batch: BatchObserver | None = None) -> None:
-        self.pool = pool
-        self.signature = pool.runtime.signature
-        self._on_batch = on_batch or (lambda size: None)
-        self._executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="trtpool-chunk")
+    def __init__(self, signature: Signature) -> None:
+        self.signature = signature
 
-    def run(self, requests: Sequence[dict[str, np.ndarray]], emit: Emit, fail: Fail) -> None:
-        items = []
-        for index, tensors in enumerate(requests):
-            try:
-                items.append(Item(index, tensors, check_request(self.signature, tensors)))
-            except InvalidInput as exc:
-                fail(index, exc)
-        chunks = self.plan(items)
-        if len(chunks) == 1:
-            self.run_chunk(chunks[0], emit, fail)
-        else:
-            # Parts of one large batch run on several contexts at once.
-            for future in [self._executor.submit(self.run_chunk, c, emit, fail) for c in chunks]:
-                future.result()
+    def _with_batch(self, shapes: dict[str, tuple[int, ...]], batch: int) -> dict[str, tuple[int, ...]]:
+        return {name: (batch, *shape[1:]) for name, shape in shapes.items()}
 
-    def plan(self, items: list[Item]) -> list[list[Item]]:
-        """Group requests of equal non-batch shape into chunks that fit one profile."""
+    def fits(self, items: Sequence[Item]) -> bool:
+        total = sum(item.batch for item in items)
+        shapes = self._with_batch(items[0].shapes, total)
+        return any(profile.fits(shapes) for profile in self.signature.profiles)
+
+    def largest_batch(self, item: Item) -> int:
+        """The largest batch any profile takes for this request's other dimensions."""
+        return max((p.max_batch() for p in self.signature.profiles
+                    if p.fits(self._with_batch(item.shapes, p.max_batch()))), default=item.batch)
+
+    def fitting_head(self, items: Sequence[Item]) -> int:
+        """How many leading items form a batch some profile admits (at least one:
+        each request alone was checked against the profiles)."""
+        count = len(items)
+        while count > 1 and not self.fits(items[:count]):
+            count -= 1
+        return count
+
+    def plan(self, items: Sequence[Item]) -> list[list[Item]]:
+        """Chunks of equal-shape requests, each admitted by one profile, in arrival order."""
         if not self.signature.batched:
             return [[item] for item in items]
         groups: dict[tuple, list[Item]] = {}
@@ -81,54 +91,104 @@ class BatchRunner:
             groups.setdefault(shape_key(item.shapes, batched=True), []).append(item)
         chunks = []
         for group in groups.values():
-            limit = self.chunk_limit(group[0])
-            chunk: list[Item] = []
+            limit = self.largest_batch(group[0])
+            pending: list[Item] = []
             for item in group:
-                if chunk and sum(i.batch for i in chunk) + item.batch > limit:
-                    chunks.append(chunk)
-                    chunk = []
-                chunk.append(item)
-            chunks.append(chunk)
+                if pending and sum(i.batch for i in pending) + item.batch > limit:
+                    chunks += self._admitted(pending)
+                    pending = []
+                pending.append(item)
+            chunks += self._admitted(pending)
         return chunks
 
-    def chunk_limit(self, item: Item) -> int:
-        """The largest batch any profile takes for this request's other dimensions."""
-        limits = [
-            p.ranges[next(iter(item.shapes))].max[0]
-            for p in self.signature.profiles
-            if p.fits(item.shapes)
-        ]
-        return max(limits)
+    def _admitted(self, items: list[Item]) -> list[list[Item]]:
+        chunks = []
+        while items:
+            head = self.fitting_head(items)
+            chunks.append(items[:head])
+            items = items[head:]
+        return chunks
+
+
+class BatchRunner:
+    """Runs requests on the context pool: one batch per chunk the planner makes."""
+
+    def __init__(self, pool: ContextPool, on_batch: BatchObserver | None = None) -> None:
+        self.pool = pool
+        self.signature = pool.runtime.signature
+        self.planner = BatchPlanner(self.signature)
+        self._on_batch = on_batch or (lambda size: None)
+        self._executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="trtpool-chunk")
+
+    def validate(self, requests: Sequence[dict[str, Any]], fail: Fail) -> list[Item]:
+        """The valid requests as items; each invalid one is failed with its reason."""
+        items = []
+        for index, tensors in enumerate(requests):
+            try:
+                items.append(Item(index, tensors, check_request(self.signature, tensors)))
+            except InvalidInput as exc:
+                fail(index, exc)
+        return items
+
+    def run(self, requests: Sequence[dict[str, Any]], emit: Emit, fail: Fail) -> None:
+        """Run every request and answer each before returning."""
+        chunks = self.planner.plan(self.validate(requests, fail))
+        if len(chunks) == 1:
+            self.run_chunk(chunks[0], emit, fail)
+        else:
+            # Parts of one large batch run on several contexts at once.
+            for future in [self._executor.submit(self.run_chunk, c, emit, fail) for c in chunks]:
+                future.result()
 
     def run_chunk(self, chunk: list[Item], emit: Emit, fail: Fail) -> None:
-        shapes = {
-            name: (sum(i.batch for i in chunk),) + shape[1:] if self.signature.batched else shape
-            for name, shape in chunk[0].shapes.items()
-        }
+        context = self.start(chunk, emit, fail)
+        if context is not None:
+            self.finish(context, chunk, emit, fail)
+
+    def start(self, chunk: list[Item], emit: Emit, fail: Fail) -> ExecutionContext | None:
+        """Take a free context (waiting for one) and submit the chunk to it. None when
+        the submit failed: the chunk has then been answered already."""
+        context = self.pool.take()
+        parts: Parts = {name: [item.tensors[name] for item in chunk] for name in chunk[0].shapes}
         try:
-            with self.pool.acquire() as context:
-                if hasattr(context, "run_device") and any(map(is_device, chunk[0].tensors.values())):
-                    # Inputs already on the GPU stay there: no host copies.
-                    outputs = context.run_device(
-                        {name: concat_on_device([i.tensors[name] for i in chunk]) for name in shapes})
-                else:
-                    for name, shape in shapes.items():
-                        gather([to_host(i.tensors[name]) for i in chunk], context.inputs.view(name, shape))
-                    outputs = context.run(shapes)
-                self._on_batch(shapes[next(iter(shapes))][0] if self.signature.batched else 1)
-                self._emit_all(chunk, outputs, emit, fail)
-        except InvalidInput as exc:
-            for item in chunk:
-                fail(item.index, exc)
+            context.submit(parts)
         except Exception as exc:
+            self.pool.give(context, exc)
+            self._failed(chunk, exc, emit, fail)
+            return None
+        return context
+
+    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail,
+               answered: Callable[[], None] = lambda: None) -> None:
+        """Wait for the chunk's batch, answer its requests, give the context back.
+
+        `answered` runs after the last emit, before the context is given back: a
+        caller whose emit hands answers to other threads waits for them there."""
+        failure = None
+        try:
+            outputs = context.complete()
+            self._on_batch(sum(item.batch for item in chunk) if self.signature.batched else 1)
+            self._emit_all(chunk, outputs, emit, fail)
+            answered()
+        except Exception as exc:
+            failure = exc
+        finally:
+            self.pool.give(context, failure)  # after the answers: they read its buffers
+        if failure is not None:
+            self._failed(chunk, failure, emit, fail)
+
+    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail) -> None:
+        if isinstance(error, InvalidInput):
+            for item in chunk:
+                fail(item.index, error)
+        elif len(chunk) > 1:
             # The pool has rebuilt the context. Retry each request alone so that
-            # only the request that breaks a context gets the error.
-            if len(chunk) > 1:
-                for item in chunk:
-                    self.run_chunk([item], emit, fail)
-            else:
-                message = exc if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
-                fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))
+            # only a request that breaks a context gets the error.
+            for item in chunk:
+                self.run_chunk([item], emit, fail)
+        else:
+            message = error if isinstance(error, TrtpoolError) else f"{type(error).__name__}: {error}"
+            fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))
 
     def _emit_all(self, chunk: list[Item], outputs: dict[str, np.ndarray], emit: Emit, fail: Fail) -> None:
         bounds = split_points([i.batch for i in chunk]) if self.signature.batched else [(None, None)]

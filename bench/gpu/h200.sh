@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs trtpool's GPU tests and benchmarks on the lent H200 (no network there).
+# The wheels it carries come from bench/gpu/fetch_wheels.sh (.whl_big/, .whl/).
 # Stages, in order, each given as an argument:
 #   stash     keep the nvidia-pytriton wheel (.whl_big/) under $HOME/wh for later calls
 #   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
@@ -20,6 +21,8 @@
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
+#   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
+#             the null model's ceiling, one run; a py-spy profile of the best stub
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -48,6 +51,7 @@ for stage in "$@"; do
       "$IMAGE_PYTHON" -m venv --without-pip "$SERVE_VENV" || exit 4
       site=$("$SERVE_VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
       "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl || exit 4
+      ln -sf "$site/bin/py-spy" "$SERVE_VENV/bin/py-spy"
       printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" "import site; site.addsitedir('$image_site')" \
         > "$site/zz-trtpool-h200.pth"
       cp .whl/house/* "$HOME/wh/"
@@ -149,6 +153,10 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput,latency \
         --levels 32 --transports cuda --models c1,c4_dec --out "$OUT/gpu_serving_bert.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 12
+      ;;
+    ceiling)
+      python3 bench/ceiling.py --runtime torch --precision fp16 --profile "$OUT/ceiling_profile.txt" \
+        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from trtpool.device_tensors import to_host
 from trtpool.runtimes.onnxruntime import OnnxContext, OnnxRuntime
 
 SENTINEL = 1.0e30
@@ -22,18 +23,22 @@ SLOW_SECONDS = 1.0
 
 class FlakyContext(OnnxContext):
     broken = False
+    slow = False
 
-    def run(self, shapes):
+    def submit(self, parts):
         if self.broken:
             raise RuntimeError(f"context {self.index} is broken and must be rebuilt")
-        first = next(iter(shapes))
-        staged = self.inputs.view(first, shapes[first])
-        if np.any(staged == SENTINEL):
+        first = np.concatenate([to_host(t) for t in next(iter(parts.values()))])
+        if np.any(first == SENTINEL):
             self.broken = True
             raise RuntimeError(f"injected failure in context {self.index}")
-        if np.any(staged == SLOW):
+        self.slow = bool(np.any(first == SLOW))
+        super().submit(parts)
+
+    def complete(self):
+        if self.slow:
             time.sleep(SLOW_SECONDS)
-        return super().run(shapes)
+        return super().complete()
 
 
 class FlakyOnnxRuntime(OnnxRuntime):

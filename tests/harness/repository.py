@@ -5,6 +5,8 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
+from tests.harness.sequence_model import write_sequence_model
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.examples import get_example, write_example
 from trtpool_builder.front import make_front_folder
@@ -47,6 +49,14 @@ def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) 
     add_example(repo, cache, "tiny", "tiny_decoupled_flaky", contexts="2", mode="decoupled",
                 runtime=FLAKY_RUNTIME)
     make_front_folder(repo, "tiny_decoupled")
+    add_example(repo, cache, "tiny", "tiny_pipelined", contexts="2", mode="pipelined")
+    add_example(repo, cache, "tiny", "tiny_pipelined_flaky", contexts="2", mode="pipelined", runtime=FLAKY_RUNTIME)
+    sequence = cache / "sequence.onnx"
+    if not sequence.exists():
+        write_sequence_model(sequence)
+    for mode in ("sync", "pipelined", "decoupled"):
+        make_model_folder(repo, f"sequence_{mode}", sequence, [SEQUENCE_PROFILE],
+                          ServingOptions(contexts="2", mode=mode, max_queue_delay_microseconds=QUEUE_DELAY_US))
     # One context and a queue of two: a slow batch makes it overflow.
     set_parameters(add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
                                runtime=FLAKY_RUNTIME), max_queue_size="2", metrics_interval_ms="0")

@@ -55,7 +55,7 @@ def test_batch_above_profile_is_split_across_contexts(tiny_dir):
     runner = BatchRunner(pool)
     rng = np.random.default_rng(2)
     requests = [{"INPUT0": rng.standard_normal((2, 16)).astype(np.float32)} for _ in range(5)]
-    planned = runner.plan([Item(i, {}, {"INPUT0": (2, 16)}) for i in range(5)])
+    planned = runner.planner.plan([Item(i, {}, {"INPUT0": (2, 16)}) for i in range(5)])
     assert [sum(i.batch for i in chunk) for chunk in planned] == [4, 4, 2]
     results = run(runner, requests)
     for request, result in zip(requests, results):
@@ -138,7 +138,7 @@ def test_each_instance_runs_on_the_device_triton_gives_it(kind, device_id, devic
 def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
     with pytest.raises(ConfigError, match="parameter 'contexts': 'many' is not an integer"):
         make_cfg(tiny_dir, contexts="many")
-    with pytest.raises(ConfigError, match=r"parameter 'mode': 'async' is not accepted; expected one of sync, decoupled"):
+    with pytest.raises(ConfigError, match=r"parameter 'mode': 'async' is not accepted; expected one of sync, pipelined, decoupled"):
         make_cfg(tiny_dir, mode="async")
     with pytest.raises(ConfigError, match=r"memory_fraction.*expected a number in \(0, 1\]"):
         make_cfg(tiny_dir, memory_fraction="2")

@@ -56,7 +56,7 @@ def load_runtime(cfg: PoolConfig) -> Runtime:
         return TensorRTRuntime(cfg, path, module_name=None if name == "tensorrt" and cfg.runtime == "auto" else name)
     if name == "torch":
         from trtpool.runtimes.torch import TorchRuntime
-        return TorchRuntime(cfg, path, precision=cfg.precision)
+        return TorchRuntime(cfg, path, precision=cfg.precision, sequence_buckets=cfg.sequence_buckets)
     module_name, _, class_name = name.partition(":")
     try:
         runtime_class = getattr(importlib.import_module(module_name), class_name)

@@ -22,6 +22,7 @@ import collections
 import importlib
 import logging
 import threading
+from collections.abc import Sequence
 from math import prod
 from pathlib import Path
 from types import ModuleType
@@ -30,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from trtpool import cuda
-from trtpool.buffers import HostBuffers
+from trtpool.buffers import HostBuffers, gather
 from trtpool.config import PoolConfig
+from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
-from trtpool.runtimes.base import ExecutionContext, Runtime
+from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.shapes import format_profile
 from trtpool.sidecar import BUILD_COMMAND, check_compatible, read_sidecar, rebuild_command
 from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
@@ -247,27 +249,46 @@ class TensorRTContext(ExecutionContext):
                                                      *runtime.output_capacities.items())}
         self._stream = cuda.Stream()
         self._done = cuda.Event()
+        self._inputs_taken = cuda.Event()
+        self._results: dict[str, np.ndarray] | None = None
         self._context = runtime.new_trt_context()
         self._profile: int | None = None  # selected explicitly on the first run
 
-    def run(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-        profile = self._runtime.signature.choose_profile(shapes)  # InvalidInput if none fits
-        cuda.set_device(self._runtime.device)  # the current device is per thread
-        self.upload(shapes)
-        return self.execute(profile, shapes)
-
-    def upload(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """Queue host-to-device copies of the inputs staged in ``self.inputs``.
-
-        The only step that touches host inputs: a caller whose inputs are
-        already on the device skips it and points the input tensors there.
-        """
+    def submit(self, parts: Parts) -> None:
+        runtime = self._runtime
+        shapes = batch_shapes(parts, runtime.signature.batched)
+        profile = runtime.signature.choose_profile(shapes)  # InvalidInput if none fits
+        cuda.set_device(runtime.device)  # the current device is per thread
+        on_device = any(is_device(t) for tensors in parts.values() for t in tensors)
         for name, shape in shapes.items():
-            staged = self.inputs.view(name, shape)
-            cuda.memcpy_htod_async(self._device[name].ptr, staged, staged.nbytes, self._stream)
+            self._upload(name, parts[name], shape)
+        if on_device:
+            self._inputs_taken.record(self._stream)
+        self._results = self._execute(profile, shapes)
+        if on_device:
+            self._inputs_taken.synchronize()  # the caller's GPU tensors may be reused once we return
 
-    def execute(self, profile: Profile, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-        """Run on the device inputs, copy outputs to the pinned staging buffers, wait once."""
+    def complete(self) -> dict[str, np.ndarray]:
+        self._done.synchronize()  # the one wait per batch
+        results, self._results = self._results, None
+        return results
+
+    def _upload(self, name: str, parts: Sequence[Any], shape: tuple[int, ...]) -> None:
+        """Queue the copies of one input's parts into its device buffer: host parts
+        through the pinned staging buffer, GPU parts device to device."""
+        device = self._device[name].ptr
+        if not is_device(parts[0]):
+            staged = gather(parts, self.inputs.view(name, shape))
+            cuda.memcpy_htod_async(device, staged, staged.nbytes, self._stream)
+            return
+        offset = 0
+        for part in parts:
+            nbytes = part.numel() * part.element_size()
+            cuda.memcpy_dtod_async(device + offset, part.data_ptr(), nbytes, self._stream)
+            offset += nbytes
+
+    def _execute(self, profile: Profile, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+        """Run on the device inputs and queue the outputs' copies to the pinned staging buffers."""
         context, stream, runtime = self._context, self._stream, self._runtime
         if profile.index != self._profile:
             if not context.set_optimization_profile_async(profile.index, stream.handle):
@@ -295,7 +316,6 @@ class TensorRTContext(ExecutionContext):
             cuda.memcpy_dtoh_async(view, self._device[spec.name].ptr, view.nbytes, stream)
             results[spec.name] = view
         self._done.record(stream)
-        self._done.synchronize()  # the one wait per batch
         return results
 
     def close(self) -> None:
@@ -308,4 +328,5 @@ class TensorRTContext(ExecutionContext):
         for buffer in self._device.values():
             buffer.close()
         self._done.close()
+        self._inputs_taken.close()
         self._stream.close()

@@ -26,16 +26,19 @@ device arithmetic (say, divides by the sequence length) would then fail at
 load with a device mismatch; none of ours does.
 
 One copy of the weights is on the GPU, shared by every context. A context owns
-a stream, an event, pinned host staging buffers, device input and output
-buffers sized for the largest shapes (as a TensorRT context does), and one CUDA
-graph per shape bucket, all sharing the context's private memory pool. Batch
-sizes are bucketed to powers of two up to the max batch, dynamic non-batch
-dimensions (a sequence) to SEQUENCE_BUCKETS; the largest bucket is captured
-when the context is made, the others on first use. A batch smaller than its
-bucket is zero-padded (attention_mask 0 for a padded token) and its outputs
-sliced back; zero padding of a non-batch dimension is right only for models
-that mask it, so pass ``sequence_buckets=None`` (a graph per distinct length)
-for any other model.
+a stream, events, pinned host staging buffers, device input buffers sized for
+the largest shapes (as a TensorRT context does), and one CUDA graph per shape
+bucket, all sharing the context's private memory pool; a graph's outputs live
+in that pool, and their real part is copied to pinned host memory per batch.
+Batch sizes are bucketed to powers of two up to the max batch. Other dynamic
+dimensions are used as given (a graph per distinct shape) unless the config's
+``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
+non-batch dimension is right only for models that mask it (attention_mask 0
+for a padded token), and only where every output dimension it changes is
+named after an input dimension, so that it can be cut back. The largest bucket
+is captured when the context is made, the others on first use. A model that
+cannot be captured (an output sized by the data, an op that reads a device
+value on the host) runs eagerly on the context's stream.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ import logging
 import sys
 import threading
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -55,17 +59,17 @@ import torch
 from onnx import TensorProto
 
 from trtpool import cuda, onnx_signature
-from trtpool.buffers import HostBuffers
+from trtpool.buffers import HostBuffers, gather
 from trtpool.config import PoolConfig
+from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
-from trtpool.onnx_signature import DeclaredTensor, DimSource, output_shape
-from trtpool.runtimes.base import ExecutionContext, Runtime
+from trtpool.onnx_signature import DeclaredTensor
+from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
 
 PRECISIONS = ("fp32", "fp16")
-SEQUENCE_BUCKETS = (32, 64, 128, 256, 512)
 WARMUP_RUNS = 2  # eager runs on the context's stream before a capture (cuBLAS/cuDNN set-up)
 ONNX_DTYPES = {
     TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64,
@@ -125,13 +129,42 @@ def _declared(value: onnx.ValueInfoProto) -> DeclaredTensor:
     return value.name, np.dtype(ONNX_DTYPES[elem_type]), _dims(value)
 
 
-def read_signature(model: onnx.ModelProto, cfg: PoolConfig) -> tuple[Signature, dict[str, tuple[DimSource, ...]]]:
-    """The model's signature (profiles as the ONNX Runtime runtime makes them) and
-    each output dimension as a constant or as an input's dimension."""
+def graph_io(model: onnx.ModelProto) -> tuple[list[DeclaredTensor], list[DeclaredTensor]]:
+    """The graph's inputs (initializers are weights, not inputs) and outputs."""
     initializers = {i.name for i in model.graph.initializer}
-    return onnx_signature.read_signature(
-        [_declared(v) for v in model.graph.input if v.name not in initializers],
-        [_declared(v) for v in model.graph.output], cfg)
+    return ([_declared(v) for v in model.graph.input if v.name not in initializers],
+            [_declared(v) for v in model.graph.output])
+
+
+def read_signature(model: onnx.ModelProto, cfg: PoolConfig) -> Signature:
+    """The model's signature, with profiles as the ONNX Runtime runtime makes them."""
+    return onnx_signature.read_signature(*graph_io(model), cfg)
+
+
+def padded_axis_sources(model: onnx.ModelProto, signature: Signature) -> dict[str, dict[int, tuple[str, int]]]:
+    """For sequence buckets: per output, each dynamic non-batch axis as the input axis
+    it follows, by dimension name. Padding an input axis is right only when every
+    output axis it changes can be cut back, so an output axis that no input axis
+    names refuses the option."""
+    inputs, outputs = graph_io(model)
+    named: dict[str, tuple[str, int]] = {}
+    for name, _, dims in inputs:
+        for axis, dim in enumerate(dims):
+            if isinstance(dim, str) and dim:
+                named.setdefault(dim, (name, axis))
+    first = 1 if signature.batched else 0
+    sources: dict[str, dict[int, tuple[str, int]]] = {}
+    for name, _, dims in outputs:
+        sources[name] = {}
+        for axis, dim in enumerate(dims[first:], start=first):
+            if isinstance(dim, int) and dim > 0:
+                continue
+            if dim not in named:
+                raise ConfigError(f"parameter 'sequence_buckets': output '{name}' dimension {axis} ('{dim}') "
+                                  "is named after no input dimension, so a padded input cannot be cut back "
+                                  "out of it; remove the parameter (a CUDA graph per distinct shape)")
+            sources[name][axis] = named[dim]
+    return sources
 
 
 # --- ONNX -> a capture-safe torch module -------------------------------------
@@ -217,7 +250,7 @@ class TorchRuntime(Runtime):
     name = "torch"
 
     def __init__(self, cfg: PoolConfig, path: Path, precision: str = "fp32",
-                 sequence_buckets: tuple[int, ...] | None = SEQUENCE_BUCKETS) -> None:
+                 sequence_buckets: tuple[int, ...] | None = None) -> None:
         if precision not in PRECISIONS:
             raise ConfigError(f"precision '{precision}' is not accepted; expected one of {', '.join(PRECISIONS)}")
         try:
@@ -239,17 +272,17 @@ class TorchRuntime(Runtime):
             model = onnx.load(str(self.path))
         except Exception as exc:
             raise EngineError(f"ONNX file '{self.path}' cannot be read: {exc}") from exc
-        self.signature, self._output_dims = read_signature(model, cfg)
+        self.signature = read_signature(model, cfg)
+        self.padded_axes = padded_axis_sources(model, self.signature) if sequence_buckets else {}
         self.axis_buckets = self._axis_buckets(sequence_buckets)
-        largest = {s.name: self.signature.max_shape(s.name) for s in self.signature.inputs}
-        self.input_capacities = {s.name: (s.dtype, prod(largest[s.name])) for s in self.signature.inputs}
-        largest_out = self.output_shapes(largest)
-        self.output_capacities = {s.name: (s.dtype, prod(largest_out[s.name])) for s in self.signature.outputs}
+        self.input_capacities = {s.name: (s.dtype, prod(self.signature.max_shape(s.name)))
+                                 for s in self.signature.inputs}
         self.make_current()
         if precision == "fp32":
             _use_ieee_fp32()
         self.module = convert(model, self.device, precision)
         self.capture_lock = threading.Lock()  # one capture at a time in the process
+        self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
 
     def _axis_buckets(self, sequence_buckets: tuple[int, ...] | None) -> dict[str, tuple[Buckets, ...]]:
@@ -273,15 +306,18 @@ class TorchRuntime(Runtime):
         return {s.name: tuple(bucket_of(d, b) for d, b in zip(shapes[s.name], self.axis_buckets[s.name]))
                 for s in self.signature.inputs}
 
-    def output_shapes(self, input_shapes: Shapes) -> Shapes:
-        return {name: output_shape(dims, input_shapes) for name, dims in self._output_dims.items()}
+    def real_output(self, name: str, output: torch.Tensor, shapes: Shapes) -> torch.Tensor:
+        """The part of a bucket's output that belongs to a batch of these input shapes."""
+        index = [slice(None)] * output.dim()
+        if self.signature.batched:
+            index[0] = slice(0, shapes[self.signature.inputs[0].name][0])
+        for axis, (input_name, input_axis) in self.padded_axes.get(name, {}).items():
+            index[axis] = slice(0, shapes[input_name][input_axis])
+        return output[tuple(index)]
 
     def may_pad_inner(self, name: str) -> bool:
-        """Whether a tensor's real part can be non-contiguous in its bucket (a padded non-leading dimension)."""
-        if name in self.axis_buckets:
-            return any(b is not None for b in self.axis_buckets[name][1:])
-        return any(isinstance(d, tuple) and self.axis_buckets[d[0]][d[1]] is not None
-                   for d in self._output_dims[name][1:])
+        """Whether an input's real part can be non-contiguous in its bucket (a padded non-leading dimension)."""
+        return any(b is not None for b in self.axis_buckets[name][1:])
 
     def make_current(self) -> None:
         """Make the GPU current for this thread in CUDA's runtime and in torch: each
@@ -289,20 +325,17 @@ class TorchRuntime(Runtime):
         cuda.set_device(self.device.index)
         torch.cuda.set_device(self.device)
 
-    def forward(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> None:
-        """The module on static inputs into static outputs: what a context's graphs capture."""
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The module on these inputs; outputs in the types the ONNX file declares."""
         args = [t.to(self.compute_dtype) if t.dtype == torch.float32 else t for t in inputs.values()]
         results = self.module(*args)
         if isinstance(results, torch.Tensor):
             results = (results,)
+        outputs = self.signature.outputs
         if len(results) != len(outputs):
             raise EngineError(f"the converted model returned {len(results)} outputs, its ONNX file declares "
                               f"{len(outputs)}")
-        for (name, out), result in zip(outputs.items(), results):
-            if result.shape != out.shape:
-                raise EngineError(f"output '{name}' came out as {list(result.shape)}, expected "
-                                  f"{list(out.shape)} from the ONNX file's output dimensions")
-            out.copy_(result)  # casts a half result back to the declared type
+        return {spec.name: result.to(TORCH_DTYPES[spec.dtype]) for spec, result in zip(outputs, results)}
 
     def create_context(self, index: int) -> TorchContext:
         return TorchContext(self, index)
@@ -333,36 +366,38 @@ class TorchRuntime(Runtime):
         torch.cuda.empty_cache()
 
 
+def _model_refused(exc: RuntimeError, shapes: Shapes) -> Exception:
+    """A failure of the module on new shapes: the client's error unless CUDA itself failed."""
+    if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower():
+        return exc
+    return InvalidInput(f"the model rejected input shapes {shapes}: {exc}")
+
+
 @dataclass
-class CapturedBucket:
-    """One bucket's graph and the static tensors it reads and writes (views of the context's buffers)."""
+class Bucket:
+    """One bucket's static inputs (views of the context's buffers) and its graph with
+    the outputs it writes; a model that cannot be captured runs eagerly (graph None)."""
 
-    graph: torch.cuda.CUDAGraph
     inputs: dict[str, torch.Tensor]
-    outputs: dict[str, torch.Tensor]
+    graph: torch.cuda.CUDAGraph | None = None
+    outputs: dict[str, torch.Tensor] | None = None
 
-    def place(self, name: str, source: torch.Tensor) -> None:
-        """Queue the real batch `source` (on the device) into the static input, zero-padded."""
-        static = self.inputs[name]
-        region = static[leading(tuple(source.shape))]
-        if source.data_ptr() == region.data_ptr() and region.is_contiguous():  # copied in place
-            if source.numel() < static.numel():
-                static.view(-1)[source.numel():].zero_()
-        else:
-            if region.shape != static.shape:
-                static.zero_()
-            region.copy_(source)
+    def run(self, runtime: TorchRuntime) -> dict[str, torch.Tensor]:
+        if self.graph is None:
+            return runtime.forward(self.inputs)
+        self.graph.replay()
+        return self.outputs
 
 
 class TorchContext(ExecutionContext):
-    """Graphs over the shared module with their own stream, event and buffers on the runtime's GPU."""
+    """Graphs over the shared module with their own stream, events and buffers on the runtime's GPU."""
 
     def __init__(self, runtime: TorchRuntime, index: int) -> None:
         self.index = index
         self._runtime = runtime
         runtime.make_current()
-        self.inputs = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
-        self.outputs = HostBuffers(runtime.output_capacities, cuda.pinned_allocator)
+        self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
+        self._host_outputs: dict[str, np.ndarray] = {}  # pinned, grown to the largest output seen
         # The stream is trtpool.cuda's, as in the TensorRT context: copies, the
         # event wait and teardown are the same checked calls on the same kind of
         # stream; torch only launches its kernels and graphs on it through an
@@ -370,16 +405,16 @@ class TorchContext(ExecutionContext):
         self._stream = cuda.Stream()
         self._torch_stream = torch.cuda.ExternalStream(self._stream.handle, device=runtime.device)
         self._done = cuda.Event()
+        self._inputs_taken = cuda.Event()
         self._pool = torch.cuda.graph_pool_handle()  # shared by this context's graphs, never replayed at once
-        self._buckets: dict[tuple[tuple[int, ...], ...], CapturedBucket] = {}
+        self._buckets: dict[tuple[tuple[int, ...], ...], Bucket] = {}
+        self._results: dict[str, np.ndarray] | None = None
         with torch.cuda.stream(self._torch_stream):
-            self._static = {name: self._empty(dtype, count) for name, (dtype, count) in
-                            (*runtime.input_capacities.items(), *runtime.output_capacities.items())}
+            self._static = {name: self._empty(dtype, count) for name, (dtype, count) in runtime.input_capacities.items()}
             # Where a real batch is not the leading block of its bucket (a padded
-            # sequence), it lands here first and is copied in or out on the device.
-            self._landing = {name: self._empty(dtype, count) for name, (dtype, count) in
-                             (*runtime.input_capacities.items(), *runtime.output_capacities.items())
-                             if runtime.may_pad_inner(name)}
+            # sequence), it lands here first and is copied in on the device.
+            self._landing = {name: self._empty(dtype, count) for name, (dtype, count)
+                             in runtime.input_capacities.items() if runtime.may_pad_inner(name)}
         largest = {s.name: runtime.signature.max_shape(s.name) for s in runtime.signature.inputs}
         self._bucket(largest)  # this context's memory is committed now, not under load
 
@@ -388,109 +423,107 @@ class TorchContext(ExecutionContext):
 
     @property
     def captured(self) -> list[tuple[tuple[int, ...], ...]]:
-        """The buckets captured so far, as padded input shapes in the model's input order."""
+        """The buckets made so far, as padded input shapes in the model's input order."""
         return list(self._buckets)
 
-    def _bucket(self, shapes: Shapes) -> CapturedBucket:
+    def _bucket(self, shapes: Shapes) -> Bucket:
         padded = self._runtime.padded_shapes(shapes)
         key = tuple(padded.values())
         if key not in self._buckets:
-            self._buckets[key] = self._capture(padded)
+            inputs = {n: self._static[n][:prod(s)].view(s) for n, s in padded.items()}
+            self._buckets[key] = self._capture(inputs)
         return self._buckets[key]
 
-    def _capture(self, padded: Shapes) -> CapturedBucket:
+    def _capture(self, inputs: dict[str, torch.Tensor]) -> Bucket:
         runtime = self._runtime
-        inputs = {n: self._static[n][:prod(s)].view(s) for n, s in padded.items()}
-        outputs = {n: self._static[n][:prod(s)].view(s) for n, s in runtime.output_shapes(padded).items()}
-        graph = torch.cuda.CUDAGraph()
+        bucket = Bucket(inputs)
+        shapes = {n: tuple(t.shape) for n, t in inputs.items()}
         with runtime.capture_lock, torch.inference_mode(), torch.cuda.stream(self._torch_stream):
             for tensor in inputs.values():
                 tensor.zero_()
-            for _ in range(WARMUP_RUNS):
-                runtime.forward(inputs, outputs)
+            try:
+                for _ in range(WARMUP_RUNS):
+                    runtime.forward(inputs)
+            except RuntimeError as exc:
+                raise _model_refused(exc, shapes) from exc
+            if runtime.eager_reason is not None:
+                return bucket
+            graph = torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(graph, pool=self._pool, stream=self._torch_stream,
                                       capture_error_mode="thread_local"):
-                    runtime.forward(inputs, outputs)
+                    outputs = runtime.forward(inputs)
             except RuntimeError as exc:
-                raise EngineError(
-                    f"the model converted from '{runtime.path}' cannot be captured in a CUDA graph for "
-                    f"shapes {padded}: {exc}. An op that reads a device tensor on the host (a shape "
-                    "computed on the GPU, .item(), data-dependent output sizes) breaks capture") from exc
-        log.debug("context %d: captured bucket %s", self.index, padded)
-        return CapturedBucket(graph, inputs, outputs)
+                # An op that reads a device tensor on the host (a shape computed on the
+                # GPU, .item(), an output sized by the data) breaks capture: such a model
+                # runs eagerly on the context's stream, slower but right.
+                runtime.eager_reason = f"{type(exc).__name__}: {exc}"
+                log.warning("the model converted from '%s' cannot be captured in a CUDA graph (%s); "
+                            "it runs without graphs", runtime.path, runtime.eager_reason)
+                return bucket
+        log.debug("context %d: captured bucket %s", self.index, shapes)
+        bucket.graph, bucket.outputs = graph, outputs
+        return bucket
 
-    def run(self, shapes: Shapes) -> dict[str, np.ndarray]:
+    def _host_output(self, name: str, real: torch.Tensor) -> np.ndarray:
+        """A pinned host array of `real`'s shape and type (the context's, reused)."""
+        dtype, count = np.dtype(str(real.dtype).removeprefix("torch.")), real.numel()
+        held = self._host_outputs.get(name)
+        if held is None or held.size < count:
+            held = self._host_outputs[name] = cuda.pinned_allocator(dtype, count)
+        return held[:count].reshape(tuple(real.shape))
+
+    def _place(self, bucket: Bucket, name: str, parts: Sequence[Any], shape: tuple[int, ...]) -> None:
+        """Queue the batch's `parts` of one input into the bucket's static input, zero-padded."""
+        static = bucket.inputs[name]
+        region = static[leading(shape)]
+        if region.shape != static.shape:  # the padding is zeros
+            (static.view(-1)[region.numel():] if region.is_contiguous() else static).zero_()
+        if is_device(parts[0]):  # already on the GPU: device copies straight into place
+            offset = 0
+            for part in parts:
+                rows = part.shape[0] if self._runtime.signature.batched else shape[0]
+                region[offset:offset + rows].copy_(part)
+                offset += rows
+            return
+        staged = gather(parts, self.staging.view(name, shape))
+        target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
+        cuda.memcpy_htod_async(target.data_ptr(), staged, staged.nbytes, self._stream)
+        if target is not region:
+            region.copy_(target)
+
+    def submit(self, parts: Parts) -> None:
         runtime = self._runtime
+        shapes = batch_shapes(parts, runtime.signature.batched)
         runtime.signature.choose_profile(shapes)  # InvalidInput if no profile fits
         runtime.make_current()
         bucket = self._bucket(shapes)
-        with torch.cuda.stream(self._torch_stream):
+        on_device = any(is_device(t) for tensors in parts.values() for t in tensors)
+        if on_device:  # work queued on the caller's stream (e.g. copies into the tensors)
+            self._torch_stream.wait_stream(torch.cuda.current_stream(runtime.device))
+        with torch.inference_mode(), torch.cuda.stream(self._torch_stream):
             for name, shape in shapes.items():
-                staged = self.inputs.view(name, shape)
-                region = bucket.inputs[name][leading(shape)]
-                target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
-                cuda.memcpy_htod_async(target.data_ptr(), staged, staged.nbytes, self._stream)
-                bucket.place(name, target)
-            bucket.graph.replay()
-            results = {}
-            for name, device in self._results(bucket, shapes).items():
-                host = self.outputs.view(name, tuple(device.shape))
-                cuda.memcpy_dtoh_async(host, device.data_ptr(), host.nbytes, self._stream)
-                results[name] = host
-        self._wait()
-        return results
+                self._place(bucket, name, parts[name], shape)
+            if on_device:
+                self._inputs_taken.record(self._stream)
+            try:
+                outputs = bucket.run(runtime)
+            except RuntimeError as exc:
+                raise _model_refused(exc, shapes) from exc
+            self._results = {}
+            for name, output in outputs.items():
+                real = runtime.real_output(name, output, shapes).contiguous()
+                host = self._host_output(name, real)
+                cuda.memcpy_dtoh_async(host, real.data_ptr(), host.nbytes, self._stream)
+                self._results[name] = host
+            self._done.record(self._stream)
+        if on_device:
+            self._inputs_taken.synchronize()  # the caller's GPU tensors may be reused once we return
 
-    def run_device(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Run a batch that is already on this GPU (e.g. torch.from_dlpack of Triton's
-        GPU tensors): no host copies. Work queued on the caller's current stream is
-        waited for. Returns new contiguous device tensors the caller owns: one
-        device copy per output and batch, made before the batch's one wait, so
-        that responses can slice them without a copy and a wait per request."""
-        runtime = self._runtime
-        shapes = self._check_device_inputs(tensors)
-        runtime.signature.choose_profile(shapes)
-        runtime.make_current()
-        bucket = self._bucket(shapes)
-        self._torch_stream.wait_stream(torch.cuda.current_stream(runtime.device))
-        with torch.cuda.stream(self._torch_stream):
-            for name in shapes:
-                bucket.place(name, tensors[name])
-            bucket.graph.replay()
-            results = {name: region.clone() for name, region in self._results(bucket, shapes).items()}
-        self._wait()
-        return results
-
-    def _check_device_inputs(self, tensors: dict[str, torch.Tensor]) -> Shapes:
-        signature, device = self._runtime.signature, self._runtime.device
-        expected = sorted(s.name for s in signature.inputs)
-        if sorted(tensors) != expected:
-            raise InvalidInput(f"input tensors {sorted(tensors)} given; the model expects {expected}")
-        for spec in signature.inputs:
-            tensor, dtype = tensors[spec.name], TORCH_DTYPES[spec.dtype]
-            if tensor.device != device or tensor.dtype != dtype or tensor.dim() != len(spec.shape):
-                raise InvalidInput(f"input '{spec.name}': {tensor.dtype} {list(tensor.shape)} on {tensor.device} "
-                                   f"given, expected {dtype} of rank {len(spec.shape)} on {device}")
-        shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-        if signature.batched and len({s[0] for s in shapes.values()}) > 1:
-            raise InvalidInput(f"inputs disagree on the batch size: {shapes}")
-        return shapes
-
-    def _results(self, bucket: CapturedBucket, shapes: Shapes) -> dict[str, torch.Tensor]:
-        """The real part of each output as a contiguous device tensor (queued on the context's stream)."""
-        results = {}
-        for name, shape in self._runtime.output_shapes(shapes).items():
-            region = bucket.outputs[name][leading(shape)]
-            if not region.is_contiguous():
-                compact = self._landing[name][:prod(shape)].view(shape)
-                compact.copy_(region)
-                region = compact
-            results[name] = region
-        return results
-
-    def _wait(self) -> None:
-        self._done.record(self._stream)
+    def complete(self) -> dict[str, np.ndarray]:
         self._done.synchronize()  # the one wait per batch
+        results, self._results = self._results, None
+        return results
 
     def close(self) -> None:
         self._runtime.make_current()
@@ -502,4 +535,5 @@ class TorchContext(ExecutionContext):
         self._static.clear()
         self._landing.clear()
         self._done.close()
+        self._inputs_taken.close()
         self._stream.close()

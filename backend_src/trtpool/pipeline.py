@@ -1,0 +1,81 @@
+"""The pipelined mode: several batches in flight per instance, for every client.
+
+Triton's Python backend runs one execute() at a time per instance. In sync
+mode execute() waits for its batch, so the server's work on the next batch
+(reading its inputs), the stub's work on this one (building responses) and
+the GPU never overlap. Here execute() only starts each batch on a free
+context and returns; a completion thread per context waits for the batch and
+answers each request through its response sender (allowed for non-decoupled
+models since tritonserver 2.38, so HTTP /infer and unary gRPC clients work).
+When every context is busy, execute() waits for one: Triton's queue then
+fills and its dynamic batcher makes larger batches.
+
+Each response sent is a round trip to the server process (the stub waits
+for the server to take it, with the GIL released), so one batch's responses
+are sent from ``response_threads`` threads at once; the context is given
+back once all of them are out, since they are read from its buffers.
+
+Every request is answered exactly once, whatever fails: the responder ignores
+a second answer, and a completion that raises fails the batch it held.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from trtpool.responders import Responder
+from trtpool.runtimes.base import ExecutionContext
+from trtpool.serving import BatchRunner, Item
+
+log = logging.getLogger("trtpool")
+
+
+class Pipeline:
+    def __init__(self, runner: BatchRunner, response_threads: int = 1,
+                 on_done: Callable[[], None] | None = None) -> None:
+        self.runner = runner
+        self._on_done = on_done or (lambda: None)
+        self._completions = ThreadPoolExecutor(max_workers=runner.pool.size, thread_name_prefix="trtpool-complete")
+        self._senders = (ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
+                         if response_threads > 1 else None)
+
+    def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
+        """Start every request's batch; returns before they complete."""
+        def emit(index: int, outputs: dict[str, Any]) -> None:
+            responders[index].send(outputs)
+
+        def fail(index: int, error: Exception) -> None:
+            responders[index].fail(error)
+
+        try:
+            for chunk in self.runner.planner.plan(self.runner.validate(requests, fail)):
+                context = self.runner.start(chunk, emit, fail)
+                if context is not None:
+                    self._completions.submit(self._finish, context, chunk, emit, fail, responders)
+        except Exception as exc:  # answered-once: requests already started keep their answers
+            log.exception("starting pipelined batches")
+            for responder in responders:
+                responder.fail(exc)
+
+    def _finish(self, context: ExecutionContext, chunk: list[Item], emit: Callable, fail: Callable,
+                responders: Sequence[Responder]) -> None:
+        try:
+            if self._senders is None:
+                self.runner.finish(context, chunk, emit, fail)
+            else:
+                sent: list[Future] = []
+                self.runner.finish(context, chunk, lambda i, outputs: sent.append(self._senders.submit(emit, i, outputs)),
+                                   fail, answered=lambda: wait(sent))
+        except BaseException as exc:
+            log.exception("completing a pipelined batch")
+            for item in chunk:
+                responders[item.index].fail(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        finally:
+            self._on_done()
+
+    def close(self) -> None:
+        self._completions.shutdown(wait=True)
+        if self._senders is not None:
+            self._senders.shutdown(wait=True)
