@@ -74,10 +74,14 @@ def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
                     f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
                 )
             model_dims = config_dims(spec, batched)
-            declared_dims = [int(d) for d in entry.get("dims", [])]  # protobuf JSON omits empty dims (scalars)
+            # The model sees `reshape` where there is one (a scalar travels as dims [1], reshape []);
+            # protobuf JSON leaves out empty lists.
+            field = "reshape" if "reshape" in entry else "dims"
+            listed = entry["reshape"].get("shape", []) if field == "reshape" else entry.get("dims", [])
+            declared_dims = [int(d) for d in listed]
             if not _dims_agree(declared_dims, model_dims):
                 raise ConfigError(
-                    f"{section} '{name}' dims: config.pbtxt says {declared_dims}, the model has {model_dims}"
+                    f"{section} '{name}' {field}: config.pbtxt says {declared_dims}, the model has {model_dims}"
                 )
         declared = {e["name"] for e in model_config.get(section, [])}
         if section == "input" and declared != set(by_name):

@@ -53,7 +53,14 @@ class ServingOptions:
 def _tensor(message: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
     message.name = spec.name
     message.data_type = mc.DataType.Value(spec.triton_dtype)
-    message.dims.extend(spec.shape[1:] if batched else spec.shape)
+    dims = spec.shape[1:] if batched else spec.shape
+    if dims:
+        message.dims.extend(dims)
+    else:
+        # Triton refuses empty dims: a scalar (per batch item, e.g. a class label) travels as
+        # [1] and reaches the model reshaped to [], as Triton's reshape property does for any backend.
+        message.dims.append(1)
+        message.reshape.SetInParent()
 
 
 def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list[int]:

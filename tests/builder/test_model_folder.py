@@ -137,3 +137,21 @@ def test_engine_for_another_machine_is_written_with_a_note(tiny_onnx: Path, tmp_
     (note,) = notes
     assert note.startswith("note: this machine cannot run the 'tensorrt' runtime (")
     assert "checked as far as it can be here" in note and "compute capability 8.9" in note
+
+
+def test_a_scalar_per_batch_item_travels_as_dims_1_reshaped(tmp_path: Path) -> None:
+    """Triton refuses empty dims ("model output 'label' must specify 'dims'"): a class label per batch
+    item is declared dims [1] with reshape [], and trtpool (which sees the reshape) loads it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("ArgMax", ["x"], ["label"], axis=1, keepdims=0)], "argmax",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "argmax.onnx")
+    config = parse(make_model_folder(tmp_path / "repo", "argmax", tmp_path / "argmax.onnx", ["x=1x4:2x4:8x4"]))
+    (label,) = config.output
+    assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == []
+    assert list(config.input[0].dims) == [4] and not config.input[0].HasField("reshape")

@@ -50,6 +50,12 @@ class CorpusServer:
             states = {m["name"]: m for m in client.get_model_repository_index()}
         return f"tritonserver did not load it: {states.get(name, {}).get('reason', 'not in the repository')}"
 
+    def reshaped(self, name: str) -> set[str]:
+        """Tensors that clients see with a trailing 1 (scalars: dims [1], reshape [] for the model)."""
+        with httpclient.InferenceServerClient(self.server.http_url) as client:
+            config = client.get_model_config(name)
+        return {t["name"] for t in (*config.get("input", []), *config.get("output", [])) if "reshape" in t}
+
 
 @pytest.fixture(scope="module")
 def corpus_server(start_server, corpus_files: dict[str, Path], tmp_path_factory) -> CorpusServer:
@@ -76,14 +82,25 @@ def corpus_server(start_server, corpus_files: dict[str, Path], tmp_path_factory)
     return served
 
 
-def _infer(module, client, model: str, feed: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+def _infer(module, client, model: str, feed: dict[str, np.ndarray], outputs: list[str],
+           reshaped: set[str]) -> dict[str, np.ndarray]:
+    """The model's answer as the model shapes it: a reshaped tensor goes out and comes back
+    with the trailing 1 that clients see (checked here, then dropped)."""
     tensors = []
     for name, array in feed.items():
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
+        sent = array.reshape(*array.shape, 1) if name in reshaped else array
+        tensor = module.InferInput(name, list(sent.shape), np_to_triton_dtype(sent.dtype))
+        tensor.set_data_from_numpy(sent)
         tensors.append(tensor)
     result = client.infer(model, tensors, outputs=[module.InferRequestedOutput(n) for n in outputs])
-    return {name: result.as_numpy(name) for name in outputs}
+    answers = {}
+    for name in outputs:
+        answer = result.as_numpy(name)
+        if name in reshaped:
+            assert answer.shape[-1:] == (1,), f"output '{name}' came back as {answer.shape}"
+            answer = answer.reshape(answer.shape[:-1])
+        answers[name] = answer
+    return answers
 
 
 def _expect_same(entry: CorpusModel, served: CorpusServer, feed: dict[str, np.ndarray],
@@ -108,11 +125,12 @@ def test_answers_like_onnxruntime_at_several_shapes(entry: CorpusModel, protocol
                                                    corpus_server: CorpusServer) -> None:
     _available(entry, corpus_server)
     outputs = [o.name for o in corpus_server.sessions[entry.name].get_outputs()]
+    reshaped = corpus_server.reshaped(entry.name)
     client = corpus_server.client(protocol)
     try:
         for index, shapes in enumerate(entry.shapes):
             feed = entry.make_inputs(shapes, np.random.default_rng(100 + index))
-            got = _infer(CLIENTS[protocol], client, entry.name, feed, outputs)
+            got = _infer(CLIENTS[protocol], client, entry.name, feed, outputs, reshaped)
             assert {n: a.shape for n, a in got.items()} == entry.output_shapes(shapes)
             _expect_same(entry, corpus_server, feed, got, f"over {protocol} at {shapes}")
     finally:
@@ -123,13 +141,14 @@ def test_answers_like_onnxruntime_at_several_shapes(entry: CorpusModel, protocol
 def test_concurrent_clients_with_mixed_shapes(entry: CorpusModel, corpus_server: CorpusServer) -> None:
     _available(entry, corpus_server)
     outputs = [o.name for o in corpus_server.sessions[entry.name].get_outputs()]
+    reshaped = corpus_server.reshaped(entry.name)
     feeds = [entry.make_inputs(entry.shapes[i % len(entry.shapes)], np.random.default_rng(200 + i))
              for i in range(CONCURRENT_REQUESTS)]
 
     def one(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         client = corpus_server.client("grpc")
         try:
-            return _infer(grpcclient, client, entry.name, feed, outputs)
+            return _infer(grpcclient, client, entry.name, feed, outputs, reshaped)
         finally:
             client.close()
 
