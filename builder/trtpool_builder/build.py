@@ -29,6 +29,7 @@ from trtpool_builder.gpu import gpu_status
 from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer, save_model
 from trtpool_builder.profiles import resolve_profiles
 from trtpool_builder.samples import Samples, load_samples, sample_feeds
+from trtpool_builder.scalars import describe_lifted, lift_scalars
 from trtpool_builder.trt_build import (
     ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
 )
@@ -118,24 +119,28 @@ def _output_ranges(model: Any, profiles: tuple[Profile, ...]) -> dict[str, tuple
             for name in names}
 
 
-def _accuracy_report(onnx_path: Path, prepared: prec.PreparedModel, precision: str,
+def _accuracy_report(source: Path, onnx_path: Path, prepared: prec.PreparedModel, precision: str,
                      feeds: list[Samples], notes: list[str]) -> AccuracyReport | None:
-    """The converted graph vs the fp32 one on the sample feeds (None when nothing was converted)."""
+    """The converted graph vs the fp32 one on the sample feeds (None when nothing was converted).
+
+    `source`: the fp32 graph as built (the user's `onnx_path`, or its copy with scalars lifted
+    and dimensions renamed: the same numbers, the copy's input shapes)."""
     if precision == "fp32":
         return None
     if not prepared.converted:
         notes.append(f"no accuracy report: the {precision} engine was built from the ONNX graph as "
                      "given (precision set by builder flags or already in the graph)")
         return None
-    report = compare(onnxruntime_runner(onnx_path), onnxruntime_runner(prepared.check_path or prepared.path),
+    report = compare(onnxruntime_runner(source), onnxruntime_runner(prepared.check_path or prepared.path),
                      feeds, f"fp32 '{onnx_path.name}' on ONNX Runtime", prepared.check_label)
     notes.append("the engine itself was not executed for the accuracy report (run trtpool-accuracy "
                  "on a GPU that can run it); the report compares the ONNX graph it was built from")
     return report
 
 
-def _check_accuracy(report: AccuracyReport, limit: float, onnx_path: Path, prepared: prec.PreparedModel,
-                    precision: str, feeds: list[Samples], given_samples: bool) -> None:
+def _check_accuracy(report: AccuracyReport, limit: float, source: Path, onnx_path: Path,
+                    prepared: prec.PreparedModel, precision: str, feeds: list[Samples],
+                    given_samples: bool) -> None:
     """Refuse a conversion whose outputs differ from fp32's beyond `limit`, naming where it departs."""
     beyond = report.beyond(limit)
     if not beyond:
@@ -143,7 +148,7 @@ def _check_accuracy(report: AccuracyReport, limit: float, onnx_path: Path, prepa
     outputs = "; ".join(f"output '{e.name}' error {e.error:.3g} (max abs {e.max_abs:.3g}, largest "
                         f"|reference| {e.reference_max:.3g})" for e in beyond)
     inputs = "the --calib samples" if given_samples else "random inputs at each profile's opt shapes"
-    where = first_divergence(onnx.load(str(onnx_path)), onnx.load(str(prepared.check_path or prepared.path)),
+    where = first_divergence(onnx.load(str(source)), onnx.load(str(prepared.check_path or prepared.path)),
                              feeds, limit)
     kept = "; ".join(k.describe() for k in prepared.kept_fp32)
     raise BuildError(
@@ -157,11 +162,12 @@ def _check_accuracy(report: AccuracyReport, limit: float, onnx_path: Path, prepa
 
 
 def _build_source(model: onnx.ModelProto, onnx_path: Path, profiles: tuple[Profile, ...],
-                  workdir: Path) -> tuple[Path, list[Renamed]]:
-    """The file to convert and build: a copy with dimension names TensorRT can use, or the user's
-    file when none needed changing (the user's file is never modified)."""
+                  workdir: Path, changed: bool) -> tuple[Path, list[Renamed]]:
+    """The file to convert and build: a copy of `model` (already `changed`, e.g. its scalars lifted)
+    with dimension names TensorRT can use, or the user's file when nothing needed changing
+    (the user's file is never modified)."""
     renamed = rename_dims(model, profiles)
-    if not renamed:
+    if not renamed and not changed:
         return onnx_path, []
     onnx.load_external_data_for_model(model, str(onnx_path.parent))
     return save_model(model, workdir / "model.named.onnx"), renamed
@@ -212,6 +218,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
     trt, module_name = load_trt(options.trt_module)
     check_options(options, module_name)
     model = load_graph(onnx_path)
+    lifted = lift_scalars(model)
     inputs, _ = io_specs(model)
     profiles = resolve_profiles(options.shapes, inputs)
     prec.check_precision(options.precision, module_name, trt.__version__, options.legacy_precision_flags,
@@ -228,16 +235,17 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
         timing_cache = None
 
     with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir:
-        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir))
+        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir), bool(lifted))
+        notes.extend([describe_lifted(lifted)] if lifted else [])
         notes.extend(r.describe() for r in renamed)
         feeds = sample_feeds(samples, inputs, profiles) if options.precision in prec.SAMPLED else []
         prepared = prec.prepare(source, options.precision, options.legacy_precision_flags,
                                 samples, Path(workdir), feeds)
         notes.extend(f"kept in fp32: {k.describe()}" for k in prepared.kept_fp32)
-        accuracy = _accuracy_report(onnx_path, prepared, options.precision, feeds, notes)
+        accuracy = _accuracy_report(source, onnx_path, prepared, options.precision, feeds, notes)
         if accuracy is not None:
-            _check_accuracy(accuracy, options.error_limit(), onnx_path, prepared, options.precision, feeds,
-                            samples is not None)
+            _check_accuracy(accuracy, options.error_limit(), source, onnx_path, prepared, options.precision,
+                            feeds, samples is not None)
         settings = TrtSettings(profiles, prec.network_flags(trt, options.legacy_precision_flags),
                                options.workspace, options.opt_level, options.version_compatible,
                                options.hardware_compatible, tuple(options.compute_capability),

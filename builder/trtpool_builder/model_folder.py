@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import onnx
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -29,7 +30,8 @@ from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
-from trtpool_builder.onnx_io import io_specs, load_graph
+from trtpool_builder.onnx_io import io_specs, load_graph, save_model
+from trtpool_builder.scalars import describe_lifted, lift_scalars
 from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
 
 ENGINE_SUFFIXES = (".plan", ".engine")
@@ -121,13 +123,32 @@ def _signature(model_file: Path, shapes: Sequence[str]) -> tuple[Signature, str]
         if shapes:
             raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
                               "it was built (see its sidecar); do not pass shapes")
-        return read_sidecar(model_file).signature(), "model.plan"
+        signature = read_sidecar(model_file).signature()
+        scalars = [t.name for t in (*signature.inputs, *signature.outputs) if not t.shape]
+        if scalars:
+            raise ConfigError(f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
+                              "model without a batch axis; rebuild it with trtpool-build, which builds "
+                              "them as shape [1]")
+        return signature, "model.plan"
     if model_file.suffix != ".onnx":
         raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
                           f"({', '.join(ENGINE_SUFFIXES)})")
     inputs, outputs = io_specs(load_graph(model_file))
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
     return Signature(inputs, outputs, profiles, is_batched(inputs, outputs)), "model.onnx"
+
+
+def _served_file(model_file: Path, workdir: Path) -> tuple[Path, list[str]]:
+    """The file the folder serves: `model_file`, or for an ONNX file with scalar inputs or outputs
+    a copy that takes them as [1] (scalars.py); and notes."""
+    if model_file.suffix != ".onnx":
+        return model_file, []
+    model = load_graph(model_file)
+    lifted = lift_scalars(model)
+    if not lifted:
+        return model_file, []
+    onnx.load_external_data_for_model(model, str(model_file.parent))
+    return save_model(model, workdir / model_file.name), [describe_lifted(lifted)]
 
 
 def _place(source: Path, dest: Path) -> None:
@@ -175,20 +196,22 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     model_file = Path(model_file)
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
-    signature, file_name = _signature(model_file, shapes)
-    loaded = _check_staged(model_config(name, signature, options), model_file, file_name, version)
-    if loaded.signature is not None:
-        signature = replace(signature, outputs=loaded.signature.outputs)
-    config = model_config(name, signature, options)
-    check_agreement(as_triton_hands_it(config), loaded.signature or signature)
-    for note in loaded.notes:
-        log(f"note: {note}")
-    folder = Path(repo) / name
-    version_dir = folder / str(version)
-    version_dir.mkdir(parents=True, exist_ok=True)
-    dest = version_dir / file_name
-    _place(model_file, dest)
-    if file_name == "model.plan":
-        write_sidecar(dest, read_sidecar(model_file))
-    write_config(folder, config)
+    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir:
+        served, notes = _served_file(model_file, Path(workdir))
+        signature, file_name = _signature(served, shapes)
+        loaded = _check_staged(model_config(name, signature, options), served, file_name, version)
+        if loaded.signature is not None:
+            signature = replace(signature, outputs=loaded.signature.outputs)
+        config = model_config(name, signature, options)
+        check_agreement(as_triton_hands_it(config), loaded.signature or signature)
+        for note in (*notes, *loaded.notes):
+            log(f"note: {note}")
+        folder = Path(repo) / name
+        version_dir = folder / str(version)
+        version_dir.mkdir(parents=True, exist_ok=True)
+        dest = version_dir / file_name
+        _place(served, dest)
+        if file_name == "model.plan":
+            write_sidecar(dest, read_sidecar(served))
+        write_config(folder, config)
     return folder

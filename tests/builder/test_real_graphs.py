@@ -190,3 +190,32 @@ def test_profile_size_the_model_refuses_names_input_and_axis(tmp_path: Path) -> 
     assert ("input 'x' axis 1: the model runs with size 16 there but ONNX Runtime refuses size 8 "
             "(the min of profile 0 ('x=1x8:2x16:4x16'))") in str(refused.value)
     assert "Pass --shapes whose 'x' axis 1 stays within sizes the model accepts" in str(refused.value)
+
+
+# --- scalars -------------------------------------------------------------------------------------
+
+def test_scalar_input_is_built_and_served_as_one_element(tmp_path: Path) -> None:
+    """silero VAD's sample rate is an int64 scalar; Triton serves no scalars in an unbatched model,
+    so the built and served copies take it as [1] and reshape it inside the graph."""
+    import onnxruntime as ort
+
+    from trtpool_builder.model_folder import make_model_folder, read_config
+
+    nodes = [helper.make_node("Cast", ["rate"], ["rate_f"], to=TensorProto.FLOAT, name="cast_rate"),
+             helper.make_node("Mul", ["x", "rate_f"], ["y"], name="scale")]
+    source = save(tmp_path / "scalar.onnx", nodes,
+                  [fvalue("x", ["t", 4]), helper.make_tensor_value_info("rate", TensorProto.INT64, [])],
+                  [fvalue("y", ["t", 4])])
+    before = file_sha256(source)
+    result = build_engine(source, tmp_path / "scalar.plan", rtx(shapes=("x=1x4:8x4:16x4",), precision="fp16"))
+    assert {t.name: t.shape for t in result.sidecar.inputs}["rate"] == (1,)
+    assert any("scalar tensor(s) ['rate'] are taken as shape [1]" in n for n in result.notes)
+    assert result.accuracy.max_error < 1e-3
+    folder = make_model_folder(tmp_path / "repo", "scalar", source, ["x=1x4:8x4:16x4"], log=lambda _: None)
+    assert file_sha256(source) == before
+    rate = {t.name: list(t.dims) for t in read_config(folder).input}["rate"]
+    assert rate == [1]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    served = ort.InferenceSession(str(folder / "1" / "model.onnx")).run(None, {"x": x, "rate": np.array([3])})
+    original = ort.InferenceSession(str(source)).run(None, {"x": x, "rate": np.array(3)})
+    np.testing.assert_array_equal(served[0], original[0])

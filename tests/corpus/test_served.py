@@ -84,11 +84,11 @@ def corpus_server(start_server, corpus_files: dict[str, Path], tmp_path_factory)
 
 def _infer(module, client, model: str, feed: dict[str, np.ndarray], outputs: list[str],
            reshaped: set[str]) -> dict[str, np.ndarray]:
-    """The model's answer as the model shapes it: a reshaped tensor goes out and comes back
-    with the trailing 1 that clients see (checked here, then dropped)."""
+    """The model's answer as the model shapes it: a reshaped tensor, and a scalar (which
+    trtpool-model's copy takes as [1]), go out with the trailing 1 that clients see."""
     tensors = []
     for name, array in feed.items():
-        sent = array.reshape(*array.shape, 1) if name in reshaped else array
+        sent = array.reshape(*array.shape, 1) if name in reshaped or array.ndim == 0 else array
         tensor = module.InferInput(name, list(sent.shape), np_to_triton_dtype(sent.dtype))
         tensor.set_data_from_numpy(sent)
         tensors.append(tensor)
