@@ -1,10 +1,9 @@
 """trtpool-model on each corpus ONNX file, then trtpool's own serving path (ModelInstance, as the
 server loads it) against ONNX Runtime in-process at several shapes.
 
-These need the runtime's real-model support (issue 12: output buffers sized
-from what the runtime reports, outputs whose dims stay unknown, shapes read
-after each run). Until it lands trtpool-model refuses most corpus models,
-rightly, with the server's own message.
+They rely on the runtime's real-model support (issue 12: output dims taken
+from the model only where fixed, shapes reported after each run); without it
+trtpool-model refuses most corpus models, rightly, with the server's message.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 compared with ONNX Runtime in-process at several shapes, over HTTP and gRPC, and from concurrent
 clients sending mixed shapes.
 
-These need the runtime's real-model support (issue 12); until it lands
-trtpool-model refuses most corpus models and their tests fail with its message.
+They rely on the runtime's real-model support (issue 12); a model that
+trtpool-model refuses or the server does not load fails with that message.
 """
 from __future__ import annotations
 
