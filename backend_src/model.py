@@ -14,7 +14,7 @@ from trtpool.errors import TrtpoolError
 from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
-from trtpool.model_config import completion
+from trtpool.model_config import auto_complete
 from trtpool.stub_check import check_numpy_handover
 
 
@@ -47,16 +47,15 @@ class TritonPythonModel:
         config = auto_complete_model_config.as_dict()
         if "forward_to" in parameters_of(config):
             return auto_complete_model_config  # a front declares its target's I/O
-        filled = completion(describe(config, _stub_version_dir()))
-        if not config.get("max_batch_size") and filled["max_batch_size"]:
-            auto_complete_model_config.set_max_batch_size(filled["max_batch_size"])
-        if filled["max_batch_size"]:
+        added = auto_complete(config, describe(config, _stub_version_dir()))
+        if "max_batch_size" in added:
+            auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
+        if "dynamic_batching" in added:
             auto_complete_model_config.set_dynamic_batching()
         for section, add in (("input", auto_complete_model_config.add_input),
                              ("output", auto_complete_model_config.add_output)):
-            if not config.get(section):
-                for entry in filled[section]:
-                    add(entry)
+            for entry in added.get(section, []):
+                add(entry)
         return auto_complete_model_config
 
     def initialize(self, args):

@@ -19,16 +19,7 @@ from trtpool.signature import Signature
 log = logging.getLogger("trtpool")
 
 
-def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
-    """The model's signature, for auto-completing a config that leaves fields out."""
-    provisional = dict(model_config)
-    if not provisional.get("max_batch_size"):
-        cfg = pool_config.load(provisional, version_dir, "cpu")
-        # An ONNX file carries no batch limit: take the profile's, else a default.
-        provisional["max_batch_size"] = max(
-            (r.max[0] for p in cfg.profiles for r in p.values()), default=DEFAULT_ONNX_MAX_BATCH
-        )
-    cfg = pool_config.load(provisional, version_dir, "cpu")
+def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
     name, path = resolve(cfg)
     if name in ("tensorrt", "tensorrt_rtx"):
         # auto-complete runs without a device: the engine's sidecar describes it.
@@ -41,6 +32,31 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         return runtime.signature
     finally:
         runtime.close()
+
+
+def _has_batch_axis(signature: Signature) -> bool:
+    """Every input and output starts with a dynamic axis (what Triton's batching needs)."""
+    return all(spec.shape[:1] == (-1,) for spec in (*signature.inputs, *signature.outputs))
+
+
+def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
+    """The model's signature, for auto-completing a config that leaves fields out.
+
+    max_batch_size 0 reads as "not given": an ONNX file carries no batch limit,
+    so one is taken from the profile's first dimensions (else a default), but
+    only for a model that has a batch axis. A model that has none (a recurrent
+    state [1, 1, 128] beside a sequence, a scalar sample rate) stays unbatched."""
+    provisional = dict(model_config)
+    if not provisional.get("max_batch_size"):
+        cfg = pool_config.load(provisional, version_dir, "cpu")
+        if cfg.profiles:
+            unbatched = _read_signature(cfg)
+            if not _has_batch_axis(unbatched):
+                return unbatched
+        provisional["max_batch_size"] = max(
+            (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
+        )
+    return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
 
 
 class ModelInstance:

@@ -69,6 +69,9 @@ class Precision:
     strongly_typed: bool
     legacy_flags: tuple[str, ...] = ()  # TensorRT 10 builder flags used instead
     quantizer: str | None = None        # modelopt | onnxruntime, for int8/fp8
+    kept_fp32: tuple[str, ...] = ()     # nodes an fp16 conversion left in fp32 (values beyond fp16's range)
+    max_error: float | None = None      # worst output error of the converted graph vs fp32 (trtpool_builder.accuracy)
+    max_error_allowed: float | None = None  # the limit the build was held to
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ def from_dict(data: dict[str, Any], engine: Path) -> Sidecar:
         target=Target(tuple(target["compute_capabilities"]), target.get("gpu_name"),
                       target.get("hardware_compatible", False), target.get("version_compatible", False)),
         precision=Precision(precision["mode"], precision["strongly_typed"],
-                            tuple(precision.get("legacy_flags", ())), precision.get("quantizer")),
+                            tuple(precision.get("legacy_flags", ())), precision.get("quantizer"),
+                            tuple(precision.get("kept_fp32", ())), precision.get("max_error"),
+                            precision.get("max_error_allowed")),
         profiles=tuple(data["profiles"]),
         inputs=tensors(data["inputs"]),
         outputs=tensors(data["outputs"]),

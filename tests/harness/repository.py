@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
 from tests.harness.sequence_model import write_sequence_model
 from trtpool_builder.build import BuildOptions, build_engine
@@ -98,6 +100,10 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     engine = cache / "tiny.plan"
     if not engine.exists():
         build_engine(tiny, engine, BuildOptions(shapes=get_example("tiny").serving_profiles()))
-    make_model_folder(repo, "engine_on_cpu", engine, options=ServingOptions(instance_kind="cpu"))
+    # trtpool-model refuses to write this folder (it would not load): a GPU folder, turned to CPU.
+    on_cpu = make_model_folder(repo, "engine_on_cpu", engine)
+    config = read_config(on_cpu)
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    write_config(on_cpu, config)
     expected["engine_on_cpu"] = "engines run on a GPU, but this model instance is on 'cpu'"
     return expected
