@@ -74,7 +74,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 5
       ;;
     tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py \
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py tests/unit/test_cuda_graphs.py \
         tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
       ;;
     inprocess)
