@@ -219,6 +219,33 @@ def test_zero_padding_a_masked_sequence_leaves_the_real_rows_unchanged(examples)
     np.testing.assert_allclose(bucket[1][:3].numpy(), plain[1].numpy(), rtol=1e-4, atol=1e-5)
 
 
+def nonzero_model(path: Path) -> Path:
+    """x [n, 4] -> the (row, column) of each non-zero element: an output sized by the data."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@needs_onnx2torch
+def test_nonzero_converts_as_onnx_defines_it(tmp_path):
+    """(rank, count), as ONNX Runtime computes it: onnx2torch's own converter transposes it."""
+    import onnx
+
+    path = nonzero_model(tmp_path / "nonzero.onnx")
+    module = convert(onnx.load(str(path)), "cpu")
+    x = np.array([[0, 2, 0, 1], [3, 0, 0, 0], [0, 0, 0, 0]], np.float32)
+    with torch.inference_mode():
+        result = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(result, reference(path, {"x": x})["where"])
+
+
 # --- GPU ------------------------------------------------------------------------
 
 def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cuda:0") -> TorchRuntime:
@@ -389,16 +416,7 @@ def test_gpu_device_parts_go_straight_into_place_and_match_host_parts(examples):
 def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
     """An output sized by the data (NonZero) cannot live in a CUDA graph: the model
     still serves, eagerly, with the shape of each batch's own result."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
-        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
-        [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
-    path = tmp_path / "1" / "model.onnx"
-    path.parent.mkdir()
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = nonzero_model(tmp_path / "1" / "model.onnx")
     config = {"name": "nonzero", "max_batch_size": 0,
               "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
     runtime = TorchRuntime(pool_config.load(config, path.parent, "cuda:0"), path)

@@ -213,11 +213,20 @@ class HostShape(torch.nn.Module):
         return torch.tensor(x.shape[self.start:self.end], dtype=torch.int64)
 
 
+class NonZero(torch.nn.Module):
+    """ONNX NonZero: the indices of the non-zero elements as (rank, count), row-major.
+    onnx2torch 1.5.15 returns torch.nonzero's (count, rank) instead."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x).T
+
+
 def convert(model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32") -> torch.nn.Module:
     """The ONNX model as an eval-mode torch module on `device` whose forward reads
     no device tensor on the host (so it can be captured in a CUDA graph)."""
     onnx2torch = _import_onnx2torch()
     from onnx2torch.node_converters.cast import OnnxCast
+    from onnx2torch.node_converters.nonzero import OnnxNonZero
     from onnx2torch.node_converters.shape import OnnxShape
 
     try:
@@ -227,6 +236,8 @@ def convert(model: onnx.ModelProto, device: torch.device | str, precision: str =
     for name, sub in list(module.named_modules()):
         if isinstance(sub, OnnxShape):
             module.set_submodule(name, HostShape(sub._start, sub._end))
+        elif isinstance(sub, OnnxNonZero):
+            module.set_submodule(name, NonZero())
         elif precision == "fp16" and isinstance(sub, OnnxCast) and sub.torch_dtype == torch.float32:
             sub.torch_dtype = torch.float16  # a Cast to float would mix float32 into a half graph
     # Integer initializers are shapes, axes and indices: keep them on the host.
