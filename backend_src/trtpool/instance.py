@@ -18,6 +18,13 @@ from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
 
+# `contexts: auto` takes at most this many per mode, measured on an H200 with
+# batch-1 clients (BENCHMARKS.md, "Contexts by mode"): a sync instance has one batch
+# in flight (more contexts serve only a batch split above the largest profile);
+# pipelined gained 1.32-1.37x from a second context and nothing from a third and
+# fourth; decoupled 1.3-2.1x from four. Beyond these, contexts only cost memory.
+AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
+
 
 def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
     name, path = resolve(cfg)
@@ -78,9 +85,10 @@ class ModelInstance:
             self.runtime.signature.max_batch_size,
         )
 
-    def _ceiling(self) -> int | None:
-        """On the CPU, more contexts than cores only adds contention."""
-        return os.cpu_count() if self.cfg.device == "cpu" else None
+    def _ceiling(self) -> int:
+        """The mode's measured useful number; on the CPU, no more than cores (contention)."""
+        ceiling = AUTO_CONTEXTS[self.cfg.mode]
+        return min(ceiling, os.cpu_count() or 1) if self.cfg.device == "cpu" else ceiling
 
     def close(self) -> None:
         self.runner.close()

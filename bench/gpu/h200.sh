@@ -22,7 +22,8 @@
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
 #   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
-#             the null model's ceiling, one run; a py-spy profile of the best stub
+#             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
+#   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -168,6 +169,11 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     ceiling)
       python3 bench/ceiling.py --runtime torch --precision fp16 --profile "$OUT/ceiling_profile.txt" \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    ceiling-final)
+      # The record: the variants the first two runs kept apart, with the final code.
+      python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
+        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \

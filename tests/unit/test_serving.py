@@ -182,3 +182,20 @@ def test_a_context_that_cannot_be_rebuilt_says_why_and_is_retried(tiny_dir):
     assert isinstance(refused_again, ContextFailure) and "out of service" in str(refused_again)
     [ok] = run(runner, [good])
     np.testing.assert_allclose(ok["OUTPUT0"], tiny_reference(good["INPUT0"]), **TOLERANCE)
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined", "decoupled"])
+def test_auto_contexts_follow_the_mode(tiny_dir, mode):
+    """`contexts: auto` stops at what the mode was measured to use (and at the cores on a CPU)."""
+    import os
+
+    from trtpool.instance import AUTO_CONTEXTS, ModelInstance
+
+    config = {"name": "tiny", "max_batch_size": 8, "model_transaction_policy": {"decoupled": mode == "decoupled"},
+              "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+              "parameters": {"mode": {"string_value": mode}}}
+    instance = ModelInstance(config, tiny_dir, "cpu")
+    try:
+        assert instance.pool.size == min(AUTO_CONTEXTS[mode], os.cpu_count())
+    finally:
+        instance.close()
