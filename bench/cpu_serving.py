@@ -78,10 +78,10 @@ def inprocess_throughput(runtime, workers: int, inputs: dict, seconds: float) ->
     return {"items_per_s": items_per_s(result, batch), **result}
 
 
-def sweep(server: TritonServer, levels: list[int], interval_ms: int) -> dict:
+def sweep(server: TritonServer, levels: list[int], interval_ms: int, stability: int) -> dict:
     results: dict = {}
     for kind, model in MODELS.items():
-        extra = ("--streaming",) if kind == "decoupled" else ()
+        extra = ("--stability-percentage", str(stability), *(("--streaming",) if kind == "decoupled" else ()))
         rows = []
         for level in levels:
             before = batch_histogram(server.metrics(), model)
@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,4,8,16")
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
+    parser.add_argument("--stability", type=int, default=20,
+                        help="perf_analyzer's --stability-percentage (its default 10 rarely settles on 2 shared cores)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_serving.json")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -119,7 +121,7 @@ def main() -> None:
         build_repository(repo, onnx, profiles, args.contexts)
         server = TritonServer(repo, base / "server.log").start()
         try:
-            served = sweep(server, levels, args.interval_ms)
+            served = sweep(server, levels, args.interval_ms, args.stability)
         finally:
             server.stop()
 
@@ -152,6 +154,7 @@ def main() -> None:
         **provenance(),
         "model": f"resnet50-shaped, input 3x{args.image_size}x{args.image_size}, fp32, ONNX Runtime CPU",
         "contexts": args.contexts,
+        "stability_percentage": args.stability,
         "served_grpc": served,
         "inprocess": inprocess,
         "ratios_at_saturation": {k: round(v, 3) for k, v in ratios.items()},
