@@ -94,7 +94,7 @@ class Sidecar:
         profiles = tuple(Profile(i, parse_profile(text)) for i, text in enumerate(self.profiles))
         batched = all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
         return Signature(tuple(t.spec() for t in self.inputs),
-                         tuple(t.spec() for t in self.outputs), profiles, batched)
+                         tuple(t.spec() for t in self.outputs), profiles, batched, owner="engine")
 
 
 def sidecar_path(engine: Path) -> Path:

@@ -76,6 +76,7 @@ class Signature:
     outputs: tuple[TensorSpec, ...]
     profiles: tuple[Profile, ...]
     batched: bool
+    owner: str = "model"  # whose profiles they are, in messages: "engine" for a TensorRT engine
 
     @property
     def max_batch_size(self) -> int:
@@ -101,7 +102,7 @@ class Signature:
             if not any(r.contains(shape) for r in ranges):
                 allowed = " or ".join(f"[{list(r.min)} .. {list(r.max)}]" for r in ranges)
                 return (
-                    f"input '{name}': shape {list(shape)} is outside the engine's "
+                    f"input '{name}': shape {list(shape)} is outside the {self.owner}'s "
                     f"optimization profiles; expected a shape within {allowed}"
                 )
         return (

@@ -199,3 +199,33 @@ def test_auto_contexts_follow_the_mode(tiny_dir, mode):
         assert instance.pool.size == min(AUTO_CONTEXTS[mode], os.cpu_count())
     finally:
         instance.close()
+
+
+TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as the README's build example
+
+
+@pytest.mark.parametrize("batches, planned", [
+    ([1] * 12, [12]),             # no profile takes 12 from the small one's view: the large one does
+    ([1] * 5, [4, 1]),            # 5 falls between the profiles: the largest admitted head, then the rest
+    ([1] * 70, [64, 4, 2]),       # split above the largest profile only
+    ([3, 2, 30, 1], [36]),
+])
+def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, batches, planned):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    chunks = runner.planner.plan([Item(i, {}, {"INPUT0": (n, 16)}) for i, n in enumerate(batches)])
+    assert [sum(item.batch for item in chunk) for chunk in chunks] == planned
+    assert [item.index for chunk in chunks for item in chunk] == list(range(len(batches)))  # order kept
+    rng = np.random.default_rng(4)
+    requests = [{"INPUT0": rng.standard_normal((n, 16)).astype(np.float32)} for n in batches]
+    for request, result in zip(requests, run(runner, requests)):
+        np.testing.assert_allclose(result["OUTPUT0"], tiny_reference(request["INPUT0"]), **TOLERANCE)
+
+
+def test_out_of_profile_shapes_name_the_models_profiles(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    [result] = run(runner, [{"INPUT0": np.ones((6, 16), np.float32)}])
+    assert isinstance(result, InvalidInput)
+    assert "input 'INPUT0': shape [6, 16] is outside the model's optimization profiles" in str(result)
+    assert "[[1, 16] .. [4, 16]] or [[8, 16] .. [64, 16]]" in str(result)

@@ -161,7 +161,7 @@ class TensorRTRuntime(Runtime):
         profiles = tuple(Profile(p, {s.name: shape_range(s, p) for s in inputs})
                          for p in range(engine.num_optimization_profiles))
         batched = bool(inputs) and all(s.shape[:1] == (-1,) for s in inputs)
-        return Signature(inputs, outputs, profiles, batched)
+        return Signature(inputs, outputs, profiles, batched, owner="engine")
 
     def _check_profile_parameter(self, cfg: PoolConfig) -> None:
         built = [p.ranges for p in self.signature.profiles]
