@@ -154,7 +154,7 @@ class BatchRunner:
             context.submit(parts)
         except Exception as exc:
             self.pool.give(context, exc)
-            self._failed(chunk, exc, emit, fail)
+            self._failed(chunk, exc, emit, fail, detach=False)
             return None
         return context
 
@@ -179,11 +179,11 @@ class BatchRunner:
         finally:
             self.pool.give(context, failure)
         if failure is not None:
-            self._failed(chunk, failure, emit, fail)
+            self._failed(chunk, failure, emit, fail, detach)
         elif detach:
             self._emit_all(chunk, outputs, emit, fail)
 
-    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail) -> None:
+    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail, detach: bool) -> None:
         if isinstance(error, InvalidInput):
             for item in chunk:
                 fail(item.index, error)
@@ -191,7 +191,7 @@ class BatchRunner:
             # The pool has rebuilt the context. Retry each request alone so that
             # only a request that breaks a context gets the error.
             for item in chunk:
-                self.run_chunk([item], emit, fail)  # answers from views: fine on any path
+                self.run_chunk([item], emit, fail, detach)
         else:
             message = error if isinstance(error, TrtpoolError) else f"{type(error).__name__}: {error}"
             fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))
