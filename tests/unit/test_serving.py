@@ -229,3 +229,25 @@ def test_out_of_profile_shapes_name_the_models_profiles(tiny_dir):
     assert isinstance(result, InvalidInput)
     assert "input 'INPUT0': shape [6, 16] is outside the model's optimization profiles" in str(result)
     assert "[[1, 16] .. [4, 16]] or [[8, 16] .. [64, 16]]" in str(result)
+
+
+def test_an_output_sized_by_the_data_is_allocated_per_batch(tmp_path):
+    """NonZero: its output's size depends on the values, not the shapes. ONNX Runtime
+    allocates it for each batch and the batch's own shape comes back."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
+    path = tmp_path / "1" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    config = {"name": "nonzero", "max_batch_size": 0, "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
+    runtime = OnnxRuntime(pool_config.load(config, path.parent, "cpu"), path)
+    assert [(s.name, s.shape) for s in runtime.signature.outputs] == [("where", (-1, 2))]
+    runner = BatchRunner(ContextPool(runtime, 1))
+    inputs = [np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)]
+    for x, result in zip(inputs, run(runner, [{"x": x} for x in inputs])):
+        np.testing.assert_array_equal(result["where"], np.argwhere(x))
