@@ -14,7 +14,7 @@ from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
 from trtpool.sidecar import read_sidecar
-from trtpool.signature import Signature
+from trtpool.signature import Signature, is_batched
 
 log = logging.getLogger("trtpool")
 
@@ -41,11 +41,6 @@ def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
         runtime.close()
 
 
-def _has_batch_axis(signature: Signature) -> bool:
-    """Every input and output starts with a dynamic axis (what Triton's batching needs)."""
-    return all(spec.shape[:1] == (-1,) for spec in (*signature.inputs, *signature.outputs))
-
-
 def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     """The model's signature, for auto-completing a config that leaves fields out.
 
@@ -58,7 +53,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         cfg = pool_config.load(provisional, version_dir, "cpu")
         if cfg.profiles:
             unbatched = _read_signature(cfg)
-            if not _has_batch_axis(unbatched):
+            if not is_batched(unbatched.inputs, unbatched.outputs):
                 return unbatched
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH

@@ -18,7 +18,7 @@ import numpy as np
 
 from trtpool.errors import EngineError
 from trtpool.shapes import parse_profile
-from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool.signature import Profile, Signature, TensorSpec, is_batched
 
 FORMAT = "trtpool-engine-sidecar"
 FORMAT_VERSION = 1
@@ -92,9 +92,8 @@ class Sidecar:
 
     def signature(self) -> Signature:
         profiles = tuple(Profile(i, parse_profile(text)) for i, text in enumerate(self.profiles))
-        batched = all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
-        return Signature(tuple(t.spec() for t in self.inputs),
-                         tuple(t.spec() for t in self.outputs), profiles, batched, owner="engine")
+        inputs, outputs = tuple(t.spec() for t in self.inputs), tuple(t.spec() for t in self.outputs)
+        return Signature(inputs, outputs, profiles, is_batched(inputs, outputs), owner="engine")
 
 
 def sidecar_path(engine: Path) -> Path:

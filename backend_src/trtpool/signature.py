@@ -5,6 +5,7 @@ dimension is the batch dimension. ``-1`` marks a dynamic dimension.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
@@ -77,6 +78,20 @@ class TensorSpec:
     @property
     def triton_dtype(self) -> str:
         return TRITON_DTYPES[self.dtype]
+
+
+def is_batched(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
+    """Whether a model's tensors give it a batch axis (Triton's max_batch_size > 0): it has
+    inputs, and every input and output starts with a dynamic dimension.
+
+    The outputs count, for an engine as for an ONNX graph: a batch's outputs are cut back
+    into its requests along their first axis, so an output without a batch axis there (a
+    sum over the batch [N], NonZero's [2, count] whose length depends on the data) makes
+    the model one that is served unbatched, a request at a time. A data-dependent output
+    whose first dimension is -1 (NMS's [count, 6]) cannot be told from a batched one by
+    its shape.
+    """
+    return bool(inputs) and all(spec.shape[:1] == (-1,) for spec in (*inputs, *outputs))
 
 
 @dataclass(frozen=True)

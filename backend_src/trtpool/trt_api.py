@@ -26,13 +26,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from trtpool.errors import EngineError, TrtpoolError
 
 log = logging.getLogger("trtpool")
 
+MODULES = ("tensorrt", "tensorrt_rtx")  # in the order a module is looked for
 INSTALL_HINT = (
     "install TensorRT from NVIDIA's pip index (pip install --extra-index-url https://pypi.nvidia.com "
     "tensorrt-cu12) or serve from the NGC image nvcr.io/nvidia/tritonserver:<yy.mm>-py3, which ships it; "
@@ -48,19 +50,31 @@ SAFE_RAISES_SINCE = (10, 13)
 _lock = threading.Lock()
 _loggers: dict[ModuleType, Any] = {}
 _plugins_registered: set[ModuleType] = set()
-_captures = threading.local()
+_on_thread = threading.local()  # .captures: open tensorrt_errors blocks; .shows: open tensorrt_messages blocks
+
+Show = Callable[[Any, str], None]  # (trt.ILogger.Severity, message)
+T = TypeVar("T")
+
+
+class TensorRTMissing(EngineError):
+    """No TensorRT module could be imported; `failures` says why, per module tried (the builder
+    words its own install advice from them)."""
+
+    def __init__(self, failures: dict[str, BaseException]) -> None:
+        self.failures = failures
+        why = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
+        super().__init__(f"cannot import {' or '.join(failures)} ({why}); {INSTALL_HINT}")
 
 
 def import_tensorrt(module_name: str | None) -> ModuleType:
     """`tensorrt`, else `tensorrt_rtx`; or exactly the module named."""
-    names = (module_name,) if module_name else ("tensorrt", "tensorrt_rtx")
-    failures = []
-    for name in names:
+    failures: dict[str, BaseException] = {}
+    for name in (module_name,) if module_name else MODULES:
         try:
             return importlib.import_module(name)
         except (ImportError, OSError) as exc:  # OSError: a shared library failed to load
-            failures.append(f"{name}: {exc}")
-    raise EngineError(f"cannot import {' or '.join(names)} ({'; '.join(failures)}); {INSTALL_HINT}")
+            failures[name] = exc
+    raise TensorRTMissing(failures)
 
 
 def version(trt: ModuleType) -> tuple[int, ...]:
@@ -77,26 +91,52 @@ def raises_safely(trt: ModuleType) -> bool:
 
 # ---- the logger -------------------------------------------------------------------
 
-@contextmanager
-def tensorrt_errors() -> Iterator[list[str]]:
-    """The errors TensorRT logs on this thread while the block runs.
+@dataclass
+class _Capture:
+    counting: str | None
+    errors: list[str] = field(default_factory=list)
 
-    TensorRT logs a call's failure synchronously on the calling thread (seen with
-    tensorrt_rtx: tests/unit/test_tensorrt_real_module.py), and ILogger::log must be
-    thread-safe because contexts on several threads log at once
-    (include/NvInferRuntimeBase.h): one context's failure never picks up another's.
-    """
-    stack = _captures.__dict__.setdefault("stack", [])
-    errors: list[str] = []
-    stack.append(errors)
+
+@contextmanager
+def _open(blocks: str, block: T) -> Iterator[T]:
+    """`block` on this thread's stack of open `blocks` while the with-block runs."""
+    stack = _on_thread.__dict__.setdefault(blocks, [])
+    stack.append(block)
     try:
-        yield errors
+        yield block
     finally:
         stack.pop()
 
 
+@contextmanager
+def tensorrt_errors(counting: str | None = None) -> Iterator[list[str]]:
+    """The errors TensorRT logs on this thread while the block runs; with `counting`, also
+    the messages of any severity that contain it (TensorRT-RTX reports some failures as
+    warnings: see trtpool_builder.trt_build).
+
+    TensorRT logs a call's failure synchronously on the calling thread (seen with
+    tensorrt_rtx: tests/unit/test_tensorrt_real_module.py, and its builder logs a
+    whole build there), and ILogger::log must be thread-safe because contexts on
+    several threads log at once (include/NvInferRuntimeBase.h): one context's
+    failure never picks up another's.
+    """
+    with _open("captures", _Capture(counting)) as capture:
+        yield capture.errors
+
+
+@contextmanager
+def tensorrt_messages(show: Show) -> Iterator[None]:
+    """While the block runs, every message TensorRT logs on this thread, VERBOSE included,
+    goes to ``show(severity, message)`` instead of trtpool's log: for a command-line tool
+    that prints TensorRT's log itself (trtpool-build). tensorrt_errors blocks still get
+    the errors."""
+    with _open("shows", show):
+        yield
+
+
 def process_logger(trt: ModuleType) -> Any:
-    """The one ILogger of `trt` in this process; it forwards to trtpool's log.
+    """The one ILogger of `trt` in this process, the builder's as well as the runtime's; it
+    forwards to trtpool's log (or to a tensorrt_messages block's `show`).
 
     One for the process, because libnvinfer_plugin keeps a raw pointer to the
     logger it was initialized with (plugin/api/inferPlugin.cpp:109,
@@ -120,19 +160,21 @@ def _logger_class(trt: ModuleType) -> type:
 
         def log(self, level: Any, msg: str) -> None:
             python_level = levels.get(level)
-            if python_level is None:
-                return
-            log.log(python_level, "%s: %s", trt.__name__, msg)
-            if python_level == logging.ERROR:
-                _record(msg)
+            shows = getattr(_on_thread, "shows", None)
+            if shows:
+                shows[-1](level, msg)
+            elif python_level is not None:
+                log.log(python_level, "%s: %s", trt.__name__, msg)
+            _record(msg, error=python_level == logging.ERROR)
 
     return ProcessLogger
 
 
-def _record(message: str) -> None:
-    """Add an error to every tensorrt_errors block open on this thread."""
-    for errors in getattr(_captures, "stack", ()):
-        errors.append(message)
+def _record(message: str, error: bool = True) -> None:
+    """Add a message to every tensorrt_errors block open on this thread that keeps it."""
+    for capture in getattr(_on_thread, "captures", ()):
+        if error or (capture.counting is not None and capture.counting in message):
+            capture.errors.append(message)
 
 
 def register_plugins(trt: ModuleType) -> None:

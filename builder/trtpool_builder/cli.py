@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trtpool.errors import TrtpoolError
+from trtpool.trt_api import MODULES
 from trtpool_builder.accuracy import DEFAULT_MAX_ERROR
 from trtpool_builder.precision import PRECISIONS
-from trtpool_builder.trt_module import MODULES
 
 # trtpool-accuracy: the candidate cannot be executed on this machine.
 EXIT_CANNOT_RUN = 3

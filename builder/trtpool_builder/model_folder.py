@@ -28,11 +28,11 @@ from trtpool.errors import ConfigError, TrtpoolError
 from trtpool.model_config import check_agreement
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
-from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool.signature import Profile, Signature, TensorSpec, is_batched
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
 from trtpool_builder.scalars import describe_lifted, lift_scalars
-from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
+from trtpool_builder.profiles import opt_batch, resolve_profiles
 
 ENGINE_SUFFIXES = (".plan", ".engine")
 MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "model.engine.json")

@@ -42,10 +42,5 @@ def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tupl
     return tuple(profiles)
 
 
-def is_batched(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
-    """Batched (Triton max_batch_size > 0) when every tensor's first dimension is dynamic."""
-    return all(spec.shape and spec.shape[0] == -1 for spec in (*inputs, *outputs))
-
-
 def opt_batch(profile: Profile) -> int:
     return min(r.opt[0] for r in profile.ranges.values())

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trtpool import trt_api
 from trtpool.signature import Profile
 from trtpool_builder.errors import BuildError
 
@@ -23,23 +24,15 @@ from trtpool_builder.errors import BuildError
 INCONSISTENT_PROFILE = "values are not self-consistent"
 
 
-def make_logger(trt: ModuleType, verbose: bool) -> Any:
-    """A logger that prints warnings (everything with `verbose`) and keeps the errors, counting
-    a profile the graph cannot run as one."""
+def _printer(trt: ModuleType, verbose: bool) -> trt_api.Show:
+    """Prints TensorRT's warnings and errors (everything with `verbose`) to stderr."""
+    shown = trt.ILogger.Severity.VERBOSE if verbose else trt.ILogger.Severity.WARNING
 
-    class Logger(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.shown = trt.ILogger.Severity.VERBOSE if verbose else trt.ILogger.Severity.WARNING
+    def show(severity: Any, msg: str) -> None:
+        if severity <= shown:
+            print(f"[{trt.__name__}] {severity.name}: {msg}", file=sys.stderr)
 
-        def log(self, severity: Any, msg: str) -> None:
-            if severity <= trt.ILogger.Severity.ERROR or INCONSISTENT_PROFILE in msg:
-                self.errors.append(msg)
-            if severity <= self.shown:
-                print(f"[{trt.__name__}] {severity.name}: {msg}", file=sys.stderr)
-
-    return Logger()
+    return show
 
 
 @dataclass(frozen=True)
@@ -61,11 +54,13 @@ class ParseError(BuildError):
     """TensorRT's ONNX parser refused the graph (before any build)."""
 
 
-def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: int, label: str) -> Any:
+def parse_onnx(trt: ModuleType, builder: Any, path: Path, flags: int, label: str) -> Any:
     """The network; a parse error names the model (`label`), node index, node name and operator."""
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(path)):
+    with trt_api.tensorrt_errors() as logged:
+        network = builder.create_network(flags)
+        parser = trt.OnnxParser(network, trt_api.process_logger(trt))
+        parsed = parser.parse_from_file(str(path))
+    if not parsed:
         problems = []
         for i in range(parser.num_errors):
             e = parser.get_error(i)
@@ -75,7 +70,7 @@ def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: in
             if e.node_operator():
                 where += f" ({e.node_operator()})"
             problems.append(f"{where}: {e.desc()}")
-        raise ParseError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
+        raise ParseError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logged))
     return network
 
 
@@ -125,21 +120,24 @@ def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, ve
                      notes: list[str], label: str) -> tuple[bytes, Any]:
     """(serialized engine, network) — the network describes the engine's I/O tensors.
 
-    `label` names the model in errors (the user's file, not a temporary conversion)."""
-    logger = make_logger(trt, verbose)
-    builder = trt.Builder(logger)
-    network = parse_onnx(trt, builder, logger, onnx_path, settings.network_flags, label)
-    config = _configure(trt, builder, settings, notes)
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None or logger.errors:
-        raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
-                         + "\n  ".join(logger.errors or ["(no error was logged; rerun with --verbose)"]))
-    if settings.timing_cache is not None:
-        data = bytes(memoryview(config.get_timing_cache().serialize()))
-        settings.timing_cache.parent.mkdir(parents=True, exist_ok=True)
-        settings.timing_cache.write_bytes(data)
-        notes.append(f"timing cache '{settings.timing_cache}' written ({len(data)} bytes)")
-    return bytes(memoryview(serialized)), network
+    `label` names the model in errors (the user's file, not a temporary conversion). TensorRT's
+    messages are printed (`_printer`), not logged, and a profile the graph cannot run counts as
+    an error."""
+    with (trt_api.tensorrt_messages(_printer(trt, verbose)),
+          trt_api.tensorrt_errors(counting=INCONSISTENT_PROFILE) as errors):
+        builder = trt.Builder(trt_api.process_logger(trt))
+        network = parse_onnx(trt, builder, onnx_path, settings.network_flags, label)
+        config = _configure(trt, builder, settings, notes)
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None or errors:
+            raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
+                             + "\n  ".join(errors or ["(no error was logged; rerun with --verbose)"]))
+        if settings.timing_cache is not None:
+            data = bytes(memoryview(config.get_timing_cache().serialize()))
+            settings.timing_cache.parent.mkdir(parents=True, exist_ok=True)
+            settings.timing_cache.write_bytes(data)
+            notes.append(f"timing cache '{settings.timing_cache}' written ({len(data)} bytes)")
+        return bytes(memoryview(serialized)), network
 
 
 def io_tensors(trt: ModuleType, network: Any) -> tuple[list[tuple[str, str, tuple[int, ...]]], ...]:

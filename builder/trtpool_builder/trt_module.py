@@ -1,12 +1,13 @@
-"""Which TensorRT Python module builds: `tensorrt` when importable, else `tensorrt_rtx`."""
+"""Which TensorRT Python module builds: trtpool's own choice (trt_api.import_tensorrt), failing
+as a BuildError that says how to install each module for building."""
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
+from trtpool import trt_api
 from trtpool_builder.errors import BuildError
 
-MODULES = ("tensorrt", "tensorrt_rtx")
 INSTALL_HINTS = {
     "tensorrt": "pip install --extra-index-url https://pypi.nvidia.com 'trtpool[tensorrt]' "
                 "(or use NVIDIA's tritonserver:<yy.mm>-py3 image)",
@@ -24,12 +25,12 @@ def is_importable(name: str) -> bool:
 
 def load_trt(name: str | None = None) -> tuple[ModuleType, str]:
     """(module, its name); `name` None picks tensorrt first, then tensorrt_rtx."""
-    if name is not None and name not in MODULES:
-        raise BuildError(f"--trt-module '{name}': expected one of {', '.join(MODULES)}")
-    errors = []
-    for candidate in (name,) if name else MODULES:
-        try:
-            return importlib.import_module(candidate), candidate
-        except ImportError as exc:
-            errors.append(f"'{candidate}' ({exc}); install it with {INSTALL_HINTS[candidate]}")
-    raise BuildError("no TensorRT module can be imported: " + "; ".join(errors))
+    if name is not None and name not in trt_api.MODULES:
+        raise BuildError(f"--trt-module '{name}': expected one of {', '.join(trt_api.MODULES)}")
+    try:
+        trt = trt_api.import_tensorrt(name)
+    except trt_api.TensorRTMissing as missing:
+        raise BuildError("no TensorRT module can be imported: " + "; ".join(
+            f"'{module}' ({exc}); install it with {INSTALL_HINTS[module]}"
+            for module, exc in missing.failures.items())) from missing
+    return trt, trt.__name__

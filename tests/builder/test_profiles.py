@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from trtpool.errors import ConfigError
-from trtpool.signature import ShapeRange, TensorSpec
-from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
+from trtpool.signature import ShapeRange, TensorSpec, is_batched
+from trtpool_builder.profiles import opt_batch, resolve_profiles
 
 IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
 MASK = TensorSpec("attention_mask", np.dtype(np.int64), (-1, -1))

@@ -10,11 +10,11 @@ import pytest
 
 from tests.corpus.manifest import CORPUS, CorpusModel
 from trtpool.sidecar import read_sidecar
+from trtpool.signature import is_batched
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.errors import BuildError
 from trtpool_builder.model_folder import make_model_folder, read_config
 from trtpool_builder.onnx_io import io_specs, load_graph
-from trtpool_builder.profiles import is_batched
 from trtpool_builder.trt_module import is_importable
 
 pytestmark = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")

@@ -369,6 +369,13 @@ def test_data_dependent_outputs_come_through_the_output_allocator(positive, capl
     context.close()
 
 
+def test_an_output_without_a_batch_axis_makes_the_engine_unbatched(positive, runtime):
+    """'where' is [2, count]: it cannot be cut into requests, so the engine is served unbatched,
+    as its sidecar (and so trtpool-model's config) says."""
+    assert runtime.signature.batched and not positive.signature.batched
+    assert positive.signature.max_batch_size == 0
+
+
 def test_a_failed_output_allocation_is_a_context_failure_with_its_reason(positive, fake):
     context = positive.create_context(0)
     fake.fail["cudaMalloc"] = fake.cudaError_t.cudaErrorMemoryAllocation

@@ -100,6 +100,33 @@ def test_errors_are_kept_per_thread_and_per_block(trt):
     log_error(trt, "outside any block")  # logged, kept nowhere
 
 
+def test_a_messages_block_takes_the_threads_messages_from_the_log_and_errors_still_count(trt, caplog):
+    """trtpool-build prints TensorRT's log itself; a profile TensorRT-RTX only warns about counts."""
+    caplog.set_level(logging.DEBUG, logger="trtpool")
+    logger, severity = trt_api.process_logger(trt), trt.ILogger.Severity
+    shown: list[tuple[str, str]] = []
+    with trt_api.tensorrt_messages(lambda level, message: shown.append((level.name, message))):
+        with trt_api.tensorrt_errors(counting="not self-consistent") as errors:
+            for level in severity:
+                logger.log(level, f"a {level.name} message")
+            logger.log(severity.WARNING, "profile values are not self-consistent")
+    assert shown == [(level.name, f"a {level.name} message") for level in severity] + [
+        ("WARNING", "profile values are not self-consistent")]
+    assert errors == ["a INTERNAL_ERROR message", "a ERROR message", "profile values are not self-consistent"]
+    assert not caplog.records
+    log_error(trt, "after the block")
+    assert [r.getMessage() for r in caplog.records] == ["tensorrt: after the block"]
+
+
+def test_a_missing_module_says_why_per_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
+    with pytest.raises(trt_api.TensorRTMissing) as missing:
+        trt_api.import_tensorrt(None)
+    assert list(missing.value.failures) == list(trt_api.MODULES)
+    assert all(isinstance(exc, ImportError) for exc in missing.value.failures.values())
+
+
 # ---- calls ---------------------------------------------------------------------------------------
 
 def test_call_turns_each_kind_of_failure_into_the_asked_error_with_tensorrts_words(trt):

@@ -61,7 +61,7 @@ from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInpu
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.shapes import format_profile
 from trtpool.sidecar import BUILD_COMMAND, check_compatible, read_sidecar, rebuild_command
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
+from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 
 log = logging.getLogger("trtpool")
 
@@ -160,8 +160,8 @@ class TensorRTRuntime(Runtime):
 
         profiles = tuple(Profile(p, {s.name: shape_range(s, p) for s in inputs})
                          for p in range(engine.num_optimization_profiles))
-        batched = bool(inputs) and all(s.shape[:1] == (-1,) for s in inputs)
-        return Signature(inputs, outputs, profiles, batched, owner="engine")
+        # Outputs count as well as inputs, as for the sidecar's signature: see is_batched.
+        return Signature(inputs, outputs, profiles, is_batched(inputs, outputs), owner="engine")
 
     def _check_profile_parameter(self, cfg: PoolConfig) -> None:
         built = [p.ranges for p in self.signature.profiles]
@@ -200,10 +200,10 @@ class TensorRTRuntime(Runtime):
         return {s.name: (s.dtype, counts[s.name]) for s in self.signature.outputs}, frozenset(data_dependent)
 
     def _graph_buckets(self) -> dict[int, tuple[int, ...]]:
-        """Per profile, the batch sizes a batch is padded to for its graph. None where the
-        padding rows could not be cut off every output (an input or output not batched)."""
+        """Per profile, the batch sizes a batch is padded to for its graph. None for an
+        unbatched model: padding rows could not be cut off an output without a batch axis."""
         signature = self.signature
-        if not (signature.batched and all(s.shape[:1] == (-1,) for s in signature.outputs)):
+        if not signature.batched:
             return {}
         return {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
                 for p in signature.profiles}
