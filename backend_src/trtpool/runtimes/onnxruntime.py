@@ -49,6 +49,11 @@ class OnnxRuntime(Runtime):
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, cores // in_flight)
         options.inter_op_num_threads = 1
+        # Idle pool threads sleep instead of spinning: a server shares its cores with
+        # Triton's threads, other instances and the stub; spinning threads took them
+        # (2 threads, ResNet-50-shaped at 64x64, 2-core VM under load: 13-24 items/s
+        # spinning against 36-38 sleeping at batch 1, 15-29 against 59-62 at batch 16).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
