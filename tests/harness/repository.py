@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.doubles.flaky_runtime import REGISTERED_NAME
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.examples import get_example, write_example
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config
 
-FLAKY_RUNTIME = "tests.doubles.flaky_runtime:FlakyOnnxRuntime"
+FLAKY_RUNTIME = REGISTERED_NAME  # the harness's servers see the test doubles' registration
 # Long enough that concurrent clients' requests meet in one batch.
 QUEUE_DELAY_US = 20_000
 
