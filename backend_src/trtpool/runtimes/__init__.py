@@ -49,16 +49,19 @@ def confined(version_dir: Path, file_name: str) -> Path:
 
 def resolve(cfg: PoolConfig) -> tuple[str, Path]:
     """The runtime name and model file this config asks for."""
-    if cfg.runtime != "auto":
-        return cfg.runtime, confined(cfg.version_dir, cfg.model_file or DEFAULT_FILES.get(cfg.runtime, "model.onnx"))
     if cfg.model_file:
-        suffix = Path(cfg.model_file).suffix
+        path = confined(cfg.version_dir, cfg.model_file)
+        if cfg.runtime != "auto":
+            return cfg.runtime, path
+        suffix = path.suffix
         if suffix not in RUNTIME_BY_SUFFIX:
             raise ConfigError(
                 f"parameter 'model_file': cannot pick a runtime for '{cfg.model_file}'; "
                 f"expected a file ending in {', '.join(RUNTIME_BY_SUFFIX)} or an explicit 'runtime'"
             )
-        return RUNTIME_BY_SUFFIX[suffix], confined(cfg.version_dir, cfg.model_file)
+        return RUNTIME_BY_SUFFIX[suffix], path
+    if cfg.runtime != "auto":
+        return cfg.runtime, confined(cfg.version_dir, DEFAULT_FILES.get(cfg.runtime, "model.onnx"))
     for name in ("model.plan", "model.engine", "model.onnx"):
         if (cfg.version_dir / name).is_file():
             return RUNTIME_BY_SUFFIX[Path(name).suffix], confined(cfg.version_dir, name)
