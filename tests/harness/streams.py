@@ -31,6 +31,7 @@ class StreamClient:
     def __init__(self, url: str, status_codes: bool = False) -> None:
         self.client = grpcclient.InferenceServerClient(url)
         self._answers: queue.Queue = queue.Queue()
+        self._unanswered = 0
         self.client.start_stream(callback=lambda result, error: self._answers.put((result, error)),
                                  headers={"triton_grpc_error": "true"} if status_codes else None)
 
@@ -41,12 +42,14 @@ class StreamClient:
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
         self.client.async_stream_infer(model, tensors, request_id=request_id)
+        self._unanswered += 1
 
     def collect(self, count: int, timeout: float = 60) -> Answers:
         """The next `count` answers; queue.Empty if one takes longer than `timeout` seconds."""
         answers = Answers()
         for _ in range(count):
             result, error = self._answers.get(timeout=timeout)
+            self._unanswered -= 1
             if error is not None:
                 answers.errors.append(error)
             else:
@@ -55,8 +58,11 @@ class StreamClient:
         return answers
 
     def close(self) -> None:
-        """Cancel what is still unanswered: stopping a stream otherwise waits for every answer."""
-        self.client.stop_stream(cancel_requests=True)
+        """Stop the stream; cancel it only if answers are missing (stopping waits for them).
+        Cancelling a stream whose requests were all answered can leave Triton 2.51
+        holding the model: its unload then hung ("Waiting for the callback to
+        retrieve cancellation" in the server's verbose log)."""
+        self.client.stop_stream(cancel_requests=self._unanswered > 0)
         self.client.close()
 
     def __enter__(self) -> "StreamClient":
