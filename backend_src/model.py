@@ -16,7 +16,7 @@ from trtpool.front import check_front
 from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
-from trtpool.model_config import completion
+from trtpool.model_config import auto_complete
 from trtpool.status_relay import tagging, untagging
 from trtpool.stub_check import check_numpy_handover
 
@@ -29,11 +29,18 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 class _TritonLogHandler(logging.Handler):
-    """Route the trtpool logger into Triton's log."""
+    """Route the trtpool logger into Triton's log, each record at its own level."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        level = pb_utils.Logger.WARNING if record.levelno >= logging.WARNING else pb_utils.Logger.INFO
-        pb_utils.Logger.log(self.format(record), level)
+        pb_utils.Logger.log(self.format(record), _triton_level(record.levelno))
+
+
+def _triton_level(levelno: int):
+    if levelno >= logging.ERROR:
+        return pb_utils.Logger.ERROR
+    if levelno >= logging.WARNING:
+        return pb_utils.Logger.WARNING
+    return pb_utils.Logger.INFO if levelno >= logging.INFO else pb_utils.Logger.VERBOSE
 
 
 def _stub_version_dir() -> Path:
@@ -50,16 +57,15 @@ class TritonPythonModel:
         config = auto_complete_model_config.as_dict()
         if "forward_to" in parameters_of(config):
             return auto_complete_model_config  # a front declares its target's I/O
-        filled = completion(describe(config, _stub_version_dir()))
-        if not config.get("max_batch_size") and filled["max_batch_size"]:
-            auto_complete_model_config.set_max_batch_size(filled["max_batch_size"])
-        if filled["max_batch_size"]:
+        added = auto_complete(config, describe(config, _stub_version_dir()))
+        if "max_batch_size" in added:
+            auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
+        if "dynamic_batching" in added:
             auto_complete_model_config.set_dynamic_batching()
         for section, add in (("input", auto_complete_model_config.add_input),
                              ("output", auto_complete_model_config.add_output)):
-            if not config.get(section):
-                for entry in filled[section]:
-                    add(entry)
+            for entry in added.get(section, []):
+                add(entry)
         return auto_complete_model_config
 
     def initialize(self, args):

@@ -1,8 +1,8 @@
 """CPU serving benchmark (ONNX Runtime default runtime), all in one run:
 
 1. a perf_analyzer concurrency sweep over gRPC against trtpool in sync mode,
-   trtpool in decoupled mode (gRPC streaming) and a naive Python-backend model
-   (each request alone, fresh allocations, no pool), one server, same ONNX file;
+   pipelined mode, decoupled mode (gRPC streaming) and a naive Python-backend
+   model (each request alone, fresh allocations, no pool), one server, same ONNX file;
 2. the same runtime driven in-process through the pool at the batch sizes the
    server formed at saturation, for the served / in-process ratio.
 
@@ -33,11 +33,12 @@ from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
-MODELS = {"sync": "trtpool_sync", "decoupled": "trtpool_decoupled", "naive": "naive"}
+MODELS = {"sync": "trtpool_sync", "pipelined": "trtpool_pipelined", "decoupled": "trtpool_decoupled", "naive": "naive"}
+TRTPOOL_MODES = ("sync", "pipelined", "decoupled")
 
 
 def build_repository(repo: Path, onnx: Path, profiles: tuple[str, ...], contexts: int) -> None:
-    for mode in ("sync", "decoupled"):
+    for mode in TRTPOOL_MODES:
         make_model_folder(repo, MODELS[mode], onnx, profiles,
                           ServingOptions(contexts=str(contexts), mode=mode, instance_kind="cpu"))
     naive = repo / MODELS["naive"]
@@ -70,16 +71,17 @@ def mean_batch(before: dict[int, float], after: dict[int, float]) -> float:
 def inprocess_throughput(runtime, workers: int, inputs: dict, seconds: float) -> dict:
     """The runtime driven through the pool by `workers` threads, no server in between."""
     pool = ContextPool(runtime, workers)
-    warm_up(pool, inputs)
+    parts = {name: [array] for name, array in inputs.items()}
+    warm_up(pool, parts)
     batch = next(iter(inputs.values())).shape[0]
-    result = timed(pool, {name: array.shape for name, array in inputs.items()}, seconds)
+    result = timed(pool, parts, seconds)
     return {"items_per_s": items_per_s(result, batch), **result}
 
 
-def sweep(server: TritonServer, levels: list[int], interval_ms: int) -> dict:
+def sweep(server: TritonServer, levels: list[int], interval_ms: int, stability: int) -> dict:
     results: dict = {}
     for kind, model in MODELS.items():
-        extra = ("--streaming",) if kind == "decoupled" else ()
+        extra = ("--stability-percentage", str(stability), *(("--streaming",) if kind == "decoupled" else ()))
         rows = []
         for level in levels:
             before = batch_histogram(server.metrics(), model)
@@ -105,6 +107,8 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,4,8,16")
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
+    parser.add_argument("--stability", type=int, default=20,
+                        help="perf_analyzer's --stability-percentage (its default 10 rarely settles on 2 shared cores)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_serving.json")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -117,18 +121,18 @@ def main() -> None:
         build_repository(repo, onnx, profiles, args.contexts)
         server = TritonServer(repo, base / "server.log").start()
         try:
-            served = sweep(server, levels, args.interval_ms)
+            served = sweep(server, levels, args.interval_ms, args.stability)
         finally:
             server.stop()
 
         saturated = {kind: rows[-1] for kind, rows in served.items()}
         inprocess = []
-        for kind in ("sync", "decoupled"):
+        for kind in TRTPOOL_MODES:
             # The runtime as that model's config builds it (threads per context follow the mode).
             config = json_format.MessageToDict(read_config(repo / MODELS[kind]), preserving_proto_field_name=True)
             config["max_batch_size"] = int(config["max_batch_size"])
             runtime = load_runtime(pool_config.load(config, repo / MODELS[kind] / "1", "cpu"))
-            # sync: one batch in flight per instance -> one worker; decoupled: one per context.
+            # sync: one batch in flight per instance -> one worker; the others: one per context.
             workers = 1 if kind == "sync" else args.contexts
             batch = max(1, round(saturated[kind]["mean_batch"]))
             inputs = get_example("resnet50").sample_inputs(batch, image_size=args.image_size)
@@ -140,19 +144,17 @@ def main() -> None:
     def inproc(kind: str) -> float:
         return next(r["items_per_s"] for r in inprocess if r["for"] == kind)
 
-    ratios = {
-        "sync_served_over_inprocess": saturated["sync"]["infer_per_s"] / inproc("sync"),
-        "decoupled_served_over_inprocess": saturated["decoupled"]["infer_per_s"] / inproc("decoupled"),
-        "sync_over_naive_throughput": saturated["sync"]["infer_per_s"] / saturated["naive"]["infer_per_s"],
-        "decoupled_over_naive_throughput": saturated["decoupled"]["infer_per_s"] / saturated["naive"]["infer_per_s"],
-        "sync_over_naive_p99": saturated["sync"]["p99_us"] / saturated["naive"]["p99_us"],
-        "decoupled_over_naive_p99": saturated["decoupled"]["p99_us"] / saturated["naive"]["p99_us"],
-    }
+    ratios = {}
+    for kind in TRTPOOL_MODES:
+        ratios[f"{kind}_served_over_inprocess"] = saturated[kind]["infer_per_s"] / inproc(kind)
+        ratios[f"{kind}_over_naive_throughput"] = saturated[kind]["infer_per_s"] / saturated["naive"]["infer_per_s"]
+        ratios[f"{kind}_over_naive_p99"] = saturated[kind]["p99_us"] / saturated["naive"]["p99_us"]
     record = {
         "benchmark": "cpu_serving",
         **provenance(),
         "model": f"resnet50-shaped, input 3x{args.image_size}x{args.image_size}, fp32, ONNX Runtime CPU",
         "contexts": args.contexts,
+        "stability_percentage": args.stability,
         "served_grpc": served,
         "inprocess": inprocess,
         "ratios_at_saturation": {k: round(v, 3) for k, v in ratios.items()},

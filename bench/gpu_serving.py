@@ -139,7 +139,7 @@ SERVED_MODELS = {
 PREFIX = {"resnet50": "resnet", "bert_base": "bert"}
 # perf_analyzer's input options: BERT at sequence 128, token ids 0 (random int64
 # ids could fall outside the vocabulary).
-INPUTS = {"resnet50": (), "bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero")}
+INPUTS = {"tiny": (), "resnet50": (), "bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero")}
 
 
 def served_names(text: str) -> list[str]:

@@ -4,10 +4,13 @@
         --precision fp16 --contexts 1,2,4,8 --batches 1,8,32 --seconds 5 --output resnet50-fp16.json
 
 For each K the model is loaded afresh (its weights once) and a pool of K
-contexts is made. For each batch size every context gets the same staged
-inputs and is run a few times first (the torch runtime captures that bucket's
-CUDA graph then), a short concurrent warm-up follows, and then K threads loop
-acquire -> run -> release for --seconds. Throughput is the items (images or
+contexts is made. For each batch size every context runs the same inputs a
+few times first (the torch runtime captures that bucket's CUDA graph then), a
+short concurrent warm-up follows, and then K threads loop take -> submit ->
+complete -> give for --seconds, the path a served batch takes. --inputs says
+where the inputs lie: host (numpy, gathered into pinned memory and copied to
+the GPU: plain gRPC/HTTP clients) or device (already on the GPU, copied into
+place there: CUDA shared-memory clients). Throughput is the items (images or
 sequences) of completed runs over the wall time from the start until the last
 thread's last run ended. GPU memory comes from torch's allocator statistics
 and cudaMemGetInfo, relative to before the model was loaded.
@@ -32,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.record import provenance, write_json  # noqa: E402
 from trtpool import config as pool_config  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
-from trtpool.runtimes.base import Runtime  # noqa: E402
+from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 WARMUP_RUNS = 3  # per context and batch size, sequential
@@ -54,7 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per (contexts, batch)")
     parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     parser.add_argument("--seq-len", type=int, default=128, help="bert_base: tokens per sequence")
+    parser.add_argument("--image-size", type=int, default=224, help="resnet50: input height and width")
     parser.add_argument("--device", default="cuda:0", help="torch: the GPU")
+    parser.add_argument("--inputs", choices=("host", "device"), default="host",
+                        help="torch: where the batch's inputs lie when submitted")
     parser.add_argument("--output", type=Path, help="write the JSON here (default: stdout)")
     args = parser.parse_args(argv)
     if args.runtime == "onnxruntime" and args.precision != "fp32":
@@ -63,41 +69,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def example_options(args: argparse.Namespace) -> dict[str, int]:
+    return {"image_size": args.image_size} if args.model == "resnet50" else {}
+
+
 def load(args: argparse.Namespace, contexts: int) -> Runtime:
     example = get_example(args.model)
     params = {"runtime": args.runtime, "model_file": args.onnx.name, "contexts": str(contexts),
-              "profile": example.serving_profiles()[0]}
+              "profile": example.serving_profiles(**example_options(args))[0]}
     config = {"name": args.model, "max_batch_size": example.max_batch_size(),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
     device = args.device if args.runtime == "torch" else "cpu"
     cfg = pool_config.load(config, args.onnx.parent, device)
     if args.runtime == "torch":
         from trtpool.runtimes.torch import TorchRuntime
-        return TorchRuntime(cfg, args.onnx, precision=args.precision)
+        return TorchRuntime(cfg, args.onnx, precision=args.precision)  # exact sequence lengths: one --seq-len
     from trtpool.runtimes.onnxruntime import OnnxRuntime
     return OnnxRuntime(cfg, args.onnx)
 
 
-def inputs_for(args: argparse.Namespace, batch: int) -> dict[str, np.ndarray]:
+def inputs_for(args: argparse.Namespace, batch: int) -> Parts:
+    """One batch as the parts a context is submitted: numpy arrays, or CUDA tensors with --inputs device."""
     example = get_example(args.model)
     if args.model != "bert_base":
-        return example.sample_inputs(batch, seed=0)
-    rng = np.random.default_rng(0)
-    vocab = example.options()["vocab_size"]
-    return {"input_ids": rng.integers(0, vocab, size=(batch, args.seq_len), dtype=np.int64),
-            "attention_mask": np.ones((batch, args.seq_len), np.int64)}
+        inputs = example.sample_inputs(batch, seed=0, **example_options(args))
+    else:
+        rng = np.random.default_rng(0)
+        vocab = example.options()["vocab_size"]
+        inputs = {"input_ids": rng.integers(0, vocab, size=(batch, args.seq_len), dtype=np.int64),
+                  "attention_mask": np.ones((batch, args.seq_len), np.int64)}
+    if args.inputs == "device":
+        import torch
+
+        return {name: [torch.from_numpy(array).to(args.device)] for name, array in inputs.items()}
+    return {name: [array] for name, array in inputs.items()}
 
 
-def warm_up(pool: ContextPool, inputs: dict[str, np.ndarray]) -> None:
-    """Stage the inputs in every context and run each WARMUP_RUNS times (the pool hands contexts out in turn)."""
-    shapes = {name: array.shape for name, array in inputs.items()}
+def run_once(pool: ContextPool, parts: Parts) -> int:
+    """One batch through a context, as a served batch runs; the context's index."""
+    with pool.acquire() as context:
+        context.submit(parts)
+        context.complete()
+    return context.index
+
+
+def warm_up(pool: ContextPool, parts: Parts) -> None:
+    """Run every context WARMUP_RUNS times (the pool hands contexts out in turn)."""
     runs: dict[int, int] = {}
     while len(runs) < pool.size or min(runs.values()) < WARMUP_RUNS:
-        with pool.acquire() as context:
-            for name, array in inputs.items():
-                context.inputs.view(name, array.shape)[...] = array
-            context.run(shapes)
-        runs[context.index] = runs.get(context.index, 0) + 1
+        index = run_once(pool, parts)
+        runs[index] = runs.get(index, 0) + 1
 
 
 def items_per_s(result: dict[str, Any], batch: int) -> float:
@@ -105,8 +126,8 @@ def items_per_s(result: dict[str, Any], batch: int) -> float:
     return round(result["runs"] * batch / result["elapsed_s"], 1)
 
 
-def timed(pool: ContextPool, shapes: dict[str, tuple[int, ...]], seconds: float) -> dict[str, Any]:
-    """pool.size threads loop acquire -> run on the staged inputs until the deadline."""
+def timed(pool: ContextPool, parts: Parts, seconds: float) -> dict[str, Any]:
+    """pool.size threads loop take -> submit -> complete -> give until the deadline."""
     latencies: list[list[float]] = [[] for _ in range(pool.size)]
     errors: list[BaseException] = []
     start = threading.Barrier(pool.size + 1)
@@ -115,8 +136,7 @@ def timed(pool: ContextPool, shapes: dict[str, tuple[int, ...]], seconds: float)
         start.wait()
         try:
             while (run_start := time.perf_counter()) < deadline:
-                with pool.acquire() as context:
-                    context.run(shapes)
+                run_once(pool, parts)
                 mine.append(time.perf_counter() - run_start)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -179,11 +199,10 @@ def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict],
     results = []
     try:
         for batch in args.batches:
-            inputs = inputs_for(args, batch)
-            shapes = {name: array.shape for name, array in inputs.items()}
-            warm_up(pool, inputs)
-            timed(pool, shapes, min(WARMUP_SECONDS, args.seconds))
-            result = timed(pool, shapes, args.seconds)
+            parts = inputs_for(args, batch)
+            warm_up(pool, parts)
+            timed(pool, parts, min(WARMUP_SECONDS, args.seconds))
+            result = timed(pool, parts, args.seconds)
             result = {"contexts": contexts, "batch": batch, "items_per_s": items_per_s(result, batch), **result}
             print(f"contexts {contexts:2d}  batch {batch:3d}  {result['items_per_s']:10.1f} items/s  "
                   f"p50 {result['latency_ms']['p50']:.2f} ms", file=sys.stderr, flush=True)
@@ -198,11 +217,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not args.onnx.is_file():
         print(f"generating {args.model} into {args.onnx}", file=sys.stderr, flush=True)
-        write_example(args.model, args.onnx)
+        write_example(args.model, args.onnx, **example_options(args))
     report: dict[str, Any] = {
         **provenance(),
         "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,
         "seconds": args.seconds, "seq_len": args.seq_len if args.model == "bert_base" else None,
+        "inputs": args.inputs,
     }
     if args.runtime == "torch":
         import torch

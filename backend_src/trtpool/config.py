@@ -10,10 +10,12 @@
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
       { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
+      { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
       { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
       { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
+      { key: "cuda_graphs"     value: { string_value: "on" } },        # TensorRT runtime: on | off
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
@@ -37,10 +39,11 @@ MODES = ("sync", "pipelined", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
-    "metrics_interval_ms", "sequence_buckets",
+    "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
 PRECISIONS = ("fp32", "fp16")
+SWITCHES = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class PoolConfig:
     precision: str = "fp32"       # the torch runtime's compute precision
     metrics_interval_ms: int = 1000  # how often trtpool's metrics reach Triton; 0: after every batch
     sequence_buckets: tuple[int, ...] | None = None  # the torch runtime's padding of dynamic dims
+    response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
+    cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
 
     @property
     def model_path(self) -> Path:
@@ -172,4 +177,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         precision=_choice(params, "precision", PRECISIONS, "fp32"),
         metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0),
         sequence_buckets=_sizes(params, "sequence_buckets"),
+        response_threads=_whole_number(params, "response_threads", 1),
+        cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,15 +59,20 @@ def _call(name: str, *args: Any) -> Any:
 
 def _call_on(rt: Any, name: str, *args: Any) -> Any:
     err, *values = getattr(rt, name)(*args)
+    _check(rt, name, err)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _check(rt: Any, name: str, err: Any) -> None:
+    """Raise CudaError naming the call and CUDA's description unless `err` is cudaSuccess."""
     if err != rt.cudaError_t.cudaSuccess:
         code = rt.cudaGetErrorName(err)[1].decode()
         text = rt.cudaGetErrorString(err)[1].decode()
         hint = (" (is an NVIDIA driver installed and a GPU visible? check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)") if code in NO_GPU else ""
         raise CudaError(name, code, f"{name} failed: {code}: {text}{hint}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _release_quietly(rt: Any, call: str, handle: int) -> None:
@@ -224,3 +230,59 @@ def memcpy_dtoh_async(host_array: np.ndarray, src_ptr: int, nbytes: int, stream:
 def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
     _call("cudaMemcpyAsync", dst_ptr, src_ptr, nbytes,
           _rt().cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
+
+
+def memset_async(dst_ptr: int, value: int, nbytes: int, stream: Stream) -> None:
+    """Queue setting nbytes of device memory to the byte `value`."""
+    _call("cudaMemsetAsync", dst_ptr, value, nbytes, stream.handle)
+
+
+class Graph(_Resource):
+    """An instantiated CUDA graph (a cudaGraphExec_t), replayed with ``launch``."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self._own("cudaGraphExecDestroy", handle)
+
+    def launch(self, stream: Stream) -> None:
+        """Queue the graph's work on `stream` (the addresses and sizes it captured)."""
+        _call("cudaGraphLaunch", self.handle, stream.handle)
+
+
+def capture(stream: Stream, work: Callable[[], None]) -> Graph:
+    """What ``work()`` queues on `stream`, captured into a graph and instantiated.
+
+    The capture is thread-local (cudaStreamCaptureModeThreadLocal), as trtexec
+    (samples/common/sampleDevice.h, TrtCudaGraph::beginCapture) and Triton's
+    TensorRT backend (src/instance_state.cc, BuildCudaGraph) capture: calls that
+    are illegal while capturing (a synchronization, an allocation) fail on this
+    thread only, and other threads keep working. If ``work`` raises or CUDA
+    invalidated the capture, the capture is ended, whatever graph it made is
+    discarded with the error it left (as trtexec's endCaptureOnError does), and
+    the failure is raised: work's own exception, else a CudaError.
+    """
+    rt = _rt()
+    _call("cudaStreamBeginCapture", stream.handle, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal)
+    try:
+        work()
+    except BaseException:
+        _discard_capture(rt, stream)
+        raise
+    err, graph = rt.cudaStreamEndCapture(stream.handle)
+    if err != rt.cudaError_t.cudaSuccess:
+        rt.cudaGetLastError()
+        _check(rt, "cudaStreamEndCapture", err)
+    try:
+        return Graph(int(_call("cudaGraphInstantiate", graph, 0)))
+    finally:
+        _call("cudaGraphDestroy", graph)
+
+
+def _discard_capture(rt: Any, stream: Stream) -> None:
+    """End a capture whose work failed. CUDA returns no graph when the capture was
+    invalidated, else one that must not be used; either way the error CUDA recorded
+    for the failed call is cleared, so that the thread's next call does not report it."""
+    err, graph = rt.cudaStreamEndCapture(stream.handle)
+    if err == rt.cudaError_t.cudaSuccess:
+        _call_on(rt, "cudaGraphDestroy", graph)
+    rt.cudaGetLastError()

@@ -61,7 +61,7 @@ class SyncHandler:
 class PipelinedHandler:
     def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
-        self.pipeline = Pipeline(instance.runner, on_done=metrics.after_work)
+        self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
 
     def __call__(self, requests: list[Any]) -> None:
         """Start the batch and return None: the requests are answered through their

@@ -18,17 +18,15 @@ from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
 
+# `contexts: auto` takes at most this many per mode, measured on an H200 with
+# batch-1 clients (BENCHMARKS.md, "Contexts by mode"): a sync instance has one batch
+# in flight (more contexts serve only a batch split above the largest profile);
+# pipelined gained 1.32-1.37x from a second context and nothing from a third and
+# fourth; decoupled 1.3-2.1x from four. Beyond these, contexts only cost memory.
+AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
 
-def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
-    """The model's signature, for auto-completing a config that leaves fields out."""
-    provisional = dict(model_config)
-    if not provisional.get("max_batch_size"):
-        cfg = pool_config.load(provisional, version_dir, "cpu")
-        # An ONNX file carries no batch limit: take the profile's, else a default.
-        provisional["max_batch_size"] = max(
-            (r.max[0] for p in cfg.profiles for r in p.values()), default=DEFAULT_ONNX_MAX_BATCH
-        )
-    cfg = pool_config.load(provisional, version_dir, "cpu")
+
+def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
     name, path = resolve(cfg)
     if name in ("tensorrt", "tensorrt_rtx"):
         # auto-complete runs without a device: the engine's sidecar describes it.
@@ -41,6 +39,31 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         return runtime.signature
     finally:
         runtime.close()
+
+
+def _has_batch_axis(signature: Signature) -> bool:
+    """Every input and output starts with a dynamic axis (what Triton's batching needs)."""
+    return all(spec.shape[:1] == (-1,) for spec in (*signature.inputs, *signature.outputs))
+
+
+def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
+    """The model's signature, for auto-completing a config that leaves fields out.
+
+    max_batch_size 0 reads as "not given": an ONNX file carries no batch limit,
+    so one is taken from the profile's first dimensions (else a default), but
+    only for a model that has a batch axis. A model that has none (a recurrent
+    state [1, 1, 128] beside a sequence, a scalar sample rate) stays unbatched."""
+    provisional = dict(model_config)
+    if not provisional.get("max_batch_size"):
+        cfg = pool_config.load(provisional, version_dir, "cpu")
+        if cfg.profiles:
+            unbatched = _read_signature(cfg)
+            if not _has_batch_axis(unbatched):
+                return unbatched
+        provisional["max_batch_size"] = max(
+            (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
+        )
+    return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
 
 
 class ModelInstance:
@@ -62,9 +85,10 @@ class ModelInstance:
             self.runtime.signature.max_batch_size,
         )
 
-    def _ceiling(self) -> int | None:
-        """On the CPU, more contexts than cores only adds contention."""
-        return os.cpu_count() if self.cfg.device == "cpu" else None
+    def _ceiling(self) -> int:
+        """The mode's measured useful number; on the CPU, no more than cores (contention)."""
+        ceiling = AUTO_CONTEXTS[self.cfg.mode]
+        return min(ceiling, os.cpu_count() or 1) if self.cfg.device == "cpu" else ceiling
 
     def close(self) -> None:
         self.runner.close()

@@ -29,6 +29,23 @@ def completion(signature: Signature) -> dict[str, Any]:
     }
 
 
+def auto_complete(model_config: dict[str, Any], signature: Signature) -> dict[str, Any]:
+    """The fields auto_complete_config adds to `model_config`: only those it leaves out.
+
+    model.py applies them through Triton's setters; trtpool-model applies them to
+    the dict before loading a folder, so that both load the same config."""
+    filled = completion(signature)
+    added: dict[str, Any] = {}
+    if not model_config.get("max_batch_size") and filled["max_batch_size"]:
+        added["max_batch_size"] = filled["max_batch_size"]
+    if filled["max_batch_size"]:
+        added["dynamic_batching"] = model_config.get("dynamic_batching", {})
+    for section in ("input", "output"):
+        if not model_config.get(section):
+            added[section] = filled[section]
+    return added
+
+
 def _dims_agree(config: list[int], model: list[int]) -> bool:
     """A config dim may fix a dimension the model leaves dynamic, not change a fixed one."""
     return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model))
@@ -57,9 +74,14 @@ def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
                     f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
                 )
             model_dims = config_dims(spec, batched)
-            if not _dims_agree([int(d) for d in entry["dims"]], model_dims):
+            # The model sees `reshape` where there is one (a scalar travels as dims [1], reshape []);
+            # protobuf JSON leaves out empty lists.
+            field = "reshape" if "reshape" in entry else "dims"
+            listed = entry["reshape"].get("shape", []) if field == "reshape" else entry.get("dims", [])
+            declared_dims = [int(d) for d in listed]
+            if not _dims_agree(declared_dims, model_dims):
                 raise ConfigError(
-                    f"{section} '{name}' dims: config.pbtxt says {list(entry['dims'])}, the model has {model_dims}"
+                    f"{section} '{name}' {field}: config.pbtxt says {declared_dims}, the model has {model_dims}"
                 )
         declared = {e["name"] for e in model_config.get(section, [])}
         if section == "input" and declared != set(by_name):

@@ -18,7 +18,7 @@ import numpy as np
 from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError
 from trtpool.shapes import format_profile
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
+from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec, check_range
 
 # A dimension as the file declares it: fixed (int), named (str), or unnamed (None or "").
 Dim = int | str | None
@@ -54,14 +54,7 @@ def check_profile(ranges: dict[str, ShapeRange], inputs: Sequence[TensorSpec], m
     if set(ranges) != set(names):
         raise ConfigError(f"{where} names inputs {sorted(ranges)}; the model's inputs are {sorted(names)}")
     for spec in inputs:
-        shape_range = ranges[spec.name]
-        if len(shape_range.min) != len(spec.shape):
-            raise ConfigError(f"{where}: input '{spec.name}' has rank {len(spec.shape)} in the model "
-                              f"(shape {list(spec.shape)}, -1 = dynamic) but rank {len(shape_range.min)} in the profile")
-        for axis, (dim, low, high) in enumerate(zip(spec.shape, shape_range.min, shape_range.max)):
-            if dim != -1 and not low == high == dim:
-                raise ConfigError(f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} in the model "
-                                  f"but the profile gives {low}..{high}")
+        check_range(spec, ranges[spec.name], where)
         if max_batch and spec.shape[0] != -1:
             raise ConfigError(f"input '{spec.name}' dimension 0 is fixed at {spec.shape[0]} in the model, so it "
                               f"has no batch dimension; set max_batch_size: 0 (it is {max_batch})")

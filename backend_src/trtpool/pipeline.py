@@ -10,6 +10,13 @@ models since tritonserver 2.38, so HTTP /infer and unary gRPC clients work).
 When every context is busy, execute() waits for one: Triton's queue then
 fills and its dynamic batcher makes larger batches.
 
+Each response sent is a round trip to the server process (the stub waits
+for the server to take it, with the GIL released), so a batch's outputs are
+copied out of its context, the context is given back at once for the next
+batch, and the responses are then sent from ``response_threads`` threads.
+A completion thread takes its next batch once its own responses are out,
+which bounds the responses waiting to be sent.
+
 Every request is answered exactly once, whatever fails: the responder ignores
 a second answer, and a completion that raises fails the batch it held.
 """
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from trtpool.responders import Responder
@@ -28,10 +35,13 @@ log = logging.getLogger("trtpool")
 
 
 class Pipeline:
-    def __init__(self, runner: BatchRunner, on_done: Callable[[], None] | None = None) -> None:
+    def __init__(self, runner: BatchRunner, response_threads: int = 1,
+                 on_done: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self._on_done = on_done or (lambda: None)
         self._completions = ThreadPoolExecutor(max_workers=runner.pool.size, thread_name_prefix="trtpool-complete")
+        self._senders = (ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
+                         if response_threads > 1 else None)
 
     def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
         """Start every request's batch; returns before they complete."""
@@ -54,7 +64,13 @@ class Pipeline:
     def _finish(self, context: ExecutionContext, chunk: list[Item], emit: Callable, fail: Callable,
                 responders: Sequence[Responder]) -> None:
         try:
-            self.runner.finish(context, chunk, emit, fail)
+            if self._senders is None:
+                self.runner.finish(context, chunk, emit, fail, detach=True)
+            else:
+                sent: list[Future] = []
+                self.runner.finish(context, chunk, lambda i, outputs: sent.append(self._senders.submit(emit, i, outputs)),
+                                   fail, detach=True)
+                wait(sent)
         except BaseException as exc:
             log.exception("completing a pipelined batch")
             for item in chunk:
@@ -64,3 +80,5 @@ class Pipeline:
 
     def close(self) -> None:
         self._completions.shutdown(wait=True)
+        if self._senders is not None:
+            self._senders.shutdown(wait=True)

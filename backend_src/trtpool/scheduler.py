@@ -181,10 +181,11 @@ class Scheduler:
         if not live:
             return
         self._on_wait(sum(now - waiting.enqueued_ns for waiting in live))
-        self.runner.run_chunk(
+        self.runner.run_chunk(  # detached: another worker may take the context while this one answers
             [Item(position, waiting.tensors, waiting.shapes) for position, waiting in enumerate(live)],
             lambda i, outputs: live[i].responder.send(outputs),
             lambda i, error: live[i].responder.fail(error),
+            detach=True,
         )
         self._on_done()
 

@@ -140,10 +140,10 @@ class BatchRunner:
             for future in [self._executor.submit(self.run_chunk, c, emit, fail) for c in chunks]:
                 future.result()
 
-    def run_chunk(self, chunk: list[Item], emit: Emit, fail: Fail) -> None:
+    def run_chunk(self, chunk: list[Item], emit: Emit, fail: Fail, detach: bool = False) -> None:
         context = self.start(chunk, emit, fail)
         if context is not None:
-            self.finish(context, chunk, emit, fail)
+            self.finish(context, chunk, emit, fail, detach)
 
     def start(self, chunk: list[Item], emit: Emit, fail: Fail) -> ExecutionContext | None:
         """Take a free context (waiting for one) and submit the chunk to it. None when
@@ -154,25 +154,36 @@ class BatchRunner:
             context.submit(parts)
         except Exception as exc:
             self.pool.give(context, exc)
-            self._failed(chunk, exc, emit, fail)
+            self._failed(chunk, exc, emit, fail, detach=False)
             return None
         return context
 
-    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail) -> None:
-        """Wait for the chunk's batch, answer its requests, give the context back."""
+    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail,
+               detach: bool = False) -> None:
+        """Wait for the chunk's batch, answer its requests, give the context back.
+
+        Answers are built from views of the context's buffers, so by default the
+        context is given back after the last emit. With `detach` the batch's
+        outputs are copied first (one copy per output) and the context goes back
+        before any answer is sent: for callers whose answers are slow to send."""
         failure = None
         try:
             outputs = context.complete()
             self._on_batch(sum(item.batch for item in chunk) if self.signature.batched else 1)
-            self._emit_all(chunk, outputs, emit, fail)
+            if detach:
+                outputs = {name: np.array(array) for name, array in outputs.items()}
+            else:
+                self._emit_all(chunk, outputs, emit, fail)
         except Exception as exc:
             failure = exc
         finally:
-            self.pool.give(context, failure)  # after the answers: they read its buffers
+            self.pool.give(context, failure)
         if failure is not None:
-            self._failed(chunk, failure, emit, fail)
+            self._failed(chunk, failure, emit, fail, detach)
+        elif detach:
+            self._emit_all(chunk, outputs, emit, fail)
 
-    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail) -> None:
+    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail, detach: bool) -> None:
         if isinstance(error, InvalidInput):
             for item in chunk:
                 fail(item.index, error)
@@ -180,7 +191,7 @@ class BatchRunner:
             # The pool has rebuilt the context. Retry each request alone so that
             # only a request that breaks a context gets the error.
             for item in chunk:
-                self.run_chunk([item], emit, fail)
+                self.run_chunk([item], emit, fail, detach)
         else:
             message = error if isinstance(error, TrtpoolError) else f"{type(error).__name__}: {error}"
             fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))

@@ -5,7 +5,8 @@
 
 Each input is ``name=MIN:OPT:MAX`` with the dimensions of a full shape (batch
 first) joined by ``x``; inputs are separated by commas. ``name=SHAPE`` alone
-means a fixed shape (min = opt = max).
+means a fixed shape (min = opt = max). A scalar (rank 0) has no dimensions:
+``sr=`` or ``sr=::``, as format_profile writes it.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from trtpool.signature import ShapeRange
 
 
 def _parse_dims(text: str, where: str) -> tuple[int, ...]:
+    if not text:
+        return ()  # a scalar
     try:
         dims = tuple(int(d) for d in text.split("x"))
     except ValueError:

@@ -69,6 +69,9 @@ class Precision:
     strongly_typed: bool
     legacy_flags: tuple[str, ...] = ()  # TensorRT 10 builder flags used instead
     quantizer: str | None = None        # modelopt | onnxruntime, for int8/fp8
+    kept_fp32: tuple[str, ...] = ()     # nodes an fp16 conversion left in fp32 (values beyond fp16's range)
+    max_error: float | None = None      # worst output error of the converted graph vs fp32 (trtpool_builder.accuracy)
+    max_error_allowed: float | None = None  # the limit the build was held to
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class Sidecar:
         profiles = tuple(Profile(i, parse_profile(text)) for i, text in enumerate(self.profiles))
         batched = all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
         return Signature(tuple(t.spec() for t in self.inputs),
-                         tuple(t.spec() for t in self.outputs), profiles, batched)
+                         tuple(t.spec() for t in self.outputs), profiles, batched, owner="engine")
 
 
 def sidecar_path(engine: Path) -> Path:
@@ -119,7 +122,9 @@ def from_dict(data: dict[str, Any], engine: Path) -> Sidecar:
         target=Target(tuple(target["compute_capabilities"]), target.get("gpu_name"),
                       target.get("hardware_compatible", False), target.get("version_compatible", False)),
         precision=Precision(precision["mode"], precision["strongly_typed"],
-                            tuple(precision.get("legacy_flags", ())), precision.get("quantizer")),
+                            tuple(precision.get("legacy_flags", ())), precision.get("quantizer"),
+                            tuple(precision.get("kept_fp32", ())), precision.get("max_error"),
+                            precision.get("max_error_allowed")),
         profiles=tuple(data["profiles"]),
         inputs=tensors(data["inputs"]),
         outputs=tensors(data["outputs"]),
@@ -197,9 +202,10 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def _version_ok(target: Target, built: str, running: str) -> bool:
     if built == running:
         return True
-    # Version-compatible engines run on the same or a newer release of the same major version.
-    b, r = _version_tuple(built), _version_tuple(running)
-    return target.version_compatible and b[:1] == r[:1] and r >= b
+    # Version-compatible engines carry their lean runtime and run on the same or any newer
+    # TensorRT, across major versions ("engines built with TensorRT 10 work with TensorRT 11":
+    # TensorRT 11.1 docs, inference-library/engine-compatibility.html); never on an older one.
+    return target.version_compatible and _version_tuple(running) >= _version_tuple(built)
 
 
 def _gpu_ok(sidecar: Sidecar, compute_capability: str) -> bool:

@@ -10,7 +10,7 @@ from math import prod
 
 import numpy as np
 
-from trtpool.errors import InvalidInput
+from trtpool.errors import ConfigError, InvalidInput
 
 # Triton's data types by numpy dtype; also the names config.pbtxt uses.
 TRITON_DTYPES: dict[np.dtype, str] = {
@@ -37,6 +37,17 @@ class ShapeRange:
         return len(shape) == len(self.min) and all(
             lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max)
         )
+
+
+def check_range(spec: TensorSpec, shape_range: ShapeRange, where: str) -> None:
+    """Refuse a shape range that contradicts the model's input: its rank, or a dimension it fixes."""
+    if len(shape_range.min) != len(spec.shape):
+        raise ConfigError(f"{where}: input '{spec.name}' has rank {len(spec.shape)} (shape {list(spec.shape)}) "
+                          f"but the profile gives rank {len(shape_range.min)}")
+    for axis, (dim, low, high) in enumerate(zip(spec.shape, shape_range.min, shape_range.max)):
+        if dim != -1 and not low == high == dim:
+            raise ConfigError(f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} in the model "
+                              f"but the profile gives {low}..{high}")
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class Signature:
     outputs: tuple[TensorSpec, ...]
     profiles: tuple[Profile, ...]
     batched: bool
+    owner: str = "model"  # whose profiles they are, in messages: "engine" for a TensorRT engine
 
     @property
     def max_batch_size(self) -> int:
@@ -101,7 +113,7 @@ class Signature:
             if not any(r.contains(shape) for r in ranges):
                 allowed = " or ".join(f"[{list(r.min)} .. {list(r.max)}]" for r in ranges)
                 return (
-                    f"input '{name}': shape {list(shape)} is outside the engine's "
+                    f"input '{name}': shape {list(shape)} is outside the {self.owner}'s "
                     f"optimization profiles; expected a shape within {allowed}"
                 )
         return (

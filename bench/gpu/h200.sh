@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs trtpool's GPU tests and benchmarks on the lent H200 (no network there).
+# The wheels it carries come from bench/gpu/fetch_wheels.sh (.whl_big/, .whl/).
 # Stages, in order, each given as an argument:
 #   stash     keep the nvidia-pytriton wheel (.whl_big/) under $HOME/wh for later calls
 #   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
@@ -20,6 +21,9 @@
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
+#   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
+#             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
+#   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -48,8 +52,20 @@ for stage in "$@"; do
       "$IMAGE_PYTHON" -m venv --without-pip "$SERVE_VENV" || exit 4
       site=$("$SERVE_VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
       "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl || exit 4
-      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD" "import site; site.addsitedir('$image_site')" \
+      ln -sf "$site/bin/py-spy" "$SERVE_VENV/bin/py-spy"
+      printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD/ops" "$PWD" "import site; site.addsitedir('$image_site')" \
         > "$site/zz-trtpool-h200.pth"
+      # trtpool's console scripts, as an install makes them (pip cannot build the project offline here).
+      "$SERVE_VENV/bin/python3" - "$SERVE_VENV/bin" <<'PY' || exit 4
+import sys, tomllib
+from pathlib import Path
+bin_dir = Path(sys.argv[1])
+for name, target in tomllib.loads(Path("pyproject.toml").read_text())["project"]["scripts"].items():
+    module, function = target.split(":")
+    script = bin_dir / name
+    script.write_text(f"#!{bin_dir / 'python3'}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n")
+    script.chmod(0o755)
+PY
       cp .whl/house/* "$HOME/wh/"
       TRTPOOL_WHEELHOUSE=$HOME/wh TRTPOOL_SYSTEM_PYTHON=1 bash scripts/setup.sh || exit 5
       python3 -c 'import numpy, torch, onnx, onnx2torch, trtpool, tritonclient.grpc, pytest
@@ -59,7 +75,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 5
       ;;
     tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py \
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py tests/unit/test_cuda_graphs.py \
         tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
       ;;
     inprocess)
@@ -149,6 +165,15 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput,latency \
         --levels 32 --transports cuda --models c1,c4_dec --out "$OUT/gpu_serving_bert.json" 2>&1 \
         | grep -v '^[IWE]1202' | tail -n 12
+      ;;
+    ceiling)
+      python3 bench/ceiling.py --runtime torch --precision fp16 --profile "$OUT/ceiling_profile.txt" \
+        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    ceiling-final)
+      # The record: the variants the first two runs kept apart, with the final code.
+      python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
+        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \

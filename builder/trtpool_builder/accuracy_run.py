@@ -1,27 +1,28 @@
 """trtpool-accuracy's work: resolve the candidate, make inputs, compare with the fp32 ONNX.
 
-An engine runs through the backend's own runtime (the code that serves it),
-only after the sidecar says it can run on this machine; otherwise
-EngineNotRunnable says why, and nothing is compared.
+A model folder or an engine runs through trtpool's own serving path
+(ModelInstance: runtime, context pool, batch runner); an engine only after
+its sidecar says it can run on this machine, otherwise EngineNotRunnable
+says why, and nothing is compared.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 from google.protobuf import json_format
 
-from trtpool import config as backend_config
-from trtpool.errors import EngineError, TrtpoolError
-from trtpool.sidecar import check_compatible, read_sidecar
+from trtpool.errors import TrtpoolError
+from trtpool.sidecar import read_sidecar
 from trtpool_builder.accuracy import AccuracyReport, Runner, compare, onnxruntime_runner
+from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.errors import BuildError
-from trtpool_builder.gpu import gpu_status
+from trtpool_builder.instance_runner import instance_runner
 from trtpool_builder.model_folder import ENGINE_SUFFIXES, model_config, read_config
 from trtpool_builder.onnx_io import io_specs, load_graph
 from trtpool_builder.profiles import resolve_profiles
 from trtpool_builder.samples import Samples, batches, load_samples, random_samples
-from trtpool_builder.trt_module import load_trt
 
 
 class EngineNotRunnable(TrtpoolError):
@@ -42,43 +43,31 @@ def model_file_of(path: Path) -> Path:
 
 
 def _runnable_here(engine: Path) -> None:
-    sidecar = read_sidecar(engine)
-    built_for = (f"{sidecar.module} {sidecar.module_version}, compute capability "
-                 f"{', '.join(sidecar.target.compute_capabilities)}")
-    try:
-        trt, module_name = load_trt(sidecar.module)
-    except BuildError as exc:
-        raise EngineNotRunnable(f"cannot run engine '{engine}' here ({built_for}): {exc}") from exc
-    gpu, why = gpu_status()
-    if gpu is None:
-        raise EngineNotRunnable(f"cannot run engine '{engine}' here ({built_for}): {why}. Compare the ONNX "
-                                "file it was built from instead, or run this on the target GPU")
-    try:
-        check_compatible(sidecar, module_name, trt.__version__, gpu.name, gpu.compute_capability)
-    except EngineError as exc:
-        raise EngineNotRunnable(str(exc)) from exc
+    why = why_not_here(engine)
+    if why is not None:
+        raise EngineNotRunnable(f"cannot run engine '{engine}' here ({built_for(read_sidecar(engine))}): {why}. "
+                                "Compare the ONNX file it was built from instead, or run this on the target GPU")
 
 
-def engine_runner(engine: Path) -> Runner:
-    """Run the engine with the backend's runtime and one execution context."""
-    _runnable_here(engine)
-    from trtpool.runtimes import load_runtime
-
-    sidecar = read_sidecar(engine)
-    message = model_config(engine.stem, sidecar.signature())
-    message.parameters["runtime"].string_value = sidecar.module
+def _engine_config(engine: Path) -> dict[str, Any]:
+    """The config trtpool-model would write for a bare engine file, one context."""
+    message = model_config(engine.stem, read_sidecar(engine).signature())
     message.parameters["model_file"].string_value = engine.name
     message.parameters["contexts"].string_value = "1"
-    cfg = backend_config.load(json_format.MessageToDict(message, preserving_proto_field_name=True),
-                              engine.parent, "cuda:0")
-    context = load_runtime(cfg).create_context(0)
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
-    def run(feeds: Samples) -> dict[str, np.ndarray]:
-        for name, array in feeds.items():
-            context.inputs.view(name, array.shape)[...] = array
-        return {name: out.copy() for name, out in context.run({n: a.shape for n, a in feeds.items()}).items()}
 
-    return run
+def _served(candidate: Path, model_file: Path) -> tuple[Runner, Callable[[], None], str]:
+    """(run, close, label) over trtpool's ModelInstance for a model folder or an engine file."""
+    is_engine = model_file.suffix in ENGINE_SUFFIXES
+    if is_engine:
+        _runnable_here(model_file)
+    if candidate.is_dir():
+        config = json_format.MessageToDict(read_config(candidate), preserving_proto_field_name=True)
+    else:
+        config = _engine_config(model_file)
+    run, close = instance_runner(config, model_file.parent, "cuda:0" if is_engine else "cpu")
+    return run, close, f"'{candidate}' served by trtpool"
 
 
 def _feeds(reference: Path, inputs_path: Path | None, shapes: str | None,
@@ -91,24 +80,38 @@ def _feeds(reference: Path, inputs_path: Path | None, shapes: str | None,
     return [random_samples(specs, profiles[0])]
 
 
+def _known_profiles(candidate: Path, model_file: Path) -> tuple[str, ...]:
+    if model_file.suffix in ENGINE_SUFFIXES:
+        return read_sidecar(model_file).profiles
+    if candidate.is_dir():
+        text = read_config(candidate).parameters["profile"].string_value
+        return tuple(t for t in text.split(";") if t.strip())
+    return ()
+
+
 def run_accuracy(candidate: Path, reference: Path | None = None, inputs: Path | None = None,
                  shapes: str | None = None) -> AccuracyReport:
-    """Compare `candidate` (engine, model folder or ONNX file) with the fp32 `reference` ONNX."""
+    """Compare `candidate` with the fp32 `reference` ONNX on ONNX Runtime.
+
+    A model folder or an engine runs through trtpool (ModelInstance); a folder's
+    reference defaults to its own model.onnx (what trtpool answers vs ONNX Runtime
+    on the same file), an engine's to the ONNX file its sidecar names. A bare ONNX
+    file (an fp16 or int8 conversion, say) runs on ONNX Runtime."""
+    candidate = Path(candidate)
     model_file = model_file_of(candidate)
-    known_profiles: tuple[str, ...] = ()
-    if Path(candidate).is_dir() and (Path(candidate) / "config.pbtxt").is_file():
-        text = read_config(Path(candidate)).parameters["profile"].string_value
-        known_profiles = tuple(t for t in text.split(";") if t.strip())
     if model_file.suffix in ENGINE_SUFFIXES:
-        sidecar = read_sidecar(model_file)
-        reference = reference or Path(sidecar.onnx_path)
-        known_profiles = sidecar.profiles
-        runner = engine_runner(model_file)
+        reference = reference or Path(read_sidecar(model_file).onnx_path)
+    elif candidate.is_dir():
+        reference = reference or model_file
+    elif reference is None:
+        raise BuildError(f"'{model_file}' is an ONNX file: give the fp32 model to compare with, "
+                         "--reference FP32.onnx")
+    feeds = _feeds(reference, inputs, shapes, _known_profiles(candidate, model_file))
+    if candidate.is_dir() or model_file.suffix in ENGINE_SUFFIXES:
+        run, close, label = _served(candidate, model_file)
     else:
-        if reference is None:
-            raise BuildError(f"'{model_file}' is an ONNX file: give the fp32 model to compare with, "
-                             "--reference FP32.onnx")
-        runner = onnxruntime_runner(model_file)
-    feeds = _feeds(reference, inputs, shapes, known_profiles)
-    return compare(onnxruntime_runner(reference), runner, feeds,
-                   f"fp32 '{reference}' on ONNX Runtime", f"'{model_file}'")
+        run, close, label = onnxruntime_runner(model_file), (lambda: None), f"'{model_file}'"
+    try:
+        return compare(onnxruntime_runner(reference), run, feeds, f"fp32 '{reference}' on ONNX Runtime", label)
+    finally:
+        close()

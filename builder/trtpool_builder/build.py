@@ -18,19 +18,24 @@ from trtpool.shapes import format_profile
 from trtpool.sidecar import (
     RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
 )
-from trtpool.signature import Profile, TensorSpec
+from trtpool.signature import Profile
 from trtpool_builder import precision as prec
-from trtpool_builder.accuracy import AccuracyReport, compare, onnxruntime_runner
+from trtpool_builder.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare, onnxruntime_runner
+from trtpool_builder.build_failure import foreign_operators, refused_axis, renamed_hint
+from trtpool_builder.dim_names import Renamed, rename_dims
+from trtpool_builder.divergence import first_divergence
 from trtpool_builder.errors import BuildError
 from trtpool_builder.gpu import gpu_status
-from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer
+from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer, save_model
 from trtpool_builder.profiles import resolve_profiles
-from trtpool_builder.samples import Samples, batches, load_samples, random_samples
-from trtpool_builder.trt_build import TrtSettings, build_serialized, compute_capability_enum, io_tensors
+from trtpool_builder.samples import Samples, load_samples, sample_feeds
+from trtpool_builder.scalars import describe_lifted, lift_scalars
+from trtpool_builder.trt_build import (
+    ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
+)
 from trtpool_builder.trt_module import load_trt
 
 OPT_LEVELS = range(0, 6)
-ACCURACY_SAMPLES = 32
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,11 @@ class BuildOptions:
     hardware_compatible: bool = False     # tensorrt only
     compute_capability: tuple[str, ...] = ()  # tensorrt_rtx targets, e.g. ("8.9",)
     legacy_precision_flags: bool = False  # tensorrt 10.x only
+    max_error: float | None = None        # None: accuracy.DEFAULT_MAX_ERROR for the precision
     verbose: bool = field(default=False, compare=False)
+
+    def error_limit(self) -> float:
+        return self.max_error if self.max_error is not None else DEFAULT_MAX_ERROR.get(self.precision, 0.0)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,9 @@ def check_options(options: BuildOptions, module_name: str) -> None:
         raise ConfigError(f"--opt-level {options.opt_level}: expected 0..5")
     if options.workspace is not None and options.workspace < 1:
         raise ConfigError(f"--workspace {options.workspace}: expected a size in MiB >= 1")
+    if options.max_error is not None and not options.max_error > 0:
+        raise ConfigError(f"--max-error {options.max_error}: expected a number > 0 (0.05: a relative RMS "
+                          "error of 5 % against the fp32 model's outputs)")
 
 
 def _gpu_target(trt: ModuleType, module_name: str, options: BuildOptions) -> Target:
@@ -107,31 +119,58 @@ def _output_ranges(model: Any, profiles: tuple[Profile, ...]) -> dict[str, tuple
             for name in names}
 
 
-def _accuracy(source: Path, prepared: Path, feeds: list[Samples], notes: list[str]) -> AccuracyReport | None:
-    try:
-        report = compare(onnxruntime_runner(source), onnxruntime_runner(prepared), feeds,
-                         f"fp32 '{source.name}' on ONNX Runtime", "the converted ONNX on ONNX Runtime")
-    except BuildError as exc:
-        notes.append(f"no accuracy report: {exc}")
-        return None
-    notes.append("the engine itself was not executed for the accuracy report (run trtpool-accuracy "
-                 "on a GPU that can run it); the report compares the ONNX graph it was built from")
-    return report
+def _accuracy_report(source: Path, onnx_path: Path, prepared: prec.PreparedModel, precision: str,
+                     feeds: list[Samples], notes: list[str]) -> AccuracyReport | None:
+    """The converted graph vs the fp32 one on the sample feeds (None when nothing was converted).
 
-
-def _accuracy_report(onnx_path: Path, prepared: prec.PreparedModel, precision: str, samples: Samples | None,
-                     inputs: tuple[TensorSpec, ...], profiles: tuple[Profile, ...],
-                     notes: list[str]) -> AccuracyReport | None:
-    """Converted graph vs the fp32 one, on the calibration samples or one random batch."""
+    `source`: the fp32 graph as built (the user's `onnx_path`, or its copy with scalars lifted
+    and dimensions renamed: the same numbers, the copy's input shapes)."""
     if precision == "fp32":
         return None
     if not prepared.converted:
         notes.append(f"no accuracy report: the {precision} engine was built from the ONNX graph as "
                      "given (precision set by builder flags or already in the graph)")
         return None
-    feeds = (list(batches({k: v[:ACCURACY_SAMPLES] for k, v in samples.items()}, 8)) if samples
-             else [random_samples(inputs, profiles[0])])
-    return _accuracy(onnx_path, prepared.path, feeds, notes)
+    report = compare(onnxruntime_runner(source), onnxruntime_runner(prepared.check_path or prepared.path),
+                     feeds, f"fp32 '{onnx_path.name}' on ONNX Runtime", prepared.check_label)
+    notes.append("the engine itself was not executed for the accuracy report (run trtpool-accuracy "
+                 "on a GPU that can run it); the report compares the ONNX graph it was built from")
+    return report
+
+
+def _check_accuracy(report: AccuracyReport, limit: float, source: Path, onnx_path: Path,
+                    prepared: prec.PreparedModel, precision: str, feeds: list[Samples],
+                    given_samples: bool) -> None:
+    """Refuse a conversion whose outputs differ from fp32's beyond `limit`, naming where it departs."""
+    beyond = report.beyond(limit)
+    if not beyond:
+        return
+    outputs = "; ".join(f"output '{e.name}' error {e.error:.3g} (max abs {e.max_abs:.3g}, largest "
+                        f"|reference| {e.reference_max:.3g})" for e in beyond)
+    inputs = "the --calib samples" if given_samples else "random inputs at each profile's opt shapes"
+    where = first_divergence(onnx.load(str(source)), onnx.load(str(prepared.check_path or prepared.path)),
+                             feeds, limit)
+    kept = "; ".join(k.describe() for k in prepared.kept_fp32)
+    raise BuildError(
+        f"the {precision} conversion of '{onnx_path}' is not accurate enough on {inputs} "
+        f"({report.samples} samples), compared with the fp32 model on ONNX Runtime: {outputs}; "
+        f"--max-error is {limit:g}."
+        + (f"\n{where}." if where else "")
+        + (f"\nkept in fp32 already: {kept}." if kept else "")
+        + "\nNo engine was written. Build with --precision fp32, give representative inputs with --calib, "
+          "or accept the difference with a larger --max-error")
+
+
+def _build_source(model: onnx.ModelProto, onnx_path: Path, profiles: tuple[Profile, ...],
+                  workdir: Path, changed: bool) -> tuple[Path, list[Renamed]]:
+    """The file to convert and build: a copy of `model` (already `changed`, e.g. its scalars lifted)
+    with dimension names TensorRT can use, or the user's file when nothing needed changing
+    (the user's file is never modified)."""
+    renamed = rename_dims(model, profiles)
+    if not renamed and not changed:
+        return onnx_path, []
+    onnx.load_external_data_for_model(model, str(onnx_path.parent))
+    return save_model(model, workdir / "model.named.onnx"), renamed
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -143,7 +182,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def _describe(trt: ModuleType, module_name: str, network: Any, model: onnx.ModelProto, onnx_path: Path,
               output: Path, options: BuildOptions, target: Target, prepared: prec.PreparedModel,
-              profiles: tuple[Profile, ...], seconds: float) -> Sidecar:
+              accuracy: AccuracyReport | None, profiles: tuple[Profile, ...], seconds: float) -> Sidecar:
     input_desc, output_desc = io_tensors(trt, network)
     input_ranges = {n: tuple(ShapeRangeInfo(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
                              for p in profiles) for n, _, _ in input_desc}
@@ -154,7 +193,10 @@ def _describe(trt: ModuleType, module_name: str, network: Any, model: onnx.Model
         module_version=trt.__version__,
         target=target,
         precision=Precision(options.precision, strongly_typed=not options.legacy_precision_flags,
-                            legacy_flags=prepared.legacy_flags, quantizer=prepared.quantizer),
+                            legacy_flags=prepared.legacy_flags, quantizer=prepared.quantizer,
+                            kept_fp32=tuple(k.node for k in prepared.kept_fp32),
+                            max_error=accuracy.max_error if accuracy else None,
+                            max_error_allowed=options.error_limit() if accuracy else None),
         profiles=tuple(format_profile(p.ranges) for p in profiles),
         inputs=_tensor_infos(input_desc, lambda n: input_ranges[n]),
         outputs=_tensor_infos(output_desc, lambda n: output_ranges.get(n, ())),
@@ -176,6 +218,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
     trt, module_name = load_trt(options.trt_module)
     check_options(options, module_name)
     model = load_graph(onnx_path)
+    lifted = lift_scalars(model)
     inputs, _ = io_specs(model)
     profiles = resolve_profiles(options.shapes, inputs)
     prec.check_precision(options.precision, module_name, trt.__version__, options.legacy_precision_flags,
@@ -192,21 +235,34 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
         timing_cache = None
 
     with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir:
-        prepared = prec.prepare(onnx_path, options.precision, options.legacy_precision_flags,
-                                samples, Path(workdir))
+        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir), bool(lifted))
+        notes.extend([describe_lifted(lifted)] if lifted else [])
+        notes.extend(r.describe() for r in renamed)
+        feeds = sample_feeds(samples, inputs, profiles) if options.precision in prec.SAMPLED else []
+        prepared = prec.prepare(source, options.precision, options.legacy_precision_flags,
+                                samples, Path(workdir), feeds)
+        notes.extend(f"kept in fp32: {k.describe()}" for k in prepared.kept_fp32)
+        accuracy = _accuracy_report(source, onnx_path, prepared, options.precision, feeds, notes)
+        if accuracy is not None:
+            _check_accuracy(accuracy, options.error_limit(), source, onnx_path, prepared, options.precision,
+                            feeds, samples is not None)
         settings = TrtSettings(profiles, prec.network_flags(trt, options.legacy_precision_flags),
                                options.workspace, options.opt_level, options.version_compatible,
                                options.hardware_compatible, tuple(options.compute_capability),
                                prepared.legacy_flags, timing_cache)
         label = (f"the {options.precision} conversion of '{onnx_path}'" if prepared.converted
                  else f"'{onnx_path}'")
-        engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes, label)
-        accuracy = _accuracy_report(onnx_path, prepared, options.precision, samples, inputs, profiles, notes)
+        try:
+            engine, network = build_serialized(trt, prepared.path, settings, options.verbose, notes, label)
+        except ParseError as exc:
+            raise BuildError(f"{exc}{foreign_operators(load_graph(prepared.path))}") from exc
+        except BuildError as exc:
+            raise BuildError(f"{exc}{refused_axis(source, model, inputs, profiles)}{renamed_hint(renamed)}") from exc
 
     _write_atomically(output, engine)
     seconds = time.perf_counter() - started
     sidecar = _describe(trt, module_name, network, model, onnx_path, output, options, target, prepared,
-                        profiles, seconds)
+                        accuracy, profiles, seconds)
     write_sidecar(output, sidecar)
     for note in notes:
         log(f"note: {note}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trtpool.errors import TrtpoolError
+from trtpool_builder.accuracy import DEFAULT_MAX_ERROR
 from trtpool_builder.precision import PRECISIONS
 from trtpool_builder.trt_module import MODULES
 
@@ -39,7 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trt-module", choices=MODULES, help="default: tensorrt when importable, else tensorrt_rtx")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--calib", type=Path, metavar="DIR_OR_FILE",
-                   help="int8/fp8 calibration samples: .npz named by input, .npy (one input), or a folder")
+                   help="sample inputs: .npz named by input, .npy (one input), or a folder. int8/fp8: "
+                        "calibration; fp16: where values beyond fp16's range are looked for. Also what the "
+                        "conversion is checked on (default: random inputs at each profile's opt shapes)")
+    p.add_argument("--max-error", type=float, metavar="E",
+                   help="refuse a converted graph (fp16, int8, fp8) whose outputs differ from the fp32 "
+                        "model's by a relative RMS error above E (||converted - fp32|| / ||fp32||; integer "
+                        "outputs: the share of elements that differ); default "
+                        + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MAX_ERROR.items()))
     p.add_argument("--workspace", type=int, metavar="MIB", help="workspace memory pool limit in MiB")
     p.add_argument("--timing-cache", type=Path, metavar="PATH",
                    help="timing cache read before and written after the build (TensorRT only)")
@@ -62,12 +70,16 @@ def _build(args: argparse.Namespace) -> int:
         workspace=args.workspace, timing_cache=args.timing_cache, opt_level=args.opt_level,
         version_compatible=args.version_compatible, hardware_compatible=args.hardware_compatible,
         compute_capability=tuple(args.compute_capability),
-        legacy_precision_flags=args.legacy_precision_flags, verbose=args.verbose)
+        legacy_precision_flags=args.legacy_precision_flags, max_error=args.max_error, verbose=args.verbose)
     result = build_engine(args.onnx, args.output, options)
     sidecar = result.sidecar
     print(f"built {result.engine} with {sidecar.module} {sidecar.module_version} in {result.seconds:.2f} s "
           f"({sidecar.precision.mode}, {len(sidecar.profiles)} profile(s), targets "
           f"{', '.join(sidecar.target.compute_capabilities)}); sidecar {result.engine}.json")
+    if result.accuracy is not None:
+        print(f"{sidecar.precision.mode} conversion error {result.accuracy.max_error:.3g} "
+              f"(--max-error {sidecar.precision.max_error_allowed:g}), measured on ONNX Runtime: the "
+              "engine itself cannot run here")
     return 0
 
 

@@ -4,25 +4,34 @@
     <repo>/<name>/1/model.onnx                      (ONNX Runtime), or
     <repo>/<name>/1/model.plan + model.plan.json    (TensorRT engine and its sidecar)
 
-config.pbtxt is written from Triton's own protobuf classes and validated with
-the backend's own parameter reader, so what is written is what loads.
+config.pbtxt is written from Triton's own protobuf classes, and the folder is
+first assembled in a temporary place (a link to the model file, its sidecar,
+the config) and loaded there with the server's own code (load_check); only a
+folder that loads is written into the repository, so what is written is what
+loads.
 """
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import onnx
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as backend_config
-from trtpool.errors import ConfigError
+from trtpool.errors import ConfigError, TrtpoolError
+from trtpool.model_config import check_agreement
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
-from trtpool_builder.onnx_io import io_specs, load_graph
+from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
+from trtpool_builder.onnx_io import io_specs, load_graph, save_model
+from trtpool_builder.scalars import describe_lifted, lift_scalars
 from trtpool_builder.profiles import is_batched, opt_batch, resolve_profiles
 
 ENGINE_SUFFIXES = (".plan", ".engine")
@@ -46,7 +55,14 @@ class ServingOptions:
 def _tensor(message: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
     message.name = spec.name
     message.data_type = mc.DataType.Value(spec.triton_dtype)
-    message.dims.extend(spec.shape[1:] if batched else spec.shape)
+    dims = spec.shape[1:] if batched else spec.shape
+    if dims:
+        message.dims.extend(dims)
+    else:
+        # Triton refuses empty dims: a scalar (per batch item, e.g. a class label) travels as
+        # [1] and reaches the model reshaped to [], as Triton's reshape property does for any backend.
+        message.dims.append(1)
+        message.reshape.SetInParent()
 
 
 def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list[int]:
@@ -107,13 +123,32 @@ def _signature(model_file: Path, shapes: Sequence[str]) -> tuple[Signature, str]
         if shapes:
             raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
                               "it was built (see its sidecar); do not pass shapes")
-        return read_sidecar(model_file).signature(), "model.plan"
+        signature = read_sidecar(model_file).signature()
+        scalars = [t.name for t in (*signature.inputs, *signature.outputs) if not t.shape]
+        if scalars:
+            raise ConfigError(f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
+                              "model without a batch axis; rebuild it with trtpool-build, which builds "
+                              "them as shape [1]")
+        return signature, "model.plan"
     if model_file.suffix != ".onnx":
         raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
                           f"({', '.join(ENGINE_SUFFIXES)})")
     inputs, outputs = io_specs(load_graph(model_file))
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
     return Signature(inputs, outputs, profiles, is_batched(inputs, outputs)), "model.onnx"
+
+
+def _served_file(model_file: Path, workdir: Path) -> tuple[Path, list[str]]:
+    """The file the folder serves: `model_file`, or for an ONNX file with scalar inputs or outputs
+    a copy that takes them as [1] (scalars.py); and notes."""
+    if model_file.suffix != ".onnx":
+        return model_file, []
+    model = load_graph(model_file)
+    lifted = lift_scalars(model)
+    if not lifted:
+        return model_file, []
+    onnx.load_external_data_for_model(model, str(model_file.parent))
+    return save_model(model, workdir / model_file.name), [describe_lifted(lifted)]
 
 
 def _place(source: Path, dest: Path) -> None:
@@ -126,24 +161,57 @@ def _place(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
+def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> Loaded:
+    """Load the folder-to-be from a temporary place; the server's error if it would not load.
+
+    Its outputs are left out of the staged config (the server takes undeclared
+    outputs from the model) so that they can be written as the runtime reports them."""
+    staged = mc.ModelConfig()
+    staged.CopyFrom(config)
+    del staged.output[:]
+    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
+        version_dir = Path(staging) / str(version)
+        version_dir.mkdir()
+        os.symlink(model_file.resolve(), version_dir / file_name)
+        if file_name == "model.plan":
+            write_sidecar(version_dir / file_name, read_sidecar(model_file))
+        write_config(Path(staging), staged)
+        try:
+            return check_loads(staged, version_dir)
+        except Exception as exc:  # the server refuses a model on any exception, not only trtpool's own
+            said = str(exc) if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
+            raise ConfigError(f"'{model_file}' would not load in trtpool as written (config.pbtxt, "
+                              f"{version}/{file_name}), so nothing was written; trtpool says: {said}") from exc
+
+
 def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
-                      options: ServingOptions = ServingOptions(), version: int = 1) -> Path:
+                      options: ServingOptions = ServingOptions(), version: int = 1,
+                      log: Callable[[str], None] = print) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
     `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
-    with dynamic dimensions; an engine's profiles come from its sidecar.
+    with dynamic dimensions; an engine's profiles come from its sidecar. The
+    folder is written only if trtpool loads it (load_check); notes go to `log`.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
-    signature, file_name = _signature(model_file, shapes)
-    config = model_config(name, signature, options)
-    folder = Path(repo) / name
-    version_dir = folder / str(version)
-    version_dir.mkdir(parents=True, exist_ok=True)
-    dest = version_dir / file_name
-    _place(model_file, dest)
-    if file_name == "model.plan":
-        write_sidecar(dest, read_sidecar(model_file))
-    write_config(folder, config)
+    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir:
+        served, notes = _served_file(model_file, Path(workdir))
+        signature, file_name = _signature(served, shapes)
+        loaded = _check_staged(model_config(name, signature, options), served, file_name, version)
+        if loaded.signature is not None:
+            signature = replace(signature, outputs=loaded.signature.outputs)
+        config = model_config(name, signature, options)
+        check_agreement(as_triton_hands_it(config), loaded.signature or signature)
+        for note in (*notes, *loaded.notes):
+            log(f"note: {note}")
+        folder = Path(repo) / name
+        version_dir = folder / str(version)
+        version_dir.mkdir(parents=True, exist_ok=True)
+        dest = version_dir / file_name
+        _place(served, dest)
+        if file_name == "model.plan":
+            write_sidecar(dest, read_sidecar(served))
+        write_config(folder, config)
     return folder

@@ -83,3 +83,15 @@ def output_shape_inferrer(model: onnx.ModelProto):
     """A function from input shapes to output shapes, sharing one weightless copy of the graph."""
     skeleton = _skeleton(model)
     return lambda shapes: infer_output_shapes(skeleton, shapes)
+
+
+# Protobuf refuses messages of 2 GiB and more: larger weights go to a side file.
+EXTERNAL_DATA_ABOVE = 1 << 30
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> Path:
+    """Save `model` to `path`, its weights beside it in `<name>.data` when they are large."""
+    weights = sum(len(t.raw_data) for t in model.graph.initializer)
+    onnx.save_model(model, str(path), save_as_external_data=weights > EXTERNAL_DATA_ABOVE,
+                    location=Path(path).name + ".data")
+    return Path(path)

@@ -8,7 +8,8 @@ is applied to the ONNX graph before parsing:
   converter (onnxruntime.transformers.float16) does it: it is onnxconverter-common's
   converter maintained further, and unlike onnxconverter-common 1.16 it also retargets
   Cast(to=float) nodes, without which a graph such as BERT's mask arithmetic mixes
-  float16 and float32 inputs in one node and TensorRT refuses to parse it;
+  float16 and float32 inputs in one node and TensorRT refuses to parse it. Nodes that
+  make or read values beyond float16's range stay in fp32 (fp16_safety);
 - int8: Q/DQ nodes by post-training quantization with calibration samples
   (NVIDIA ModelOpt when installed, else ONNX Runtime's quantize_static, QDQ format);
 - fp8: Q/DQ nodes by ModelOpt only;
@@ -21,7 +22,7 @@ fp16/bf16 then leave the graph alone and set the flag.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,16 @@ import onnx
 
 from trtpool.errors import ConfigError
 from trtpool_builder.errors import BuildError
+from trtpool_builder.fp16_emulation import emulate_fp16
+from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, skip_fp16_round_trips
+from trtpool_builder.onnx_io import save_model
 from trtpool_builder.samples import Samples, batches
+from trtpool_builder.tensor_probe import name_nodes
 from trtpool_builder.trt_module import is_importable
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
+# Precisions whose graph is converted here and then checked against the fp32 one on samples.
+SAMPLED = ("fp16", "int8", "fp8")
 LEGACY_FLAGS = {"fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8",), "fp8": ("FP8",)}
 QUANTIZED = ("int8", "fp8")
 
@@ -45,6 +52,10 @@ class PreparedModel:
     converted: bool            # False: `path` is the original file
     quantizer: str | None      # modelopt | onnxruntime
     legacy_flags: tuple[str, ...]
+    kept_fp32: tuple[KeptInFp32, ...] = ()
+    # What the accuracy check runs for this precision on ONNX Runtime (None: `path` itself).
+    check_path: Path | None = None
+    check_label: str = "the converted ONNX on ONNX Runtime"
 
 
 def quantizer_for(precision: str) -> str | None:
@@ -74,8 +85,9 @@ def check_precision(precision: str, module_name: str, module_version: str, legac
     if precision in QUANTIZED and not has_calibration:
         raise ConfigError(f"--precision {precision} needs calibration samples: --calib DIR_OR_FILE "
                           "(.npz arrays named after the inputs, a .npy for one input, or a folder of them)")
-    if precision not in QUANTIZED and has_calibration:
-        raise ConfigError(f"--calib is only used for int8 and fp8, not {precision}")
+    if precision not in SAMPLED and has_calibration:
+        raise ConfigError(f"--calib is only used for fp16 (range check and accuracy), int8 and fp8, "
+                          f"not {precision}")
     if precision == "bf16" and not legacy and not onnx_has_bf16:
         raise ConfigError(
             "--precision bf16: no ONNX converter writes bfloat16 (onnxconverter-common and ONNX "
@@ -92,11 +104,20 @@ def graph_has_dtype(model: onnx.ModelProto, elem_type: int) -> bool:
             or any(t.data_type == elem_type for t in graph.initializer))
 
 
-def _to_fp16(source: Path, dest: Path) -> None:
+def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[str, ...]) -> PreparedModel:
+    """Convert to float16 except the nodes fp16_safety finds; the check runs fp16_emulation's graph."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
-    onnx.save_model(model, str(dest))
+    model = onnx.load(str(source))
+    name_nodes(model)
+    kept = keep_in_fp32(model, feeds)
+    names = [k.node for k in kept]
+    emulated = save_model(emulate_fp16(model, names), dest.with_name("model.fp16-emulated.onnx"))
+    converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=names)
+    skip_fp16_round_trips(converted)
+    save_model(converted, dest)
+    return PreparedModel(dest, True, None, flags, tuple(kept), emulated,
+                         "the fp16 graph emulated on ONNX Runtime (float16 tensors, float32 arithmetic)")
 
 
 def _quantize_modelopt(source: Path, dest: Path, mode: str, samples: Samples) -> None:
@@ -138,8 +159,10 @@ def _quiet_root_logger() -> Iterator[None]:
 
 
 def prepare(source: Path, precision: str, legacy: bool, samples: Samples | None,
-            workdir: Path) -> PreparedModel:
-    """The ONNX file to parse for `precision`, converted or quantized into `workdir` when needed."""
+            workdir: Path, feeds: Sequence[Samples] = ()) -> PreparedModel:
+    """The ONNX file to parse for `precision`, converted or quantized into `workdir` when needed.
+
+    `feeds`: sample inputs on which fp16 looks for activations beyond its range."""
     flags = LEGACY_FLAGS.get(precision, ()) if legacy else ()
     dest = workdir / f"model.{precision}.onnx"
     try:
@@ -151,8 +174,7 @@ def prepare(source: Path, precision: str, legacy: bool, samples: Samples | None,
                 _quantize_onnxruntime(source, dest, samples)
             return PreparedModel(dest, True, quantizer, flags)
         if precision == "fp16" and not legacy:
-            _to_fp16(source, dest)
-            return PreparedModel(dest, True, None, flags)
+            return _to_fp16(source, dest, feeds, flags)
     except (ConfigError, BuildError):
         raise
     except Exception as exc:

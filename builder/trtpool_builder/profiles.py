@@ -5,17 +5,7 @@ from collections.abc import Sequence
 
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
-from trtpool.signature import Profile, ShapeRange, TensorSpec
-
-
-def _check_range(spec: TensorSpec, r: ShapeRange, where: str) -> None:
-    if len(r.min) != len(spec.shape):
-        raise ConfigError(f"{where}: input '{spec.name}' has rank {len(spec.shape)} "
-                          f"(shape {list(spec.shape)}) but the profile gives rank {len(r.min)}")
-    for axis, (dim, lo, hi) in enumerate(zip(spec.shape, r.min, r.max)):
-        if dim != -1 and not lo == hi == dim:
-            raise ConfigError(f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} "
-                              f"in the model but the profile gives {lo}..{hi}")
+from trtpool.signature import Profile, ShapeRange, TensorSpec, check_range
 
 
 def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tuple[Profile, ...]:
@@ -45,7 +35,7 @@ def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tupl
                               "must give MIN:OPT:MAX for each input with a -1 dimension")
         for spec in inputs:
             if spec.name in ranges:
-                _check_range(spec, ranges[spec.name], where)
+                check_range(spec, ranges[spec.name], where)
             else:
                 ranges[spec.name] = ShapeRange(spec.shape, spec.shape, spec.shape)
         profiles.append(Profile(index, {spec.name: ranges[spec.name] for spec in inputs}))

@@ -71,15 +71,29 @@ def batches(samples: Samples, size: int) -> Iterator[Samples]:
         yield {name: array[start:start + size] for name, array in samples.items()}
 
 
-def random_samples(inputs: Sequence[TensorSpec], profile: Profile, seed: int = 0) -> Samples:
-    """One batch at the profile's opt shapes: floats ~ N(0, 1); integers and booleans in {0, 1}
+def random_feed(inputs: Sequence[TensorSpec], shapes: dict[str, tuple[int, ...]], seed: int = 0) -> Samples:
+    """One batch at these shapes: floats ~ N(0, 1); integers and booleans in {0, 1}
     (valid token ids and attention masks alike)."""
     rng = np.random.default_rng(seed)
     samples = {}
     for spec in inputs:
-        shape = profile.ranges[spec.name].opt
+        shape = shapes[spec.name]
         if spec.dtype.kind == "f":
             samples[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         else:
             samples[spec.name] = rng.integers(0, 2, size=shape).astype(spec.dtype)
     return samples
+
+
+def random_samples(inputs: Sequence[TensorSpec], profile: Profile, seed: int = 0) -> Samples:
+    """One random batch (random_feed) at the profile's opt shapes."""
+    return random_feed(inputs, {spec.name: profile.ranges[spec.name].opt for spec in inputs}, seed)
+
+
+def sample_feeds(samples: Samples | None, inputs: Sequence[TensorSpec], profiles: Sequence[Profile],
+                 limit: int = 32) -> list[Samples]:
+    """Feeds to check a conversion on: the first `limit` given samples in batches of 8, else one
+    random batch at each profile's opt shapes."""
+    if samples:
+        return list(batches({name: array[:limit] for name, array in samples.items()}, 8))
+    return [random_samples(inputs, profile, seed=profile.index) for profile in profiles]

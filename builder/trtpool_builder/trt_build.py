@@ -19,8 +19,13 @@ from trtpool.signature import Profile
 from trtpool_builder.errors import BuildError
 
 
+# A warning, not an error, in TensorRT-RTX 1.7: the engine is written and then refuses those shapes.
+INCONSISTENT_PROFILE = "values are not self-consistent"
+
+
 def make_logger(trt: ModuleType, verbose: bool) -> Any:
-    """A logger that prints warnings (everything with `verbose`) and keeps the errors."""
+    """A logger that prints warnings (everything with `verbose`) and keeps the errors, counting
+    a profile the graph cannot run as one."""
 
     class Logger(trt.ILogger):
         def __init__(self) -> None:
@@ -29,7 +34,7 @@ def make_logger(trt: ModuleType, verbose: bool) -> Any:
             self.shown = trt.ILogger.Severity.VERBOSE if verbose else trt.ILogger.Severity.WARNING
 
         def log(self, severity: Any, msg: str) -> None:
-            if severity <= trt.ILogger.Severity.ERROR:
+            if severity <= trt.ILogger.Severity.ERROR or INCONSISTENT_PROFILE in msg:
                 self.errors.append(msg)
             if severity <= self.shown:
                 print(f"[{trt.__name__}] {severity.name}: {msg}", file=sys.stderr)
@@ -52,6 +57,10 @@ class TrtSettings:
     timing_cache: Path | None = None        # tensorrt only (no-op in tensorrt_rtx)
 
 
+class ParseError(BuildError):
+    """TensorRT's ONNX parser refused the graph (before any build)."""
+
+
 def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: int, label: str) -> Any:
     """The network; a parse error names the model (`label`), node index, node name and operator."""
     network = builder.create_network(flags)
@@ -66,7 +75,7 @@ def parse_onnx(trt: ModuleType, builder: Any, logger: Any, path: Path, flags: in
             if e.node_operator():
                 where += f" ({e.node_operator()})"
             problems.append(f"{where}: {e.desc()}")
-        raise BuildError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
+        raise ParseError(f"{trt.__name__} cannot parse {label}:\n  " + "\n  ".join(problems or logger.errors))
     return network
 
 
@@ -122,7 +131,7 @@ def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, ve
     network = parse_onnx(trt, builder, logger, onnx_path, settings.network_flags, label)
     config = _configure(trt, builder, settings, notes)
     serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
+    if serialized is None or logger.errors:
         raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
                          + "\n  ".join(logger.errors or ["(no error was logged; rerun with --verbose)"]))
     if settings.timing_cache is not None:

@@ -46,7 +46,7 @@ def test_accuracy_of_a_converted_onnx(tiny_onnx: Path, tmp_path: Path, capsys: p
     np.savez(inputs, **EXAMPLES["tiny"].sample_inputs(12))
     assert accuracy_main([str(fp16), "--reference", str(tiny_onnx), "--inputs", str(inputs)]) == 0
     out = capsys.readouterr().out
-    assert "(12 samples)" in out and "OUTPUT0: max abs error" in out
+    assert "(12 samples)" in out and "OUTPUT0: error " in out and "max abs error" in out
     assert accuracy_main([str(fp16)]) == 2
     assert "give the fp32 model to compare with" in capsys.readouterr().err
 
@@ -98,3 +98,24 @@ def test_decoupled_model_with_its_unary_front(tiny_onnx: Path, tmp_path: Path) -
     assert not front.model_transaction_policy.decoupled
     assert [i.name for i in front.input] == ["INPUT0"] and front.max_batch_size == 64
     assert read_config(repo / "tiny").model_transaction_policy.decoupled
+
+
+def test_accuracy_of_a_model_folder_goes_through_trtpool(tiny_onnx: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """A folder runs in trtpool's ModelInstance (one request per sample) against its own model.onnx on a
+    bare session; a folder served by the flaky test runtime shows that its runtime is what answers."""
+    from tests.doubles.flaky_runtime import SENTINEL
+    from tests.harness.repository import FLAKY_RUNTIME
+
+    repo = tmp_path / "repo"
+    for name, runtime in (("tiny", "auto"), ("tiny_flaky", FLAKY_RUNTIME)):
+        assert model_main([str(tiny_onnx), "--repo", str(repo), "--name", name, "--runtime", runtime,
+                           "--shapes", "INPUT0=1x16:4x16:8x16"]) == 0
+    capsys.readouterr()
+    assert accuracy_main([str(repo / "tiny"), "--shapes", "INPUT0=1x16:6x16:8x16"]) == 0
+    out = capsys.readouterr().out
+    assert "served by trtpool" in out and "(6 samples)" in out and "OUTPUT0: error 0," in out
+    inputs = tmp_path / "sentinel.npz"
+    np.savez(inputs, INPUT0=np.full((3, 16), SENTINEL, np.float32))
+    assert accuracy_main([str(repo / "tiny_flaky"), "--inputs", str(inputs)]) == 2
+    assert "injected failure in context" in capsys.readouterr().err

@@ -105,3 +105,53 @@ def test_engine_without_sidecar(tmp_path: Path) -> None:
     (tmp_path / "lonely.plan").write_bytes(b"engine bytes")
     with pytest.raises(EngineError, match="has no sidecar 'lonely.plan.json'"):
         make_model_folder(tmp_path / "repo", "lonely", tmp_path / "lonely.plan")
+
+
+def test_a_folder_that_would_not_load_is_not_written(tiny_onnx: Path, tmp_path: Path) -> None:
+    """trtpool-model loads the folder with the server's own code (ModelInstance) before writing it."""
+    with pytest.raises(ConfigError, match=r"would not load in trtpool .* so nothing was written; trtpool says: "
+                                          r"parameter 'runtime': 'no_such_runtime' is not a built-in runtime"):
+        make_model_folder(tmp_path, "tiny", tiny_onnx, TINY, ServingOptions(runtime="no_such_runtime"))
+    assert not (tmp_path / "tiny").exists()
+
+
+@needs_rtx
+def test_engine_on_a_cpu_instance_is_refused_with_the_servers_message(tiny_onnx: Path, tmp_path: Path) -> None:
+    engine = build_engine(tiny_onnx, tmp_path / "tiny.plan", BuildOptions(trt_module="tensorrt_rtx", shapes=TINY)).engine
+    with pytest.raises(ConfigError, match="engines run on a GPU, but this model instance is on 'cpu'"):
+        make_model_folder(tmp_path / "repo", "tiny", engine, options=ServingOptions(instance_kind="cpu"))
+    assert not (tmp_path / "repo" / "tiny").exists()
+
+
+@needs_rtx
+def test_engine_for_another_machine_is_written_with_a_note(tiny_onnx: Path, tmp_path: Path) -> None:
+    from trtpool_builder.engine_here import why_not_here
+
+    engine = build_engine(tiny_onnx, tmp_path / "tiny.plan",
+                          BuildOptions(trt_module="tensorrt_rtx", shapes=TINY, compute_capability=("8.9",))).engine
+    if why_not_here(engine) is None:
+        pytest.skip("this machine can run the engine: it is loaded for real instead")
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path / "repo", "tiny", engine, log=notes.append)
+    assert (folder / "1" / "model.plan.json").is_file()
+    (note,) = notes
+    assert note.startswith("note: this machine cannot run the 'tensorrt' runtime (")
+    assert "checked as far as it can be here" in note and "compute capability 8.9" in note
+
+
+def test_a_scalar_per_batch_item_travels_as_dims_1_reshaped(tmp_path: Path) -> None:
+    """Triton refuses empty dims ("model output 'label' must specify 'dims'"): a class label per batch
+    item is declared dims [1] with reshape [], and trtpool (which sees the reshape) loads it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("ArgMax", ["x"], ["label"], axis=1, keepdims=0)], "argmax",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "argmax.onnx")
+    config = parse(make_model_folder(tmp_path / "repo", "argmax", tmp_path / "argmax.onnx", ["x=1x4:2x4:8x4"]))
+    (label,) = config.output
+    assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == []
+    assert list(config.input[0].dims) == [4] and not config.input[0].HasField("reshape")

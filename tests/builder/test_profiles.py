@@ -52,3 +52,17 @@ def test_batched_only_when_every_tensor_has_a_dynamic_first_dim() -> None:
     out = TensorSpec("logits", np.dtype(np.float32), (-1, 1000))
     assert is_batched([IMAGE], [out])
     assert not is_batched([IMAGE, FIXED], [out])
+
+
+def test_a_scalar_input_round_trips_through_the_profile_text() -> None:
+    """silero VAD's sample rate is an int64 scalar: its (filled-in) range must survive the text form
+    that the sidecar and config.pbtxt carry."""
+    from trtpool.shapes import format_profile, parse_profile
+
+    audio = TensorSpec("input", np.dtype(np.float32), (-1, 512))
+    rate = TensorSpec("sr", np.dtype(np.int64), ())
+    (profile,) = resolve_profiles(["input=1x512:1x512:8x512"], [audio, rate])
+    text = format_profile(profile.ranges)
+    assert text == "input=1x512:1x512:8x512,sr=::"
+    assert parse_profile(text) == profile.ranges
+    assert parse_profile("sr=")["sr"] == ShapeRange((), (), ())

@@ -77,4 +77,24 @@ def test_compare_keeps_worst_error_per_output() -> None:
     report = compare(reference, candidate, feeds, "ref", "cand")
     assert report.samples == 3
     assert report.errors[0].max_abs == pytest.approx(0.1, rel=1e-5)
-    assert "y: max abs error 0.1" in report.format()
+    # The error figure: 0.1 off where the reference's largest magnitude is 20.
+    assert report.errors[0].error == pytest.approx(0.005, rel=1e-4)
+    assert "y: error 0.005, max abs error 0.1" in report.format()
+    assert report.max_error == report.errors[0].error
+    assert report.beyond(0.01) == () and report.beyond(0.001) == report.errors
+
+
+def test_overflow_counts_as_infinite_error() -> None:
+    ref = np.array([1.0, -3.0, 0.5], np.float32)
+    for bad in (np.inf, np.nan):
+        e = output_error("y", ref, np.array([1.0, bad, 0.5], np.float32))
+        assert e.error == np.inf and e.max_abs == np.inf
+    same = np.array([1.0, np.nan, np.inf], np.float32)
+    assert output_error("y", same, same.copy()).error == 0.0
+
+
+def test_integer_outputs_count_differing_elements() -> None:
+    labels = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int64)
+    got = labels.copy()
+    got[[2, 5]] = 0
+    assert output_error("label", labels, got).error == pytest.approx(2 / 8)

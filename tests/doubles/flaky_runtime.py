@@ -7,9 +7,10 @@ sentinel values, to inject failures and slow batches into a real server.
     an element == KILL_AT_SUBMIT  submitting the batch raises SystemExit
 
 Registered as the runtime `test_flaky_onnxruntime` by the metadata beside it
-(trtpool_test_doubles-0.dist-info: entry point group trtpool.runtimes); the
-test harness runs tritonserver from this folder, which the Python backend
-stub has on its path, so only the harness's servers see it. A config selects
+(trtpool_test_doubles-0.dist-info: entry point group trtpool.runtimes). Only
+the tests see it: the harness runs tritonserver from this folder, which the
+Python backend stub has on its path, and tests/conftest.py puts it on the test
+process's path (the builder loads a folder before writing it). A config selects
 it with  parameters { key: "runtime" value: { string_value: "test_flaky_onnxruntime" } }.
 """
 from __future__ import annotations

@@ -63,18 +63,21 @@ def test_models_that_cannot_load_say_why_and_others_serve(served):
     still_serves(served)
 
 
-def test_context_failure_under_load_loses_no_other_request(served):
+@pytest.mark.parametrize("model", ["tiny_flaky", "tiny_pipelined_flaky"])
+def test_context_failure_under_load_loses_no_other_request(served, model):
     rng = np.random.default_rng(7)
     inputs = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(64)]
     poisoned = {10, 40}
     for i in poisoned:
         inputs[i][0, 0] = SENTINEL
+    failures_before = served.server.metric_total("trtpool_context_failures_total", model)
 
-    results = infer_concurrently(served.server.grpc_url, "tiny_flaky", inputs)
+    results = infer_concurrently(served.server.grpc_url, model, inputs)
     for i, (x, result) in enumerate(zip(inputs, results)):
         if i in poisoned:
             assert isinstance(result, InferenceServerException) and "injected failure" in str(result)
         else:
             assert isinstance(result, np.ndarray), f"request {i} failed: {result}"
             np.testing.assert_allclose(result, tiny_reference(x), **TINY_TOLERANCE)
-    assert served.server.wait_for_metric("trtpool_context_failures_total", "tiny_flaky", at_least=2) >= 2
+    expected = failures_before + len(poisoned)
+    assert served.server.wait_for_metric("trtpool_context_failures_total", model, expected) >= expected

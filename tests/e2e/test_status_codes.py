@@ -29,7 +29,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.doubles.flaky_runtime import SLOW
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
-from tests.harness.onnx_models import RESHAPE_PROFILE, RESHAPE_WIDTH, reshape_reference, write_reshape
+from tests.harness.reshape_model import PROFILE as RESHAPE_PROFILE
+from tests.harness.reshape_model import WIDTH as RESHAPE_WIDTH
+from tests.harness.reshape_model import reshape_reference, write_reshape_model
 from tests.harness.reliability_repo import TINY_PROFILE
 from tests.harness.repository import FLAKY_RUNTIME, example_onnx, set_parameters
 from tests.harness.server import TritonServer
@@ -53,7 +55,7 @@ class Served:
 
 
 def build_repository(repo: Path, cache: Path) -> Path:
-    reshape = write_reshape(cache / "reshape.onnx")
+    reshape = write_reshape_model(cache / "reshape.onnx")
     for name, mode in (("reshape_sync", "sync"), ("reshape_pipe", "pipelined"), ("reshape_dec", "decoupled")):
         # Metrics after every batch: the context counters below are read right after the requests.
         set_parameters(make_model_folder(repo, name, reshape, [RESHAPE_PROFILE],

@@ -1,6 +1,6 @@
 """trtpool served by a real tritonserver with GPU instances (the torch runtime):
 outputs against ONNX Runtime fp32 on the CPU, over HTTP, gRPC and CUDA shared
-memory (inputs reach the backend on the GPU by DLPack), in both modes.
+memory (inputs reach the backend on the GPU by DLPack), in every mode.
 
 Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
 (IEEE fp32 on both sides, only the summation order differs).
@@ -42,7 +42,7 @@ def gpu_served(start_server, tmp_path_factory):
     onnx = write_example("resnet50", base / "resnet50.onnx", image_size=IMAGE)
     profiles = get_example("resnet50").serving_profiles(image_size=IMAGE)
     repo = base / "repo"
-    for name, mode in (("resnet_sync", "sync"), ("resnet_decoupled", "decoupled")):
+    for name, mode in (("resnet_sync", "sync"), ("resnet_pipelined", "pipelined"), ("resnet_decoupled", "decoupled")):
         folder = make_model_folder(repo, name, onnx, profiles,
                                    ServingOptions(runtime="torch", contexts="2", mode=mode, instance_kind="gpu"))
         config = read_config(folder)
@@ -55,18 +55,21 @@ def gpu_served(start_server, tmp_path_factory):
     return server, reference
 
 
-def test_http_and_grpc_match_onnxruntime(gpu_served):
+@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined"])
+def test_http_and_grpc_match_onnxruntime(gpu_served, model):
     server, reference = gpu_served
     x = np.random.default_rng(0).standard_normal((3, 3, IMAGE, IMAGE)).astype(np.float32)
     [expected] = reference.run(None, {"input": x})
     http = httpclient.InferenceServerClient(server.http_url)
-    close_enough(http.infer("resnet_sync", [http_input("input", x, "FP32")]).as_numpy("logits"), expected)
+    close_enough(http.infer(model, [http_input("input", x, "FP32")]).as_numpy("logits"), expected)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    close_enough(grpc.infer("resnet_sync", [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
+    close_enough(grpc.infer(model, [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
 
 
-def test_cuda_shared_memory_inputs_and_outputs(gpu_served):
-    """Inputs in CUDA shared memory stay on the GPU up to the context (DLPack, run_device)."""
+@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined"])
+def test_cuda_shared_memory_inputs_and_outputs(gpu_served, model):
+    """Inputs in CUDA shared memory stay on the GPU up to the context (DLPack), copied
+    there into the context's own buffers."""
     server, reference = gpu_served
     client = grpcclient.InferenceServerClient(server.grpc_url)
     x = np.random.default_rng(1).standard_normal((4, 3, IMAGE, IMAGE)).astype(np.float32)
@@ -82,7 +85,7 @@ def test_cuda_shared_memory_inputs_and_outputs(gpu_served):
         tensor.set_shared_memory("trtpool_in", in_bytes)
         output = grpcclient.InferRequestedOutput("logits")
         output.set_shared_memory("trtpool_out", out_bytes)
-        client.infer("resnet_sync", [tensor], outputs=[output])
+        client.infer(model, [tensor], outputs=[output])
         served = cudashm.get_contents_as_numpy(out_region, np.float32, list(expected.shape))
         close_enough(served, expected)
     finally:
@@ -142,3 +145,41 @@ def test_decoupled_stream_with_cuda_shared_memory_inputs(gpu_served):
     for i, x in enumerate(inputs):
         [expected] = reference.run(None, {"input": x})
         close_enough(served[str(i)], expected)
+
+
+def test_pipelined_under_concurrent_cuda_shared_memory_load(gpu_served):
+    """Many batch-1 clients at once over CUDA shared memory: each answer is its own
+    request's (inputs are copied into a context before execute() returns, while
+    the previous batch is still on the GPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server, reference = gpu_served
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32) for _ in range(96)]
+    size, out_size = inputs[0].nbytes, 1000 * 4
+    region = cudashm.create_shared_memory_region("trtpool_pipe_in", size * len(inputs), 0)
+    out_region = cudashm.create_shared_memory_region("trtpool_pipe_out", out_size * len(inputs), 0)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        cudashm.set_shared_memory_region(region, inputs)
+        client.register_cuda_shared_memory("trtpool_pipe_in", cudashm.get_raw_handle(region), 0, size * len(inputs))
+        client.register_cuda_shared_memory("trtpool_pipe_out", cudashm.get_raw_handle(out_region), 0,
+                                           out_size * len(inputs))
+
+        def one(i: int) -> None:
+            tensor = grpcclient.InferInput("input", [1, 3, IMAGE, IMAGE], "FP32")
+            tensor.set_shared_memory("trtpool_pipe_in", size, offset=i * size)
+            output = grpcclient.InferRequestedOutput("logits")
+            output.set_shared_memory("trtpool_pipe_out", out_size, offset=i * out_size)
+            grpcclient.InferenceServerClient(server.grpc_url).infer("resnet_pipelined", [tensor], outputs=[output])
+
+        with ThreadPoolExecutor(32) as clients:
+            list(clients.map(one, range(len(inputs))))
+        served = cudashm.get_contents_as_numpy(out_region, np.float32, [len(inputs), 1000])
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(region)
+        cudashm.destroy_shared_memory_region(out_region)
+    for i, x in enumerate(inputs):
+        [expected] = reference.run(None, {"input": x})
+        close_enough(served[i:i + 1], expected)

@@ -5,7 +5,8 @@
     tiny_dec_unary   its unary front
     tiny_sync        the same model and profile, sync mode
     tiny_pipe        pipelined mode
-    seq_dec          the affine model (dynamic sequence length), decoupled, 2 contexts
+    seq_dec          the sequence model (tests/harness/sequence_model.py: dynamic length), decoupled,
+                     2 contexts
     kill_dec         the flaky double, decoupled, 2 contexts: KILL ends a worker thread mid-run
     kill_submit_dec  the flaky double, decoupled, 1 context: KILL_AT_SUBMIT ends a worker
                      thread while it submits a batch
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.harness.onnx_models import AFFINE_PROFILE, write_affine
 from tests.harness.repository import FLAKY_RUNTIME, example_onnx
+from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
+from tests.harness.sequence_model import write_sequence_model
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import ServingOptions, make_model_folder
 
@@ -27,13 +29,13 @@ def build_reliability_repository(repo: Path, cache: Path) -> Path:
     repo.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     tiny = example_onnx(cache, "tiny")
-    affine = cache / "affine.onnx"
-    if not affine.exists():
-        write_affine(affine)
+    sequence = cache / "sequence.onnx"
+    if not sequence.exists():
+        write_sequence_model(sequence)
     for name, mode in (("tiny_dec", "decoupled"), ("tiny_sync", "sync"), ("tiny_pipe", "pipelined")):
         make_model_folder(repo, name, tiny, [TINY_PROFILE], ServingOptions(mode=mode, contexts="2"))
     make_front_folder(repo, "tiny_dec")
-    make_model_folder(repo, "seq_dec", affine, [AFFINE_PROFILE], ServingOptions(mode="decoupled", contexts="2"))
+    make_model_folder(repo, "seq_dec", sequence, [SEQUENCE_PROFILE], ServingOptions(mode="decoupled", contexts="2"))
     for name, contexts in (("kill_dec", "2"), ("kill_submit_dec", "1")):
         make_model_folder(repo, name, tiny, [TINY_PROFILE],
                           ServingOptions(mode="decoupled", contexts=contexts, runtime=FLAKY_RUNTIME))

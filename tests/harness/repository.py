@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from tests.doubles.flaky_runtime import REGISTERED_NAME
+from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
+from tests.harness.sequence_model import write_sequence_model
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.examples import get_example, write_example
 from trtpool_builder.front import make_front_folder
@@ -46,6 +50,14 @@ def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) 
     add_example(repo, cache, "tiny", "tiny_decoupled_flaky", contexts="2", mode="decoupled",
                 runtime=FLAKY_RUNTIME)
     make_front_folder(repo, "tiny_decoupled")
+    add_example(repo, cache, "tiny", "tiny_pipelined", contexts="2", mode="pipelined")
+    add_example(repo, cache, "tiny", "tiny_pipelined_flaky", contexts="2", mode="pipelined", runtime=FLAKY_RUNTIME)
+    sequence = cache / "sequence.onnx"
+    if not sequence.exists():
+        write_sequence_model(sequence)
+    for mode in ("sync", "pipelined", "decoupled"):
+        make_model_folder(repo, f"sequence_{mode}", sequence, [SEQUENCE_PROFILE],
+                          ServingOptions(contexts="2", mode=mode, max_queue_delay_microseconds=QUEUE_DELAY_US))
     # One context and a queue of two: a slow batch makes it overflow.
     set_parameters(add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
                                runtime=FLAKY_RUNTIME), max_queue_size="2", metrics_interval_ms="0")
@@ -89,6 +101,10 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     engine = cache / "tiny.plan"
     if not engine.exists():
         build_engine(tiny, engine, BuildOptions(shapes=get_example("tiny").serving_profiles()))
-    make_model_folder(repo, "engine_on_cpu", engine, options=ServingOptions(instance_kind="cpu"))
+    # trtpool-model refuses to write this folder (it would not load): a GPU folder, turned to CPU.
+    on_cpu = make_model_folder(repo, "engine_on_cpu", engine)
+    config = read_config(on_cpu)
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    write_config(on_cpu, config)
     expected["engine_on_cpu"] = "engines run on a GPU, but this model instance is on 'cpu'"
     return expected

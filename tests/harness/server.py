@@ -53,7 +53,22 @@ def rss_bytes(pid: int) -> int:
     return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
 
 
-class TritonServer:
+class LoopbackEndpoints:
+    """The client addresses of something listening on loopback HTTP and gRPC ports."""
+
+    http_port: int
+    grpc_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+class TritonServer(LoopbackEndpoints):
     def __init__(self, repository: Path, log_path: Path, args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None) -> None:
         self.repository = repository
@@ -63,14 +78,6 @@ class TritonServer:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.shm_prefix = f"trtpool_test_{uuid.uuid4().hex[:12]}_"
         self.process: subprocess.Popen | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def metrics_url(self) -> str:

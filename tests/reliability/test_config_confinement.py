@@ -104,10 +104,11 @@ def test_model_file_outside_the_version_folder_is_refused(version_dir, tmp_path,
         resolve(make_cfg(version_dir, model_file=model_file, runtime=runtime))
 
 
-def test_a_default_model_file_that_links_out_is_refused(tmp_path):
+def test_a_default_model_file_may_link_out(tmp_path):
+    """The default name is the repository's own layout (trtpool-model stages a folder that way), not a
+    config's choice: a link there is followed."""
     version_dir = tmp_path / "m" / "1"
     version_dir.mkdir(parents=True)
     write_example("tiny", tmp_path / "outside.onnx")
     (version_dir / "model.onnx").symlink_to(tmp_path / "outside.onnx")
-    with pytest.raises(ConfigError, match="'model.onnx' resolves to .*outside the model's version folder"):
-        resolve(make_cfg(version_dir))
+    assert resolve(make_cfg(version_dir)) == ("onnxruntime", version_dir / "model.onnx")

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from tests.harness.clients import TINY_TOLERANCE
-from tests.harness.onnx_models import affine_reference
+from tests.harness.sequence_model import FEATURES, sequence_reference
 from tests.harness.streams import run_on_stream
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -31,7 +31,7 @@ def test_batch_sizes_60_8_1_on_one_stream_are_all_answered_correctly(reliability
 def test_alternating_sequence_lengths_are_all_answered_correctly(reliability):
     rng = np.random.default_rng(151)
     lengths = itertools.islice(itertools.cycle((8, 24)), 20)
-    requests = {str(i): {"X": rng.standard_normal((1 + i % 3, length)).astype(np.float32)}
+    requests = {str(i): {"tokens": rng.standard_normal((1 + i % 3, length, FEATURES)).astype(np.float32)}
                 for i, length in enumerate(lengths)}
 
     answers = run_on_stream(reliability.server.grpc_url, "seq_dec", requests, timeout=60)
@@ -39,5 +39,5 @@ def test_alternating_sequence_lengths_are_all_answered_correctly(reliability):
     assert [str(e) for e in answers.errors] == []
     assert sorted(answers.outputs, key=int) == sorted(requests, key=int)
     for request_id, inputs in requests.items():
-        # The same two float32 operations as the model: exact.
-        np.testing.assert_array_equal(answers.outputs[request_id]["Y"], affine_reference(inputs["X"]))
+        for name, expected in sequence_reference(inputs["tokens"]).items():
+            np.testing.assert_allclose(answers.outputs[request_id][name], expected, **TINY_TOLERANCE)

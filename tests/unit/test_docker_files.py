@@ -38,7 +38,8 @@ COMPOSE = DOCKER / "compose.yaml"
 HADOLINT_CONFIG = DOCKER / "hadolint.yaml"
 CONSTRAINTS = DOCKER / "constraints.txt"
 
-BACKEND_TARGET = "/opt/tritonserver/backends/trtpool/model.py"
+INSTALL_SCRIPT = ROOT / "scripts" / "install-trtpool.sh"
+SERVE_COMMAND = ["trtpool-serve", "--repo=/models", "--address=0.0.0.0", "--on-dead-stub=exit"]
 RELEASE_RE = re.compile(r"^(?P<release>\d{2}\.\d{2})-py3$")
 
 # Any network use by a tool fails fast instead of hanging or silently working.
@@ -198,18 +199,21 @@ def test_dockerfile_base_image_and_runtime_settings():
     assert {"8000", "8001", "8002"} <= exposed
 
     health = [rest for w, rest in instructions if w == "HEALTHCHECK"]
-    assert len(health) == 1 and "/v2/health/ready" in health[0], health
+    assert len(health) == 1 and '["trtpool-health", "--url", "127.0.0.1:8001"]' in health[0], health
 
     cmds = [rest for w, rest in instructions if w == "CMD"]
-    assert cmds and json.loads(cmds[-1]) == ["tritonserver", "--model-repository=/models"]
+    assert cmds and json.loads(cmds[-1]) == SERVE_COMMAND
 
 
 def test_dockerfile_installs_package_and_backend():
-    runs = " ".join(rest for w, rest in dockerfile_instructions() if w == "RUN")
-    assert "pip install" in runs and "--no-cache-dir" in runs
+    runs = " ".join(" ".join(rest for w, rest in dockerfile_instructions() if w == "RUN").split())
+    # The set-up's recipe (scripts/setup.sh runs the same script), copying model.py into
+    # the image's backend directory and pip-installing with these arguments.
+    assert "bash /tmp/trtpool-src/scripts/install-trtpool.sh python3 /opt/tritonserver/backends -- " in runs
+    assert "--no-cache-dir" in runs
     assert "--constraint /tmp/trtpool-src/docker/constraints.txt" in runs
     assert "/tmp/trtpool-src[${TRTPOOL_EXTRAS}]" in runs
-    assert f"/tmp/trtpool-src/backend_src/model.py {BACKEND_TARGET}" in runs
+    assert "scripts/install-trtpool.sh" in (ROOT / "scripts" / "setup.sh").read_text()
     # The served environment must keep numpy < 2 (tritonserver 2.51's stub).
     constraints = [
         ln.strip() for ln in CONSTRAINTS.read_text().splitlines() if ln.strip() and not ln.startswith("#")
@@ -223,15 +227,8 @@ def test_dockerfile_matches_pyproject():
     extras = dockerfile_arg_defaults()["TRTPOOL_EXTRAS"].split(",")
     missing = set(extras) - set(project.get("optional-dependencies", {}))
     assert not missing, f"Dockerfile installs extras that pyproject.toml lacks: {missing}"
-    checked = {
-        name
-        for w, rest in dockerfile_instructions()
-        if w == "RUN"
-        for m in re.finditer(r"for tool in ([\w\- ]+); do command -v \"\$tool\" \|\| exit 1; done", rest)
-        for name in m.group(1).split()
-    }
-    assert checked == {"trtpool-build", "trtpool-model", "trtpool-examples"}
-    assert checked <= set(project.get("scripts", {}))
+    tools = re.search(r'^TOOLS="([^"]+)"', INSTALL_SCRIPT.read_text(), re.M).group(1).split()
+    assert set(tools) == set(project.get("scripts", {})), "install-trtpool.sh must check every console script"
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
@@ -266,6 +263,8 @@ def test_build_context_keeps_what_the_dockerfile_needs():
         "builder/trtpool_builder/__init__.py",
         "builder/trtpool_builder/examples/resnet.py",
         "docker/constraints.txt",
+        "ops/trtpool_ops/serve.py",
+        "scripts/install-trtpool.sh",
     ):
         assert not _ignored(needed, patterns), f"{needed} is excluded from the build context"
     for dropped in (
@@ -276,6 +275,8 @@ def test_build_context_keeps_what_the_dockerfile_needs():
         "backend_src/trtpool/__pycache__/x.cpython-310.pyc",
         "trtpool.egg-info/PKG-INFO",
         "model_repository/resnet50/1/model.plan",
+        "scripts/serve.sh",
+        "deploy/base/deployment.yaml",
     ):
         assert _ignored(dropped, patterns), f"{dropped} would be sent in the build context"
 
@@ -364,7 +365,7 @@ def test_compose_healthcheck_and_start_order():
     services = load_compose()["services"]
     test = services["server"]["healthcheck"]["test"]
     test = " ".join(test) if isinstance(test, list) else test
-    assert "http://localhost:8000/v2/health/ready" in test
+    assert "trtpool-health --url 127.0.0.1:8001" in test
 
     dep = services["perf"]["depends_on"]
     assert isinstance(dep, dict), "perf must use the long depends_on form"
@@ -373,7 +374,7 @@ def test_compose_healthcheck_and_start_order():
 
 def test_compose_commands():
     services = load_compose()["services"]
-    assert service_command(services["server"]) == "tritonserver --model-repository=/models"
+    assert service_command(services["server"]) == " ".join(SERVE_COMMAND)
 
     perf = service_command(services["perf"])
     assert perf.startswith("perf_analyzer ")

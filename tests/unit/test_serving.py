@@ -182,3 +182,72 @@ def test_a_context_that_cannot_be_rebuilt_says_why_and_is_retried(tiny_dir):
     assert isinstance(refused_again, ContextFailure) and "out of service" in str(refused_again)
     [ok] = run(runner, [good])
     np.testing.assert_allclose(ok["OUTPUT0"], tiny_reference(good["INPUT0"]), **TOLERANCE)
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined", "decoupled"])
+def test_auto_contexts_follow_the_mode(tiny_dir, mode):
+    """`contexts: auto` stops at what the mode was measured to use (and at the cores on a CPU)."""
+    import os
+
+    from trtpool.instance import AUTO_CONTEXTS, ModelInstance
+
+    config = {"name": "tiny", "max_batch_size": 8, "model_transaction_policy": {"decoupled": mode == "decoupled"},
+              "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+              "parameters": {"mode": {"string_value": mode}}}
+    instance = ModelInstance(config, tiny_dir, "cpu")
+    try:
+        assert instance.pool.size == min(AUTO_CONTEXTS[mode], os.cpu_count())
+    finally:
+        instance.close()
+
+
+TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as the README's build example
+
+
+@pytest.mark.parametrize("batches, planned", [
+    ([1] * 12, [12]),             # no profile takes 12 from the small one's view: the large one does
+    ([1] * 5, [4, 1]),            # 5 falls between the profiles: the largest admitted head, then the rest
+    ([1] * 70, [64, 4, 2]),       # split above the largest profile only
+    ([3, 2, 30, 1], [36]),
+])
+def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, batches, planned):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    chunks = runner.planner.plan([Item(i, {}, {"INPUT0": (n, 16)}) for i, n in enumerate(batches)])
+    assert [sum(item.batch for item in chunk) for chunk in chunks] == planned
+    assert [item.index for chunk in chunks for item in chunk] == list(range(len(batches)))  # order kept
+    rng = np.random.default_rng(4)
+    requests = [{"INPUT0": rng.standard_normal((n, 16)).astype(np.float32)} for n in batches]
+    for request, result in zip(requests, run(runner, requests)):
+        np.testing.assert_allclose(result["OUTPUT0"], tiny_reference(request["INPUT0"]), **TOLERANCE)
+
+
+def test_out_of_profile_shapes_name_the_models_profiles(tiny_dir):
+    runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
+    runner = BatchRunner(ContextPool(runtime, 1))
+    [result] = run(runner, [{"INPUT0": np.ones((6, 16), np.float32)}])
+    assert isinstance(result, InvalidInput)
+    assert "input 'INPUT0': shape [6, 16] is outside the model's optimization profiles" in str(result)
+    assert "[[1, 16] .. [4, 16]] or [[8, 16] .. [64, 16]]" in str(result)
+
+
+def test_an_output_sized_by_the_data_is_allocated_per_batch(tmp_path):
+    """NonZero: its output's size depends on the values, not the shapes. ONNX Runtime
+    allocates it for each batch and the batch's own shape comes back."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
+    path = tmp_path / "1" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    config = {"name": "nonzero", "max_batch_size": 0, "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
+    runtime = OnnxRuntime(pool_config.load(config, path.parent, "cpu"), path)
+    assert [(s.name, s.shape) for s in runtime.signature.outputs] == [("where", (-1, 2))]
+    runner = BatchRunner(ContextPool(runtime, 1))
+    inputs = [np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)]
+    for x, result in zip(inputs, run(runner, [{"x": x} for x in inputs])):
+        np.testing.assert_array_equal(result["where"], np.argwhere(x))

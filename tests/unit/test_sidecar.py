@@ -118,13 +118,13 @@ def test_wrong_module_and_version() -> None:
     assert "--compute-capability" not in str(info.value)  # TensorRT builds for the GPU it runs on
 
 
-def test_version_compatible_allows_newer_same_major_only() -> None:
+def test_version_compatible_allows_newer_releases_only() -> None:
     sidecar = replace(make_sidecar("tensorrt", gpu_name="NVIDIA L4", version_compatible=True),
                       module_version="10.12.0")
-    check_compatible(sidecar, "tensorrt", "10.13.0", "NVIDIA L4", "8.9")
-    for running in ("10.11.0", "11.0.0"):
-        with pytest.raises(EngineError, match="version-compatible"):
-            check_compatible(sidecar, "tensorrt", running, "NVIDIA L4", "8.9")
+    for running in ("10.13.0", "11.0.0"):  # TensorRT 10 version-compatible engines run on TensorRT 11
+        check_compatible(sidecar, "tensorrt", running, "NVIDIA L4", "8.9")
+    with pytest.raises(EngineError, match="version-compatible"):
+        check_compatible(sidecar, "tensorrt", "10.11.0", "NVIDIA L4", "8.9")
 
 
 def test_hardware_compatible_tensorrt_engine_runs_on_ampere_and_later() -> None:

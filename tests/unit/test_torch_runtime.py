@@ -22,7 +22,7 @@ from trtpool import config as pool_config  # noqa: E402
 from trtpool.errors import ConfigError, EngineError, InvalidInput  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.torch import (  # noqa: E402
-    TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, read_signature,
+    TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
 )
 from trtpool.serving import BatchRunner  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
@@ -53,9 +53,14 @@ def examples(tmp_path_factory) -> dict[str, Path]:
     return {name: write_example(name, root / name / "1" / "model.onnx", **opts) for name, opts in OPTIONS.items()}
 
 
+SEQUENCE_BUCKETS = "32,64,128"  # BERT masks its padding, and names its output axes after its inputs'
+
+
 def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> pool_config.PoolConfig:
     example = get_example(name)
     params.setdefault("profile", example.serving_profiles(**OPTIONS[name])[0])
+    if name == "bert_base":
+        params.setdefault("sequence_buckets", SEQUENCE_BUCKETS)
     config = {"name": name, "max_batch_size": example.max_batch_size(**OPTIONS[name]),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
     return pool_config.load(config, path.parent, device)
@@ -93,10 +98,16 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 
 # --- CPU ------------------------------------------------------------------------
 
-def test_batch_buckets_are_powers_of_two_then_the_max():
-    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
-    assert batch_buckets(24) == (1, 2, 4, 8, 16, 24)
+def test_batch_buckets_pad_by_at_most_an_eighth_of_the_max():
+    assert batch_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert batch_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert batch_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
+    assert batch_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
     assert batch_buckets(1) == (1,)
+    for largest in range(1, 130):
+        buckets = batch_buckets(largest)
+        assert buckets[-1] == largest and list(buckets) == sorted(set(buckets))
+        assert all(bucket_of(n, buckets) - n <= max(1, largest // 8) for n in range(1, largest + 1))
 
 
 def test_sequence_buckets_stop_at_the_profile_max():
@@ -107,15 +118,27 @@ def test_sequence_buckets_stop_at_the_profile_max():
     assert bucket_of(77, None) == 77
 
 
-def test_signature_and_output_dimensions_come_from_the_onnx_file(examples):
+def test_signature_and_padded_axes_come_from_the_onnx_file(examples):
     import onnx
 
-    signature, output_dims = read_signature(onnx.load(str(examples["bert_base"])),
-                                            make_cfg("bert_base", examples["bert_base"]))
+    model = onnx.load(str(examples["bert_base"]))
+    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
     assert [(s.name, s.shape) for s in signature.inputs] == [("input_ids", (-1, -1)), ("attention_mask", (-1, -1))]
+    assert [(s.name, s.shape) for s in signature.outputs] == [("last_hidden_state", (-1, -1, 128)),
+                                                              ("pooler_output", (-1, 128))]
     assert signature.max_shape("input_ids") == (32, 128)
-    assert output_dims == {"last_hidden_state": (("input_ids", 0), ("input_ids", 1), 128),
-                           "pooler_output": (("input_ids", 0), 128)}
+    # The padded sequence axis of each output is cut back by the input axis of the same name.
+    assert padded_axis_sources(model, signature) == {"last_hidden_state": {1: ("input_ids", 1)}, "pooler_output": {}}
+
+
+def test_sequence_buckets_need_outputs_named_after_inputs(examples):
+    import onnx
+
+    model = onnx.load(str(examples["bert_base"]))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "unk__3"  # as tf2onnx names axes
+    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
+    with pytest.raises(ConfigError, match="output 'last_hidden_state' dimension 1 .'unk__3'. is named after no input"):
+        padded_axis_sources(model, signature)
 
 
 def test_a_dynamic_sequence_needs_a_profile(examples):
@@ -196,10 +219,38 @@ def test_zero_padding_a_masked_sequence_leaves_the_real_rows_unchanged(examples)
     np.testing.assert_allclose(bucket[1][:3].numpy(), plain[1].numpy(), rtol=1e-4, atol=1e-5)
 
 
+def nonzero_model(path: Path) -> Path:
+    """x [n, 4] -> the (row, column) of each non-zero element: an output sized by the data."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["where"], perm=[1, 0])],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [None, 2])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@needs_onnx2torch
+def test_nonzero_converts_as_onnx_defines_it(tmp_path):
+    """(rank, count), as ONNX Runtime computes it: onnx2torch's own converter transposes it."""
+    import onnx
+
+    path = nonzero_model(tmp_path / "nonzero.onnx")
+    module = convert(onnx.load(str(path)), "cpu")
+    x = np.array([[0, 2, 0, 1], [3, 0, 0, 0], [0, 0, 0, 0]], np.float32)
+    with torch.inference_mode():
+        result = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(result, reference(path, {"x": x})["where"])
+
+
 # --- GPU ------------------------------------------------------------------------
 
 def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cuda:0") -> TorchRuntime:
-    return TorchRuntime(make_cfg(name, examples[name], device), examples[name], precision=precision)
+    cfg = make_cfg(name, examples[name], device)
+    return TorchRuntime(cfg, examples[name], precision=precision, sequence_buckets=cfg.sequence_buckets)
 
 
 def run_requests(runner: BatchRunner, requests: list[dict[str, np.ndarray]]) -> list:
@@ -230,10 +281,10 @@ def test_gpu_batches_match_onnxruntime(examples, name, precision):
         pool.close()
 
 
-def run_on(context, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    for name, array in inputs.items():
-        context.inputs.view(name, array.shape)[...] = array
-    return {k: v.copy() for k, v in context.run({k: v.shape for k, v in inputs.items()}).items()}
+def run_on(context, inputs: dict) -> dict[str, np.ndarray]:
+    """One batch through submit and complete; inputs are numpy arrays or CUDA tensors, one part each."""
+    context.submit({name: [array] for name, array in inputs.items()})
+    return {k: v.copy() for k, v in context.complete().items()}
 
 
 @gpu
@@ -301,15 +352,12 @@ def test_gpu_buffers_graphs_and_weights_live_on_the_configured_device(examples):
     runtime = gpu_runtime(examples, "bert_base", device=f"cuda:{index}")
     context = runtime.create_context(0)
     try:
-        inputs = sample("bert_base", 2, seed=3, seq_len=20)
-        for name, array in inputs.items():
-            context.inputs.view(name, array.shape)[...] = array
-        context.run({name: array.shape for name, array in inputs.items()})
+        run_on(context, sample("bert_base", 2, seed=3, seq_len=20))
         assert all(p.device == device for p in runtime.module.parameters())
         assert all(b.device == device for b in runtime.module.buffers() if b.is_floating_point())
         tensors = [*context._static.values(), *context._landing.values()]
         for bucket in context._buckets.values():
-            tensors += [*bucket.inputs.values(), *bucket.outputs.values()]
+            tensors += [*bucket.inputs.values(), *(bucket.outputs or {}).values()]
         assert tensors and all(t.device == device for t in tensors)
         assert context._torch_stream.device == device
         assert [torch.cuda.memory_allocated(i) for i in range(index)] == others_before
@@ -339,31 +387,47 @@ def test_gpu_contexts_share_the_weights_and_cost_what_is_measured(examples):
 
 
 @gpu
-def test_gpu_run_device_takes_tensors_already_on_the_gpu(examples):
+def test_gpu_device_parts_go_straight_into_place_and_match_host_parts(examples):
+    """Requests already on the GPU (Triton's CUDA tensors) are copied into the bucket
+    in place, part by part, and give the host path's answer; the caller's tensors
+    may change once submit has returned."""
     runtime = gpu_runtime(examples, "bert_base")
     context = runtime.create_context(0)
     try:
-        inputs = sample("bert_base", 3, seed=9, seq_len=50)
-        on_gpu = {k: torch.from_numpy(v).to(runtime.device) for k, v in inputs.items()}
-        kept = context.run_device(on_gpu)
-        device_results = {k: v.cpu().numpy() for k, v in kept.items()}
-        for name, array in inputs.items():
-            context.inputs.view(name, array.shape)[...] = array
-        host_results = context.run({k: v.shape for k, v in inputs.items()})
-        for output, expected in host_results.items():
+        first, second = sample("bert_base", 2, seed=9, seq_len=50), sample("bert_base", 1, seed=10, seq_len=50)
+        parts = {k: [torch.from_numpy(first[k]).to(runtime.device), torch.from_numpy(second[k]).to(runtime.device)]
+                 for k in first}
+        context.submit(parts)
+        for tensors in parts.values():
+            for tensor in tensors:
+                tensor.fill_(0)  # the backend reusing its buffers after execute() returned
+        device_results = {k: v.copy() for k, v in context.complete().items()}
+        joined = {k: np.concatenate([first[k], second[k]]) for k in first}
+        for output, expected in run_on(context, joined).items():
             np.testing.assert_array_equal(device_results[output], expected)
-        # run_device's outputs belong to the caller: later batches do not overwrite them.
-        context.run_device({k: torch.zeros_like(v) for k, v in on_gpu.items()})
-        for output, tensor in kept.items():
-            np.testing.assert_array_equal(tensor.cpu().numpy(), device_results[output])
-        with pytest.raises(InvalidInput, match="input_ids"):
-            context.run_device({**on_gpu, "input_ids": on_gpu["input_ids"].int()})
-        with pytest.raises(InvalidInput, match="expects"):
-            context.run_device({"input_ids": on_gpu["input_ids"]})
+        for output, expected in reference(examples["bert_base"], joined).items():
+            assert_close(device_results[output], expected, TOLERANCE["fp32"])
     finally:
         context.close()
         runtime.close()
 
+
+@gpu
+def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
+    """An output sized by the data (NonZero) cannot live in a CUDA graph: the model
+    still serves, eagerly, with the shape of each batch's own result."""
+    path = nonzero_model(tmp_path / "1" / "model.onnx")
+    config = {"name": "nonzero", "max_batch_size": 0,
+              "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
+    runtime = TorchRuntime(pool_config.load(config, path.parent, "cuda:0"), path)
+    context = runtime.create_context(0)
+    try:
+        for x in (np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)):
+            np.testing.assert_array_equal(run_on(context, {"x": x})["where"], np.argwhere(x))
+        assert runtime.eager_reason is not None
+    finally:
+        context.close()
+        runtime.close()
 
 
 @gpu

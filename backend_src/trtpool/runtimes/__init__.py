@@ -4,11 +4,15 @@
 (model.plan / *.engine) goes to TensorRT, model.onnx to ONNX Runtime. The
 torch runtime (GPU, converts model.onnx) is chosen explicitly.
 
-A config cannot widen what the backend runs or reads: other runtimes come from
-a registry the operator controls, the entry point group ``trtpool.runtimes``
-of the packages installed in the serving environment (a config names a
-registered runtime, never a module), and the model file must lie inside the
-model's version folder once every symlink is followed.
+A config cannot widen what the backend runs or reads. A config may come from
+a client rather than the repository (Triton's model-control API takes a
+config with a load request), so other runtimes come from a registry the
+operator controls, the entry point group ``trtpool.runtimes`` of the packages
+installed in the serving environment (a config names a registered runtime,
+never a module), and a `model_file` must lie inside the model's version
+folder once every symlink is followed. The default file names are the
+repository's own layout, which may link elsewhere (as Triton repositories
+may, and as trtpool-model's staging does).
 """
 from __future__ import annotations
 
@@ -34,16 +38,17 @@ def registered_runtimes() -> dict[str, EntryPoint]:
 
 
 def confined(version_dir: Path, file_name: str) -> Path:
-    """version_dir / file_name, refused unless it stays inside version_dir with
-    every symlink followed (no absolute path, no '..' out, no link out)."""
+    """version_dir / file_name for parameter 'model_file', refused unless it stays
+    inside version_dir with every symlink followed (no absolute path, no '..'
+    out, no link out)."""
     if Path(file_name).is_absolute():
         raise ConfigError(f"parameter 'model_file': '{file_name}' is an absolute path; name a file inside "
                           f"the model's version folder '{version_dir}', such as model.onnx")
     path = version_dir / file_name
     folder, target = version_dir.resolve(), path.resolve()
     if not target.is_relative_to(folder):
-        raise ConfigError(f"model file '{file_name}' resolves to '{target}', outside the model's version "
-                          f"folder '{folder}'; the model file must lie inside it")
+        raise ConfigError(f"parameter 'model_file': '{file_name}' resolves to '{target}', outside the model's "
+                          f"version folder '{folder}'; the model file must lie inside it")
     return path
 
 
@@ -61,10 +66,10 @@ def resolve(cfg: PoolConfig) -> tuple[str, Path]:
             )
         return RUNTIME_BY_SUFFIX[suffix], path
     if cfg.runtime != "auto":
-        return cfg.runtime, confined(cfg.version_dir, DEFAULT_FILES.get(cfg.runtime, "model.onnx"))
+        return cfg.runtime, cfg.version_dir / DEFAULT_FILES.get(cfg.runtime, "model.onnx")
     for name in ("model.plan", "model.engine", "model.onnx"):
         if (cfg.version_dir / name).is_file():
-            return RUNTIME_BY_SUFFIX[Path(name).suffix], confined(cfg.version_dir, name)
+            return RUNTIME_BY_SUFFIX[Path(name).suffix], cfg.version_dir / name
     raise EngineError(
         f"no model file in '{cfg.version_dir}': expected model.plan (TensorRT) or "
         "model.onnx (ONNX Runtime, or the torch runtime), or set parameter 'model_file'"

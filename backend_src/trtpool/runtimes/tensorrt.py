@@ -1,10 +1,11 @@
-"""TensorRT engines (TensorRT 10 or TensorRT-RTX) served from a pool of execution contexts.
+"""TensorRT engines (TensorRT 10.x, 11.x or TensorRT-RTX 1.x) served from a pool of execution contexts.
 
 One engine is deserialized once per model on its GPU; every context is an
-``IExecutionContext`` over it with its own CUDA stream, event, device I/O
+``IExecutionContext`` over it with its own CUDA stream, events, device I/O
 buffers and pinned host staging buffers, all allocated when the context is
 made. The weights exist once; each further context costs its activation
-memory and its I/O buffers.
+memory and its I/O buffers. trtpool.trt_api holds what differs between
+TensorRT releases and how each binding reports failure.
 
 Several contexts may use the same optimization profile at once: in
 TensorRT 10 the preview feature kPROFILE_SHARING_0806 (profiles shared
@@ -13,24 +14,46 @@ off, and ``trtexec --infStreams=N`` runs N contexts on one profile the same
 way. (Triton's own TensorRT backend instead loads a separate copy of the
 engine for each instance of a dynamic-shape model; trtpool does not.)
 
+Outputs: each profile's output shapes are learnt from the runtime itself (its
+``get_tensor_shape`` after ``set_input_shape`` at the profile's largest
+inputs) and the buffers sized for the largest; a batch whose outputs need more
+grows them. An output whose shape is still -1 there depends on the data
+(NonZero, NMS): TensorRT asks for its memory and reports its shape through an
+``IOutputAllocator`` during the run. Each batch's output shapes are the
+runtime's, read after the run.
+
+CUDA graphs (parameter ``cuda_graphs``, on by default), as Triton's TensorRT
+backend uses them (src/instance_state.cc, BuildCudaGraph): a batch is padded
+with zeros to a batch bucket of its profile (the profile's smallest batch, the
+powers of two above it, its largest) and its outputs cut back; the first batch
+of a bucket on a context runs ``execute_async_v3`` as usual (the warm-up, whose
+results are the batch's), then the same call is captured on the context's
+stream and later batches of the bucket replay it. A graph is replayed only
+with the context's profile and input shapes set to those it was captured with,
+and only after an ordinary run on that profile since the profile was selected:
+selecting a profile defers layer resource updates to the next
+``execute_async_v3`` (include/NvInferRuntime.h, setOptimizationProfileAsync),
+which a graph launch does not perform. Graphs stay off for models whose
+outputs depend on the data (TensorRT synchronizes inside such a run), and all
+later batches run without them once a capture fails. The device memory each
+graph costs is logged.
+
 ``execute_async_v3`` releases the GIL, so the serving layer's thread per
 busy context runs contexts concurrently.
 """
 from __future__ import annotations
 
-import collections
-import importlib
+import bisect
 import logging
 import threading
 from collections.abc import Sequence
 from math import prod
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from trtpool import cuda
+from trtpool import cuda, trt_api
 from trtpool.buffers import HostBuffers, gather
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
@@ -42,63 +65,27 @@ from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
 
 log = logging.getLogger("trtpool")
 
-INSTALL_HINT = (
-    "install TensorRT from NVIDIA's pip index (pip install --extra-index-url https://pypi.nvidia.com "
-    "tensorrt-cu12) or serve from the NGC image nvcr.io/nvidia/tritonserver:<yy.mm>-py3, which ships it; "
-    "on RTX GPUs, TensorRT-RTX is on PyPI: pip install tensorrt-rtx-cu13"
-)
 # trt.DataType member name -> numpy dtype. BF16, FP8, INT4, FP4 have no numpy
 # dtype that Triton's Python backend carries.
 NUMPY_DTYPES = {
     "FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32,
     "INT64": np.int64, "BOOL": np.bool_, "UINT8": np.uint8,
 }
+GRAPHS_PER_CONTEXT = 32  # captured shapes per context; beyond, new shapes run without a graph
 Capacities = dict[str, tuple[np.dtype, int]]
+Shapes = dict[str, tuple[int, ...]]
+GraphKey = tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
-def import_tensorrt(module_name: str | None) -> ModuleType:
-    """`tensorrt`, else `tensorrt_rtx`; or exactly the module named."""
-    names = (module_name,) if module_name else ("tensorrt", "tensorrt_rtx")
-    failures = []
-    for name in names:
-        try:
-            return importlib.import_module(name)
-        except (ImportError, OSError) as exc:  # OSError: a shared library failed to load
-            failures.append(f"{name}: {exc}")
-    raise EngineError(f"cannot import {' or '.join(names)} ({'; '.join(failures)}); {INSTALL_HINT}")
-
-
-def make_logger(trt: ModuleType) -> Any:
-    """An ILogger that forwards to trtpool's log and keeps the latest errors for messages."""
-    severity = trt.ILogger.Severity
-    errors_at = (severity.INTERNAL_ERROR, severity.ERROR)
-
-    class CapturingLogger(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.errors: collections.deque[str] = collections.deque(maxlen=8)
-
-        def log(self, level: Any, msg: str) -> None:
-            if level in errors_at:
-                self.errors.append(msg)
-                log.error("%s: %s", trt.__name__, msg)
-            elif level == severity.WARNING:
-                log.warning("%s: %s", trt.__name__, msg)
-            elif level == severity.INFO:
-                log.debug("%s: %s", trt.__name__, msg)
-
-        def take(self) -> str:
-            """The errors logged since the last take(), as one line."""
-            text = " | ".join(self.errors) or "(no error message)"
-            self.errors.clear()
-            return text
-
-    return CapturingLogger()
+def batch_buckets(low: int, high: int) -> tuple[int, ...]:
+    """The batch sizes graphs are captured for in a profile taking batches low..high."""
+    powers = {1 << k for k in range(high.bit_length()) if low < 1 << k < high}
+    return tuple(sorted({low, high} | powers))
 
 
 class TensorRTRuntime(Runtime):
     def __init__(self, cfg: PoolConfig, path: Path, module_name: str | None = None) -> None:
-        self.trt = import_tensorrt(module_name)
+        self.trt = trt_api.import_tensorrt(module_name)
         self.name = self.trt.__name__
         self.path = Path(path)
         try:
@@ -115,35 +102,36 @@ class TensorRTRuntime(Runtime):
         check_compatible(sidecar, self.name, self.trt.__version__, gpu.name, gpu.compute_capability)
         self._rebuild = rebuild_command(sidecar, self.name, gpu.compute_capability)
 
-        self._logger = make_logger(self.trt)
-        self._trt_runtime = self.trt.Runtime(self._logger)  # must outlive the engine
-        self.engine = self._deserialize(gpu)
+        trt_api.register_plugins(self.trt)
+        self._trt_runtime = trt_api.new_runtime(self.trt, host_code=sidecar.target.version_compatible)
+        self.engine = self._deserialize(gpu)  # the runtime above must outlive it
         self._lock = threading.Lock()  # around create_execution_context
         self.signature = self._read_signature()
-        built = [p.ranges for p in self.signature.profiles]
-        if cfg.profiles and list(cfg.profiles) != built:
-            raise ConfigError(
-                f"parameter 'profile' is '{';'.join(map(format_profile, cfg.profiles))}' but the engine "
-                f"'{self.path}' was built with '{';'.join(map(format_profile, built))}'; an engine's profiles "
-                f"are fixed when it is built: remove the parameter, or rebuild with {BUILD_COMMAND} --shapes ...")
+        self._check_profile_parameter(cfg)
         self.input_capacities = {
             s.name: (s.dtype, max(prod(p.ranges[s.name].max) for p in self.signature.profiles))
             for s in self.signature.inputs}
-        self.output_capacities = self._max_output_capacities()
+        self.output_capacities, self.data_dependent = self._learn_outputs()
+        self.infers_shapes = trt_api.raises_safely(self.trt)
+        self._buckets = self._graph_buckets()
+        # Why batches run without CUDA graphs, once they do.
+        self.graphs_off: str | None = None if cfg.cuda_graphs else "parameter 'cuda_graphs' is off"
+        if self.graphs_off is None and self.data_dependent:
+            self.stop_graphs(f"outputs {sorted(self.data_dependent)} have data-dependent shapes, and "
+                             f"{self.name} synchronizes inside such a run")
+
+    # ---- loading --------------------------------------------------------------------
 
     def _deserialize(self, gpu: cuda.DeviceProperties) -> Any:
         data = self.path.read_bytes()
-        try:
+        with trt_api.tensorrt_errors() as errors:
             engine = self._trt_runtime.deserialize_cuda_engine(data)
-        except Exception as exc:  # some releases raise instead of returning None
-            self._logger.errors.append(f"{type(exc).__name__}: {exc}")
-            engine = None
         if engine is None:
             raise EngineError(
                 f"engine '{self.path}' ({len(data)} bytes) cannot be deserialized by {self.name} "
                 f"{self.trt.__version__} on {gpu.name} (compute capability {gpu.compute_capability}). "
                 "Likely causes: the file is truncated or corrupt, or it was built by another TensorRT "
-                f"version or for another GPU. {self.name} said: {self._logger.take()}. "
+                f"version or for another GPU. {self.name} said: {trt_api.said(errors)}. "
                 f"Rebuild it with:\n  {self._rebuild}")
         return engine
 
@@ -156,7 +144,7 @@ class TensorRTRuntime(Runtime):
         if self.engine.is_shape_inference_io(name):
             raise EngineError(f"engine '{self.path}': tensor '{name}' is a shape tensor, which trtpool "
                               "does not serve")
-        return TensorSpec(name, np.dtype(NUMPY_DTYPES[dtype.name]), tuple(self.engine.get_tensor_shape(name)))
+        return TensorSpec(name, np.dtype(NUMPY_DTYPES[dtype.name]), trt_api.dims(self.engine.get_tensor_shape(name)))
 
     def _read_signature(self) -> Signature:
         engine, mode = self.engine, self.trt.TensorIOMode
@@ -167,50 +155,83 @@ class TensorRTRuntime(Runtime):
         def shape_range(spec: TensorSpec, profile: int) -> ShapeRange:
             if -1 not in spec.shape:
                 return ShapeRange(spec.shape, spec.shape, spec.shape)
-            low, opt, high = engine.get_tensor_profile_shape(spec.name, profile)
-            return ShapeRange(tuple(low), tuple(opt), tuple(high))
+            low, opt, high = (trt_api.dims(d) for d in engine.get_tensor_profile_shape(spec.name, profile))
+            return ShapeRange(low, opt, high)
 
         profiles = tuple(Profile(p, {s.name: shape_range(s, p) for s in inputs})
                          for p in range(engine.num_optimization_profiles))
         batched = bool(inputs) and all(s.shape[:1] == (-1,) for s in inputs)
-        return Signature(inputs, outputs, profiles, batched)
+        return Signature(inputs, outputs, profiles, batched, owner="engine")
 
-    def _max_output_capacities(self) -> Capacities:
-        """Elements per output at each profile's largest input shapes, the largest over profiles."""
+    def _check_profile_parameter(self, cfg: PoolConfig) -> None:
+        built = [p.ranges for p in self.signature.profiles]
+        if cfg.profiles and list(cfg.profiles) != built:
+            raise ConfigError(
+                f"parameter 'profile' is '{';'.join(map(format_profile, cfg.profiles))}' but the engine "
+                f"'{self.path}' was built with '{';'.join(map(format_profile, built))}'; an engine's profiles "
+                f"are fixed when it is built: remove the parameter, or rebuild with {BUILD_COMMAND} --shapes ...")
+
+    def _learn_outputs(self) -> tuple[Capacities, frozenset[str]]:
+        """Per output, the elements it takes at each profile's largest inputs as the runtime
+        computes them (the largest over profiles); and the outputs whose shape is still -1
+        there, which depend on the data."""
         counts = {s.name: 0 for s in self.signature.outputs}
+        data_dependent: set[str] = set()
         context, stream = self.new_trt_context(), cuda.Stream()
         try:
             for profile in self.signature.profiles:
-                if not context.set_optimization_profile_async(profile.index, stream.handle):
-                    raise EngineError(f"engine '{self.path}': cannot select profile {profile.index}: "
-                                      f"{self._logger.take()}")
+                trt_api.call(f"engine '{self.path}': selecting optimization profile {profile.index}",
+                             context.set_optimization_profile_async, profile.index, stream.handle,
+                             failure=EngineError)
                 for name, shape_range in profile.ranges.items():
-                    if not context.set_input_shape(name, shape_range.max):
-                        raise EngineError(f"engine '{self.path}': profile {profile.index} refuses its own "
-                                          f"max shape {list(shape_range.max)} for '{name}': {self._logger.take()}")
+                    trt_api.call(f"engine '{self.path}': profile {profile.index} refuses its own max shape "
+                                 f"{list(shape_range.max)} for '{name}'", context.set_input_shape, name,
+                                 shape_range.max, failure=EngineError)
                 for name in counts:
-                    shape = tuple(context.get_tensor_shape(name))
-                    if any(d < 0 for d in shape):
-                        raise EngineError(
-                            f"engine '{self.path}': output '{name}' has a data-dependent shape {list(shape)}; "
-                            "trtpool preallocates outputs and cannot serve it")
-                    counts[name] = max(counts[name], prod(shape))
+                    shape = trt_api.dims(context.get_tensor_shape(name))
+                    if min(shape, default=0) < 0:
+                        data_dependent.add(name)
+                    else:
+                        counts[name] = max(counts[name], prod(shape))
             stream.synchronize()  # profile switches may have queued copies
         finally:
             del context
             stream.close()
-        return {s.name: (s.dtype, counts[s.name]) for s in self.signature.outputs}
+        return {s.name: (s.dtype, counts[s.name]) for s in self.signature.outputs}, frozenset(data_dependent)
+
+    def _graph_buckets(self) -> dict[int, tuple[int, ...]]:
+        """Per profile, the batch sizes a batch is padded to for its graph. None where the
+        padding rows could not be cut off every output (an input or output not batched)."""
+        signature = self.signature
+        if not (signature.batched and all(s.shape[:1] == (-1,) for s in signature.outputs)):
+            return {}
+        return {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
+                for p in signature.profiles}
+
+    # ---- what contexts share ----------------------------------------------------------
+
+    def run_shapes(self, profile: Profile, shapes: Shapes) -> Shapes:
+        """The input shapes a batch runs at: its own, or padded to its profile's batch bucket
+        when it may be captured."""
+        if self.graphs_off is not None or not self._buckets:
+            return shapes
+        buckets = self._buckets[profile.index]
+        bucket = buckets[bisect.bisect_left(buckets, next(iter(shapes.values()))[0])]
+        return {name: (bucket, *shape[1:]) for name, shape in shapes.items()}
+
+    def stop_graphs(self, reason: str) -> None:
+        """Run every later batch without CUDA graphs."""
+        if self.graphs_off is None:
+            self.graphs_off = reason
+            log.warning("engine '%s' runs without CUDA graphs: %s", self.path, reason)
 
     def new_trt_context(self) -> Any:
         with self._lock:
-            context = self.engine.create_execution_context()
-        if context is None:
-            raise ContextFailure(f"engine '{self.path}': no execution context could be made "
-                                 f"(out of GPU memory?): {self._logger.take()}")
-        return context
+            return trt_api.call(f"engine '{self.path}': no execution context could be made (out of GPU memory?)",
+                                self.engine.create_execution_context, failure=ContextFailure)
 
     def device_bytes(self) -> int:
-        """One context's device I/O buffers."""
+        """One context's preallocated device I/O buffers."""
         capacities = (*self.input_capacities.values(), *self.output_capacities.values())
         return sum(np.dtype(dtype).itemsize * count for dtype, count in capacities)
 
@@ -219,52 +240,107 @@ class TensorRTRuntime(Runtime):
 
     def context_memory_bytes(self) -> int:
         # A context created with the default (STATIC) strategy allocates the
-        # activation memory of its largest profile.
-        return self.engine.device_memory_size_v2 + self.device_bytes()
+        # activation memory of its largest profile. CUDA graphs, captured on
+        # first use, add what each logs.
+        return trt_api.activation_bytes(self.engine) + self.device_bytes()
 
     def free_memory_bytes(self) -> int:
         cuda.set_device(self.device)
         free, _ = cuda.mem_get_info()
         return free
 
-    def take_errors(self) -> str:
-        return self._logger.take()
-
     def close(self) -> None:
         self.engine = None
         self._trt_runtime = None
 
 
+class DeviceOutput:
+    """One output's device buffer and pinned host staging, grown when a batch needs more."""
+
+    def __init__(self, dtype: np.dtype, count: int) -> None:
+        self.dtype = np.dtype(dtype)
+        self.nbytes = 0
+        self._device: cuda.DeviceBuffer | None = None
+        self._host = np.empty(0, self.dtype)
+        self.ensure(count * self.dtype.itemsize)
+
+    @property
+    def ptr(self) -> int:
+        return self._device.ptr
+
+    def ensure(self, nbytes: int) -> bool:
+        """Hold at least `nbytes`; True when the device address changed."""
+        if self._device is not None and nbytes <= self.nbytes:
+            return False
+        self.close()
+        self._device = cuda.DeviceBuffer(nbytes)
+        self._host = cuda.pinned_allocator(self.dtype, -(-nbytes // self.dtype.itemsize))
+        self.nbytes = nbytes
+        return True
+
+    def host_view(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._host[:prod(shape)].reshape(shape)
+
+    def close(self) -> None:
+        if self._device is not None:
+            self._device.close()
+
+
 class TensorRTContext(ExecutionContext):
-    """One IExecutionContext with its own stream, event and buffers on the runtime's GPU."""
+    """One IExecutionContext with its own stream, events, buffers and graphs on the runtime's GPU."""
 
     def __init__(self, runtime: TensorRTRuntime, index: int) -> None:
         self.index = index
         self._runtime = runtime
         cuda.set_device(runtime.device)
-        self.inputs = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
-        self.outputs = HostBuffers(runtime.output_capacities, cuda.pinned_allocator)
-        self._device = {name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
-                        for name, (dtype, count) in (*runtime.input_capacities.items(),
-                                                     *runtime.output_capacities.items())}
+        self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
+        self._inputs = {name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
+                        for name, (dtype, count) in runtime.input_capacities.items()}
+        self._outputs = {name: DeviceOutput(dtype, count) for name, (dtype, count) in runtime.output_capacities.items()}
         self._stream = cuda.Stream()
         self._done = cuda.Event()
         self._inputs_taken = cuda.Event()
-        self._results: dict[str, np.ndarray] | None = None
         self._context = runtime.new_trt_context()
-        self._profile: int | None = None  # selected explicitly on the first run
+        self._reported: Shapes = {}  # data-dependent outputs' shapes, as the allocator was told
+        allocator = trt_api.output_allocator(runtime.trt, self._allocate_output, self._reported.__setitem__)
+        for name in sorted(runtime.data_dependent):
+            self._trt(f"setting the output allocator of '{name}'", self._context.set_output_allocator,
+                      name, allocator)
+        self._profile: int | None = None   # selected on the context (explicitly, on the first batch)
+        self._shapes: Shapes | None = None  # input shapes set on the context
+        self._settled: int | None = None   # the profile of the last ordinary run since it was selected
+        self._graphs: dict[GraphKey, cuda.Graph] = {}
+        self._results: dict[str, np.ndarray] | None = None
+
+    @property
+    def captured(self) -> list[GraphKey]:
+        """The (profile, input shapes) this context has CUDA graphs for."""
+        return list(self._graphs)
+
+    def _trt(self, what: str, function: Any, *args: Any) -> Any:
+        """A TensorRT call whose failure may have broken this context."""
+        return trt_api.call(f"context {self.index}: {what}", function, *args, failure=ContextFailure)
+
+    # ---- the contract ---------------------------------------------------------------
 
     def submit(self, parts: Parts) -> None:
         runtime = self._runtime
         shapes = batch_shapes(parts, runtime.signature.batched)
-        profile = runtime.signature.choose_profile(shapes)  # InvalidInput if none fits
+        profile = runtime.signature.choose_profile(shapes)  # InvalidInput if no profile admits them
+        run_shapes = runtime.run_shapes(profile, shapes)
         cuda.set_device(runtime.device)  # the current device is per thread
+        self._select(profile.index)
+        self._set_shapes(profile.index, run_shapes, shapes)
+        output_shapes = self._fixed_output_shapes(shapes)
         on_device = any(is_device(t) for tensors in parts.values() for t in tensors)
         for name, shape in shapes.items():
-            self._upload(name, parts[name], shape)
+            self._upload(name, parts[name], shape, run_shapes[name])
         if on_device:
             self._inputs_taken.record(self._stream)
-        self._results = self._execute(profile, shapes)
+        self._run(profile.index, run_shapes)
+        padded = run_shapes != shapes
+        self._results = self._download(output_shapes, next(iter(shapes.values()))[0] if padded else None)
+        self._done.record(self._stream)
         if on_device:
             self._inputs_taken.synchronize()  # the caller's GPU tensors may be reused once we return
 
@@ -273,50 +349,137 @@ class TensorRTContext(ExecutionContext):
         results, self._results = self._results, None
         return results
 
-    def _upload(self, name: str, parts: Sequence[Any], shape: tuple[int, ...]) -> None:
-        """Queue the copies of one input's parts into its device buffer: host parts
-        through the pinned staging buffer, GPU parts device to device."""
-        device = self._device[name].ptr
-        if not is_device(parts[0]):
-            staged = gather(parts, self.inputs.view(name, shape))
-            cuda.memcpy_htod_async(device, staged, staged.nbytes, self._stream)
-            return
-        offset = 0
-        for part in parts:
-            nbytes = part.numel() * part.element_size()
-            cuda.memcpy_dtod_async(device + offset, part.data_ptr(), nbytes, self._stream)
-            offset += nbytes
+    # ---- the steps of a batch -----------------------------------------------------------
 
-    def _execute(self, profile: Profile, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-        """Run on the device inputs and queue the outputs' copies to the pinned staging buffers."""
-        context, stream, runtime = self._context, self._stream, self._runtime
-        if profile.index != self._profile:
-            if not context.set_optimization_profile_async(profile.index, stream.handle):
-                raise ContextFailure(f"context {self.index}: cannot select optimization profile "
-                                     f"{profile.index}: {runtime.take_errors()}")
-            self._profile = profile.index
-            # Bound again after a switch: cheap, and independent of whether
-            # addresses survive a profile change.
-            for name, buffer in self._device.items():
-                if not context.set_tensor_address(name, buffer.ptr):
-                    raise ContextFailure(f"context {self.index}: cannot bind tensor '{name}': "
-                                         f"{runtime.take_errors()}")
-        for name, shape in shapes.items():
-            if not context.set_input_shape(name, shape):
-                raise InvalidInput(f"input '{name}': {runtime.name} refused shape {list(shape)} "
-                                   f"for optimization profile {profile.index}: {runtime.take_errors()}")
-        unspecified = context.infer_shapes()
-        if unspecified or not context.all_binding_shapes_specified:
-            raise InvalidInput(f"{runtime.name} cannot infer shapes; unspecified: {unspecified}")
-        if not context.execute_async_v3(stream.handle):
-            raise ContextFailure(f"context {self.index}: execute_async_v3 failed: {runtime.take_errors()}")
+    def _select(self, profile: int) -> None:
+        """Select the batch's optimization profile on the context, and bind the buffers again."""
+        if profile == self._profile:
+            return
+        self._profile = self._shapes = self._settled = None
+        self._trt(f"selecting optimization profile {profile}", self._context.set_optimization_profile_async,
+                  profile, self._stream.handle)
+        self._profile = profile
+        for name, buffer in (*self._inputs.items(), *self._outputs.items()):
+            self._trt(f"binding tensor '{name}'", self._context.set_tensor_address, name, buffer.ptr)
+
+    def _set_shapes(self, profile: int, run_shapes: Shapes, shapes: Shapes) -> None:
+        """Set the input shapes and have TensorRT infer the rest: a refusal is the client's."""
+        if run_shapes == self._shapes:
+            return
+        self._shapes = None
+        runtime = self._runtime
+        for name, shape in run_shapes.items():
+            trt_api.call(f"input '{name}': {runtime.name} refused shape {list(shape)} for optimization profile "
+                         f"{profile}", self._context.set_input_shape, name, shape, failure=InvalidInput)
+        if runtime.infers_shapes:
+            trt_api.call(f"the model rejected input shapes {self._listed(shapes)}", self._context.infer_shapes,
+                         failure=InvalidInput)
+        self._shapes = run_shapes
+
+    def _fixed_output_shapes(self, shapes: Shapes) -> Shapes:
+        """The shapes of the outputs that do not depend on the data, as the runtime computes
+        them for the input shapes set; their buffers grown where these need more."""
+        result = {}
+        for spec in self._runtime.signature.outputs:
+            if spec.name in self._runtime.data_dependent:
+                continue
+            with trt_api.tensorrt_errors() as errors:
+                shape = trt_api.dims(self._context.get_tensor_shape(spec.name))
+            # A shape the runtime failed to compute has -1s, or no dimensions at all
+            # (Dims{-1} is the C++ API's error value: include/NvInferRuntime.h, getTensorShape).
+            if len(shape) != len(spec.shape) or min(shape, default=0) < 0:
+                raise InvalidInput(f"the model cannot compute output '{spec.name}' for input shapes "
+                                   f"{self._listed(shapes)}: {trt_api.said(errors)}")
+            buffer = self._outputs[spec.name]
+            if buffer.ensure(prod(shape) * buffer.dtype.itemsize):
+                self._rebind(spec.name, buffer.ptr)
+            result[spec.name] = shape
+        return result
+
+    def _rebind(self, name: str, ptr: int) -> None:
+        """Bind a grown output buffer; the graphs captured with the old address are dropped."""
+        self._trt(f"binding tensor '{name}'", self._context.set_tensor_address, name, ptr)
+        self._settled = None
+        self._drop_graphs()
+
+    def _upload(self, name: str, parts: Sequence[Any], shape: tuple[int, ...], run_shape: tuple[int, ...]) -> None:
+        """Queue the copies of one input's parts into its device buffer (host parts through
+        the pinned staging buffer, GPU parts device to device), then zeros for the padding."""
+        device = self._inputs[name].ptr
+        itemsize = self.staging.flat(name).itemsize
+        if is_device(parts[0]):
+            offset = 0
+            for part in parts:
+                nbytes = part.numel() * part.element_size()
+                cuda.memcpy_dtod_async(device + offset, part.data_ptr(), nbytes, self._stream)
+                offset += nbytes
+        else:
+            staged = gather(parts, self.staging.view(name, shape))
+            cuda.memcpy_htod_async(device, staged, staged.nbytes, self._stream)
+        padding = (prod(run_shape) - prod(shape)) * itemsize
+        if padding:
+            cuda.memset_async(device + prod(shape) * itemsize, 0, padding, self._stream)
+
+    def _run(self, profile: int, run_shapes: Shapes) -> None:
+        """Replay the graph of these shapes, or run as usual (and capture it after)."""
+        key = (profile, tuple(run_shapes.items()))
+        graph = self._graphs.get(key)
+        if graph is not None and self._settled == profile:
+            graph.launch(self._stream)
+            return
+        self._execute()
+        self._settled = profile
+        if graph is None and self._runtime.graphs_off is None and len(self._graphs) < GRAPHS_PER_CONTEXT:
+            self._capture(key)
+
+    def _execute(self) -> None:
+        self._trt("execute_async_v3", self._context.execute_async_v3, self._stream.handle)
+
+    def _capture(self, key: GraphKey) -> None:
+        """Capture execute_async_v3 for the shapes just run; the run before was its warm-up."""
+        runtime, stream = self._runtime, self._stream
+        if hasattr(self._context, "is_stream_capturable") and not self._context.is_stream_capturable(stream.handle):
+            runtime.stop_graphs(f"{runtime.name} reports that the context cannot be captured on a stream")
+            return
+        stream.synchronize()  # the warm-up's work is done first, as trtexec and Triton wait before capturing
+        free = cuda.mem_get_info()[0]
+        try:
+            graph = cuda.capture(stream, self._execute)
+        except (cuda.CudaError, ContextFailure) as exc:
+            self._settled = None
+            runtime.stop_graphs(f"capturing execute_async_v3 failed: {exc}")
+            return
+        self._graphs[key] = graph
+        log.info("context %d: captured a CUDA graph for optimization profile %d, input shapes %s; it holds "
+                 "%d bytes of device memory (free memory before and after instantiation)", self.index, key[0],
+                 self._listed(dict(key[1])), free - cuda.mem_get_info()[0])
+
+    def _download(self, output_shapes: Shapes, cut_to: int | None) -> dict[str, np.ndarray]:
+        """Queue each output's copy to its pinned staging buffer; `cut_to`: the real batch
+        size of a padded batch, whose padding rows are left out."""
         results = {}
-        for spec in runtime.signature.outputs:
-            view = self.outputs.view(spec.name, tuple(context.get_tensor_shape(spec.name)))
-            cuda.memcpy_dtoh_async(view, self._device[spec.name].ptr, view.nbytes, stream)
-            results[spec.name] = view
-        self._done.record(stream)
+        for name, buffer in self._outputs.items():
+            shape = output_shapes[name] if name in output_shapes else self._reported[name]
+            if cut_to is not None:
+                shape = (cut_to, *shape[1:])
+            view = buffer.host_view(shape)
+            cuda.memcpy_dtoh_async(view, buffer.ptr, view.nbytes, self._stream)
+            results[name] = view
         return results
+
+    def _allocate_output(self, name: str, nbytes: int) -> int:
+        """TensorRT's request for a data-dependent output's memory, during a run."""
+        self._outputs[name].ensure(nbytes)
+        return self._outputs[name].ptr
+
+    @staticmethod
+    def _listed(shapes: Shapes) -> str:
+        return ", ".join(f"'{name}' {list(shape)}" for name, shape in shapes.items())
+
+    def _drop_graphs(self) -> None:
+        for graph in self._graphs.values():
+            graph.close()
+        self._graphs.clear()
 
     def close(self) -> None:
         cuda.set_device(self._runtime.device)
@@ -324,8 +487,9 @@ class TensorRTContext(ExecutionContext):
             self._stream.synchronize()  # nothing may still read or write the buffers
         except cuda.CudaError as exc:
             log.warning("context %d: stream did not drain on close: %s", self.index, exc)
+        self._drop_graphs()
         self._context = None
-        for buffer in self._device.values():
+        for buffer in (*self._inputs.values(), *self._outputs.values()):
             buffer.close()
         self._done.close()
         self._inputs_taken.close()

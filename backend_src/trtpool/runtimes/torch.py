@@ -30,7 +30,7 @@ a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
-Batch sizes are bucketed to powers of two up to the max batch. Other dynamic
+Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
 non-batch dimension is right only for models that mask it (attention_mask 0
@@ -88,12 +88,15 @@ Buckets = tuple[int, ...] | None  # the sizes a dimension is padded to; None: us
 
 # --- buckets ---------------------------------------------------------------
 
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """1, 2, 4, ... below max_batch, then max_batch itself."""
-    sizes, size = [], 1
-    while size < max_batch:
-        sizes.append(size)
-        size *= 2
+def batch_buckets(max_batch: int, steps: int = 8) -> tuple[int, ...]:
+    """Powers of two up to max_batch / `steps`, then multiples of it, then max_batch.
+
+    A batch runs in the smallest bucket that holds it, padded: with powers of two
+    alone a batch of 17 computes 32 rows. Here no bucket wastes more than
+    max_batch / steps rows (4 of 32), for `steps` + log2 graphs per context."""
+    step = 1 << max(0, (max_batch // steps).bit_length() - 1)  # a power of two, max_batch / steps or below
+    sizes = [1 << k for k in range(step.bit_length() - 1)]
+    sizes += range(step, max_batch, step)
     return (*sizes, max_batch)
 
 
@@ -210,11 +213,20 @@ class HostShape(torch.nn.Module):
         return torch.tensor(x.shape[self.start:self.end], dtype=torch.int64)
 
 
+class NonZero(torch.nn.Module):
+    """ONNX NonZero: the indices of the non-zero elements as (rank, count), row-major.
+    onnx2torch 1.5.15 returns torch.nonzero's (count, rank) instead."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x).T
+
+
 def convert(model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32") -> torch.nn.Module:
     """The ONNX model as an eval-mode torch module on `device` whose forward reads
     no device tensor on the host (so it can be captured in a CUDA graph)."""
     onnx2torch = _import_onnx2torch()
     from onnx2torch.node_converters.cast import OnnxCast
+    from onnx2torch.node_converters.nonzero import OnnxNonZero
     from onnx2torch.node_converters.shape import OnnxShape
 
     try:
@@ -224,6 +236,8 @@ def convert(model: onnx.ModelProto, device: torch.device | str, precision: str =
     for name, sub in list(module.named_modules()):
         if isinstance(sub, OnnxShape):
             module.set_submodule(name, HostShape(sub._start, sub._end))
+        elif isinstance(sub, OnnxNonZero):
+            module.set_submodule(name, NonZero())
         elif precision == "fp16" and isinstance(sub, OnnxCast) and sub.torch_dtype == torch.float32:
             sub.torch_dtype = torch.float16  # a Cast to float would mix float32 into a half graph
     # Integer initializers are shapes, axes and indices: keep them on the host.

@@ -1,0 +1,233 @@
+"""The TensorRT Python API as trtpool uses it, for TensorRT 10.x, 11.x and TensorRT-RTX 1.x.
+
+Everything that differs between those releases, and how each binding reports
+failure, is decided here, read from NVIDIA/TensorRT's python/src/infer/pyCore.cpp
+on the release/10.0 to release/11.1 branches (line numbers below are
+release/10.16's) and checked against the real bindings' signatures by
+tests/unit/test_doubles_faithful.py:
+
+- ``deserialize_cuda_engine`` and ``create_execution_context`` return None on
+  failure (the C++ null pointer);
+- ``set_input_shape``, ``set_tensor_address``, ``set_output_allocator`` and
+  ``execute_async_v3`` return False (the C++ bool as is: lines 113-116, 159-161);
+- ``set_optimization_profile_async`` raises RuntimeError("Error in set
+  optimization profile async.") and otherwise returns True (lines 346-352);
+- ``infer_shapes`` raises RuntimeError("infer_shapes error code: -1") when the
+  shapes cannot be inferred (lines 95-111).
+
+What went wrong is never in the exception: TensorRT says it to the logger, on
+the thread that made the call. ``call`` turns every failure into a trtpool
+error that carries those words.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from trtpool.errors import EngineError, TrtpoolError
+
+log = logging.getLogger("trtpool")
+
+INSTALL_HINT = (
+    "install TensorRT from NVIDIA's pip index (pip install --extra-index-url https://pypi.nvidia.com "
+    "tensorrt-cu12) or serve from the NGC image nvcr.io/nvidia/tritonserver:<yy.mm>-py3, which ships it; "
+    "on RTX GPUs, TensorRT-RTX is on PyPI: pip install tensorrt-rtx-cu13"
+)
+# Before TensorRT 10.13, infer_shapes and set_optimization_profile_async set their
+# Python error with the GIL released (both are bound with
+# py::call_guard<py::gil_scoped_release>; 10.13 added py::gil_scoped_acquire before
+# the throw in infer_shapes and bound set_optimization_profile_async without the
+# release): their failure may crash the process instead of raising.
+SAFE_RAISES_SINCE = (10, 13)
+
+_lock = threading.Lock()
+_loggers: dict[ModuleType, Any] = {}
+_plugins_registered: set[ModuleType] = set()
+_captures = threading.local()
+
+
+def import_tensorrt(module_name: str | None) -> ModuleType:
+    """`tensorrt`, else `tensorrt_rtx`; or exactly the module named."""
+    names = (module_name,) if module_name else ("tensorrt", "tensorrt_rtx")
+    failures = []
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except (ImportError, OSError) as exc:  # OSError: a shared library failed to load
+            failures.append(f"{name}: {exc}")
+    raise EngineError(f"cannot import {' or '.join(names)} ({'; '.join(failures)}); {INSTALL_HINT}")
+
+
+def version(trt: ModuleType) -> tuple[int, ...]:
+    """The module's release as numbers: '10.13.3.9' -> (10, 13, 3, 9)."""
+    return tuple(int(part) for part in trt.__version__.split(".") if part.isdigit())
+
+
+def raises_safely(trt: ModuleType) -> bool:
+    """Whether a failing infer_shapes raises rather than possibly crashing the process:
+    tensorrt 10.13 and later, and tensorrt_rtx (its bindings have set_communicator,
+    which NVIDIA/TensorRT's sources gained in 10.16, so they postdate the fix)."""
+    return trt.__name__ == "tensorrt_rtx" or version(trt) >= SAFE_RAISES_SINCE
+
+
+# ---- the logger -------------------------------------------------------------------
+
+@contextmanager
+def tensorrt_errors() -> Iterator[list[str]]:
+    """The errors TensorRT logs on this thread while the block runs.
+
+    TensorRT logs a call's failure synchronously on the calling thread (seen with
+    tensorrt_rtx: tests/unit/test_tensorrt_real_module.py), and ILogger::log must be
+    thread-safe because contexts on several threads log at once
+    (include/NvInferRuntimeBase.h): one context's failure never picks up another's.
+    """
+    stack = _captures.__dict__.setdefault("stack", [])
+    errors: list[str] = []
+    stack.append(errors)
+    try:
+        yield errors
+    finally:
+        stack.pop()
+
+
+def process_logger(trt: ModuleType) -> Any:
+    """The one ILogger of `trt` in this process; it forwards to trtpool's log.
+
+    One for the process, because libnvinfer_plugin keeps a raw pointer to the
+    logger it was initialized with (plugin/api/inferPlugin.cpp:109,
+    ``gLogger = static_cast<ILogger*>(logger)``), and TensorRT warns when a runtime
+    brings another logger than the first one registered.
+    """
+    with _lock:
+        if trt not in _loggers:
+            _loggers[trt] = _logger_class(trt)()
+        return _loggers[trt]
+
+
+def _logger_class(trt: ModuleType) -> type:
+    severity = trt.ILogger.Severity
+    levels = {severity.INTERNAL_ERROR: logging.ERROR, severity.ERROR: logging.ERROR,
+              severity.WARNING: logging.WARNING, severity.INFO: logging.DEBUG}  # VERBOSE: dropped
+
+    class ProcessLogger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, level: Any, msg: str) -> None:
+            python_level = levels.get(level)
+            if python_level is None:
+                return
+            log.log(python_level, "%s: %s", trt.__name__, msg)
+            if python_level == logging.ERROR:
+                _record(msg)
+
+    return ProcessLogger
+
+
+def _record(message: str) -> None:
+    """Add an error to every tensorrt_errors block open on this thread."""
+    for errors in getattr(_captures, "stack", ()):
+        errors.append(message)
+
+
+def register_plugins(trt: ModuleType) -> None:
+    """Register TensorRT's bundled plugins (libnvinfer_plugin) once per process, before
+    any engine is deserialized: an engine with plugin layers cannot be deserialized
+    without them. initLibNvInferPlugins returns true unconditionally and logs what
+    it could not register (plugin/api/inferPlugin.cpp); Polygraphy's engine loader
+    calls it the same way before deserializing (tools/Polygraphy/polygraphy/backend/
+    trt/loader.py)."""
+    logger = process_logger(trt)
+    with _lock:
+        if trt not in _plugins_registered:
+            trt.init_libnvinfer_plugins(logger, "")
+            _plugins_registered.add(trt)
+
+
+def new_runtime(trt: ModuleType, host_code: bool) -> Any:
+    """A trt.Runtime on the process logger. `host_code` lets it deserialize engines that
+    carry executable host code: version-compatible engines embed the lean runtime
+    (``engine_host_code_allowed``, default False; trtexec sets it for them:
+    samples/common/sampleEngines.cpp:137-141)."""
+    runtime = trt.Runtime(process_logger(trt))
+    if host_code:
+        runtime.engine_host_code_allowed = True
+    return runtime
+
+
+# ---- calls --------------------------------------------------------------------------
+
+def said(errors: list[str], exc: BaseException | None = None) -> str:
+    """What TensorRT said about a failure, as one line."""
+    words = " | ".join(errors) or "(TensorRT logged no error)"
+    return f"{words} ({type(exc).__name__}: {exc})" if exc is not None else words
+
+
+def call(what: str, function: Callable[..., Any], *args: Any, failure: type[TrtpoolError]) -> Any:
+    """``function(*args)``: a TensorRT binding. Its exception, or a False or None result
+    (how each binding reports failure: see the module docstring), becomes `failure`
+    with `what` and TensorRT's own words."""
+    with tensorrt_errors() as errors:
+        try:
+            result = function(*args)
+        except Exception as exc:  # RuntimeError from the bindings, TypeError from pybind11
+            raise failure(f"{what}: {said(errors, exc)}") from exc
+    if result is None or result is False:
+        raise failure(f"{what}: {said(errors)}")
+    return result
+
+
+# ---- engine queries -------------------------------------------------------------------
+
+def activation_bytes(engine: Any) -> int:
+    """Device memory a context allocates for its activations (the STATIC strategy: the
+    largest profile's). device_memory_size_v2 exists from TensorRT 10.1 (and in 11.x,
+    which removed device_memory_size); TensorRT 10.0 has device_memory_size only."""
+    if hasattr(engine, "device_memory_size_v2"):
+        return engine.device_memory_size_v2
+    return engine.device_memory_size
+
+
+def dims(value: Any) -> tuple[int, ...]:
+    """A trt.Dims (a tuple-like object) as a plain tuple of ints."""
+    return tuple(int(d) for d in value)
+
+
+def output_allocator(trt: ModuleType, allocate: Callable[[str, int], int],
+                     shaped: Callable[[str, tuple[int, ...]], None]) -> Any:
+    """A trt.IOutputAllocator for outputs whose shape depends on the data.
+
+    TensorRT calls ``reallocate_output_async(tensor_name, memory, size, alignment,
+    stream)`` during execute_async_v3 once the size is known, then
+    ``notify_shape(tensor_name, shape)`` before execute_async_v3 returns
+    (include/NvInferRuntime.h, IOutputAllocator). The bindings' trampoline
+    (pyCore.cpp, PyOutputAllocator) would swallow an exception from a callback,
+    printing it to stderr, and pass TensorRT a null pointer, which fails the run:
+    so ``allocate``'s failure is logged and recorded as an error of the call in
+    progress (tensorrt_errors), and the null pointer returned here. Memory from
+    cudaMalloc is 256-byte aligned, the alignment TensorRT asks of I/O tensors.
+    """
+
+    class OutputAllocator(trt.IOutputAllocator):
+        def __init__(self) -> None:
+            trt.IOutputAllocator.__init__(self)
+
+        def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int,
+                                    stream: int) -> int:
+            try:
+                return allocate(tensor_name, size)
+            except Exception as exc:  # noqa: BLE001 (reported through the log, see above)
+                message = f"allocating {size} bytes for output '{tensor_name}' failed: {exc}"
+                log.error("%s: %s", trt.__name__, message)
+                _record(message)
+                return 0
+
+        def notify_shape(self, tensor_name: str, shape: Any) -> None:
+            shaped(tensor_name, dims(shape))
+
+    return OutputAllocator()

@@ -1,0 +1,99 @@
+"""Real liveness: one tiny inference per model.
+
+Triton 2.51 keeps a model READY after its Python backend stub process dies
+(the model's readiness is its load state, nothing else), and every request to
+the dead instance fails after about a second with "Stub process '<instance>'
+is not healthy." So a live model is one that answers a request; the health
+endpoints cannot tell.
+
+The request is batch 1 of zeros (every variable dimension 1). An error that
+the model itself sends back (a shape it refuses, say) still proves that its
+stub answered; only the Python backend's own dead-stub errors and silence
+count as dead.
+"""
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+# What python_backend r24.10 answers for an instance whose stub is gone
+# (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).
+DEAD_STUB_MESSAGES = ("is not healthy", "Failed to obtain the health mutex")
+
+
+Inputs = list[grpcclient.InferInput]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str
+    alive: bool
+    detail: str
+
+
+def probe_inputs(config: dict[str, Any]) -> Inputs:
+    """Zeros for every required input: batch 1 where the model batches, each -1 dimension 1."""
+    batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+    inputs = []
+    for spec in config.get("input", []):
+        if spec.get("optional"):
+            continue
+        datatype = spec["data_type"].removeprefix("TYPE_")
+        shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
+        dtype = triton_to_np_dtype(datatype)
+        array = np.full(shape, b"", dtype=np.object_) if datatype in ("BYTES", "STRING") else np.zeros(shape, dtype)
+        tensor = grpcclient.InferInput(spec["name"], shape, "BYTES" if datatype == "STRING" else datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
+    if error is None:
+        return ProbeResult(model, True, "answered")
+    message = str(error)
+    if "Deadline Exceeded" in message or any(text in message for text in DEAD_STUB_MESSAGES):
+        return ProbeResult(model, False, message)
+    return ProbeResult(model, True, f"answered with an error: {message}")
+
+
+def _unary(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
+    with grpcclient.InferenceServerClient(url) as client:
+        try:
+            client.infer(model, inputs, client_timeout=timeout)
+        except InferenceServerException as exc:
+            return exc
+    return None
+
+
+def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
+    """Decoupled models take gRPC streams only: the first response or error decides."""
+    answers: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: answers.put(error))
+        try:
+            client.async_stream_infer(model, inputs)
+            try:
+                return answers.get(timeout=timeout)
+            except queue.Empty:
+                return InferenceServerException(f"no answer within {timeout:g} s (Deadline Exceeded)")
+        finally:
+            client.stop_stream(cancel_requests=True)
+
+
+def probe_model(url: str, model: str, timeout: float = 10.0) -> ProbeResult:
+    """Send `model` one tiny request over gRPC at `url` and judge the answer."""
+    try:
+        with grpcclient.InferenceServerClient(url) as client:
+            config = client.get_model_config(model, as_json=True, client_timeout=timeout)["config"]
+    except InferenceServerException as exc:
+        return ProbeResult(model, False, f"no model configuration: {exc}")
+    inputs = probe_inputs(config)
+    decoupled = config.get("model_transaction_policy", {}).get("decoupled", False)
+    send = _streamed if decoupled else _unary
+    return verdict(model, send(url, model, inputs, timeout))

@@ -1,0 +1,219 @@
+"""trtpool-serve: serve a model repository with tritonserver and the trtpool backend.
+
+    trtpool-serve --repo DIR [--models A B] [--strict] [any tritonserver flag ...]
+
+Models load in explicit model-control mode. A model that fails to load is
+listed with Triton's reason and the others serve; --strict makes any failure
+stop the server (for production). While serving, a watchdog sends each model
+a tiny request and watches its stub processes every --watch-interval seconds;
+a model whose stub died is unloaded and loaded again (new stubs), or with
+--on-dead-stub=exit the server is stopped and this command exits with status
+3, for a supervisor to restart it (Triton 2.51 never frees a model whose stub
+died while serving: each reload keeps the old instances' memory).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from trtpool_ops.command import ServeOptions, tritonserver_command
+from trtpool_ops.repository import ModelState, model_states
+from trtpool_ops.watchdog import ON_DEAD_STUB, Watchdog
+
+EXIT_DEAD_STUB = 3
+# Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
+ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
+
+
+def say(message: str) -> None:
+    print(f"[serve] {message}", flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trtpool-serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Unrecognised flags go to tritonserver (e.g. --log-verbose=1).")
+    p.add_argument("--repo", type=Path, required=True, help="the model repository")
+    p.add_argument("--models", nargs="+", default=[], metavar="NAME", help="load only these (default: all)")
+    p.add_argument("--address", default="127.0.0.1", help="listen address (0.0.0.0 in a container)")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--strict", action="store_true",
+                   help="any model that fails to load stops the server; readiness needs every model")
+    p.add_argument("--watch-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between liveness checks of every model; 0: no watchdog")
+    p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
+                   help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB} (default: reload)")
+    p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
+    p.add_argument("--tritonserver", default=os.environ.get("TRTPOOL_TRITONSERVER", "tritonserver"),
+                   help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, else from PATH)")
+    p.add_argument("--start-timeout", type=float, default=600.0, metavar="S")
+    return p
+
+
+def control_url(options: ServeOptions) -> str:
+    host = "127.0.0.1" if options.address in ("0.0.0.0", "") else options.address
+    return f"{host}:{options.grpc_port}"
+
+
+def wait_live(process: subprocess.Popen, url: str, timeout: float) -> bool:
+    """True once the server answers; tritonserver loads the start-up models before it listens."""
+    deadline = time.monotonic() + timeout
+    with grpcclient.InferenceServerClient(url) as client:
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.is_server_live(client_timeout=2):
+                    return True
+            except InferenceServerException:
+                pass
+            time.sleep(0.25)
+    return False
+
+
+def report(states: Sequence[ModelState]) -> list[ModelState]:
+    """Print every model's load result; return the ones that failed to load."""
+    failed = [s for s in states if s.state not in ("READY", "")]
+    for state in states:
+        if state.state == "READY":
+            say(f"  {state.name}: READY")
+        elif state.state:
+            reason = state.reason.split("\n\n")[0] or state.state  # the error, not its traceback
+            say(f"  {state.name}: FAILED TO LOAD: {reason}")
+    skipped = [s.name for s in states if not s.state]
+    if skipped:
+        say(f"  not loaded (not in --models): {', '.join(skipped)}")
+    return failed
+
+
+def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
+    host = control_url(options).rsplit(":", 1)[0]
+    example = ready[0] if ready else "MODEL"
+    say(f"HTTP     http://{host}:{options.http_port}   (curl http://{host}:{options.http_port}/v2/models/{example}/config)")
+    say(f"gRPC     {host}:{options.grpc_port}")
+    say(f"metrics  http://{host}:{options.metrics_port}/metrics")
+    say(f"health   trtpool-health --url {host}:{options.grpc_port}   (a tiny request per model)")
+
+
+def log_errors(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    return "\n".join([line for line in lines if ERROR_LINE.match(line)] or lines[-20:])
+
+
+def start(command: list[str], log: IO[bytes] | None) -> subprocess.Popen:
+    # Its own process group: stopping it stops its stubs too.
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
+                            start_new_session=True)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL tritonserver's process group: the server and any stub it left."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> None:
+    """Triton drains in-flight requests (--exit-timeout-secs) on SIGINT/SIGTERM, then stops its
+    stubs; after `grace` seconds the group is killed. Returns at once (safe in a signal handler)."""
+    if process.poll() is None:
+        process.send_signal(signum)
+        timer = threading.Timer(grace, kill_group, (process,))
+        timer.daemon = True
+        timer.start()
+
+
+def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen,
+                   stopping: threading.Event, dead_stub: threading.Event) -> None:
+    def exit_server() -> None:
+        dead_stub.set()
+        ask_to_stop(process, signal.SIGTERM)
+
+    watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server)
+    threading.Thread(target=watchdog.run, args=(args.watch_interval, stopping), daemon=True).start()
+    action = "reloaded" if args.on_dead_stub == "reload" else f"stop the server (exit {EXIT_DEAD_STUB})"
+    say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; models with a dead stub: {action}")
+
+
+def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
+    options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
+                           args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
+    command = tritonserver_command(args.tritonserver, options)
+    say("tritonserver command: " + shlex.join(command))
+    log = args.log.open("wb") if args.log else None
+    process = start(command, log)
+    stopping = threading.Event()   # set by a signal: the watchdog ends, the exit is clean
+    dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.set()
+        say("stopping tritonserver (draining in-flight requests)")
+        ask_to_stop(process, signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    url = control_url(options)
+    if not wait_live(process, url, args.start_timeout):
+        if stopping.is_set():
+            process.wait()
+            kill_group(process)
+            return 0
+        if process.poll() is None:
+            say(f"tritonserver not up after {args.start_timeout:g} s")
+            kill_group(process)
+            process.wait()
+        say(f"tritonserver exited with status {process.returncode} during start-up")
+        errors = log_errors(args.log)
+        if errors:
+            print(errors, file=sys.stderr)
+        return 1
+    with grpcclient.InferenceServerClient(url) as client:
+        states = model_states(client)
+    failed = report(states)
+    ready = [s.name for s in states if s.state == "READY"]
+    say(f"ready: {len(ready)} model(s) serving" + (f", {len(failed)} failed to load (listed above)" if failed else ""))
+    print_endpoints(options, ready)
+    if args.watch_interval > 0:
+        start_watchdog(args, url, process, stopping, dead_stub)
+    say("Ctrl-C stops the server.")
+    code = process.wait()
+    kill_group(process)
+    if log:
+        log.close()
+    if dead_stub.is_set():
+        return EXIT_DEAD_STUB
+    if stopping.is_set():
+        return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL) else code
+    say(f"tritonserver exited unexpectedly with status {code}")
+    stopping.set()
+    return code or 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, passthrough = parser().parse_known_args(argv)
+    try:
+        return serve(args, passthrough)
+    except ValueError as exc:
+        print(f"trtpool-serve: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

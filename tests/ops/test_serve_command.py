@@ -1,0 +1,99 @@
+"""The serve command as a user runs it: trtpool-serve on any repository, and scripts/serve.sh."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.harness.clients import TINY_TOLERANCE, http_input
+from tests.harness.repository import add_broken_models, add_example
+from tests.harness.serve_command import Ports, serve_sh, trtpool_serve
+from trtpool_builder.examples.tiny import tiny_reference
+from trtpool_ops.command import ServeOptions, tritonserver_command
+
+
+def test_command_line_loads_chosen_models_and_passes_flags_through():
+    options = ServeOptions(Path("/r"), models=("a", "b"), passthrough=("--log-verbose=1",))
+    command = tritonserver_command("tritonserver", options)
+    assert command[:5] == ["tritonserver", "--model-repository=/r", "--model-control-mode=explicit",
+                           "--load-model=a", "--load-model=b"]
+    assert "--exit-on-error=false" in command and "--strict-readiness=false" in command
+    assert command[-1] == "--log-verbose=1"
+    strict = tritonserver_command("tritonserver", ServeOptions(Path("/r"), strict=True))
+    assert "--load-model=*" in strict and "--exit-on-error=true" in strict and "--strict-readiness=true" in strict
+    with pytest.raises(ValueError, match="--model-control-mode"):
+        tritonserver_command("tritonserver", ServeOptions(Path("/r"), passthrough=("--model-control-mode=poll",)))
+
+
+@pytest.fixture(scope="module")
+def mixed_repository(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """tiny, and models that cannot load here (an engine folder on this CPU machine among them)."""
+    base = tmp_path_factory.mktemp("mixed")
+    add_example(base / "repo", base / "onnx", "tiny", contexts="1")
+    return base / "repo", add_broken_models(base / "repo", base / "onnx")
+
+
+def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_repository, tmp_path):
+    repo, broken = mixed_repository
+    serve = trtpool_serve(repo, tmp_path / "server.log", "--watch-interval=0", "--exit-timeout-secs=5")
+    try:
+        serve.wait_for("[serve] ready:")
+        output = serve.output()
+        assert "--exit-timeout-secs=5" in output.split("tritonserver command:")[1].splitlines()[0]
+        assert "[serve]   tiny: READY" in output
+        for model, fragment in broken.items():
+            [line] = [l for l in serve.lines if l.startswith(f"[serve]   {model}: FAILED TO LOAD:")]
+            assert fragment in line, line
+        assert f"{len(broken)} failed to load" in output
+        x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+        with httpclient.InferenceServerClient(serve.ports.http_url) as client:
+            assert client.is_server_ready()
+            y = client.infer("tiny", [http_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
+        np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
+    finally:
+        assert serve.stop() == 0
+
+
+def test_strict_start_up_stops_on_a_model_that_fails_to_load(mixed_repository, tmp_path):
+    repo, _ = mixed_repository
+    serve = trtpool_serve(repo, tmp_path / "server.log", "--strict", "--watch-interval=0")
+    assert serve.process.wait(180) == 1
+    output = serve.output()
+    assert "exited with status" in output and "during start-up" in output
+    # The reason comes from tritonserver's log, not a tail that may miss it.
+    assert "failed to load 'engine_on_cpu'" in output
+    assert "engines run on a GPU" in output
+
+
+def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
+    serve = serve_sh({"MODELS": "tiny", "TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")}, "--watch-interval=0")
+    try:
+        serve.wait_for("[serve] ready:", timeout=300)
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
+            states = {m["name"]: m.get("state", "") for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert states["tiny"] == "READY"
+        assert states["resnet50"] == "" and states["bert_base"] == "", states   # present, never loaded
+        assert "FAILED" not in serve.output()
+        assert "not loaded (not in --models): bert_base, resnet50" in serve.output()
+    finally:
+        assert serve.stop() == 0
+
+
+def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_repository, tmp_path):
+    repo, broken = mixed_repository
+    ports = Ports()
+    serve = serve_sh({"TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")},
+                     "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
+                     f"--http-port={ports.http_port}", f"--grpc-port={ports.grpc_port}",
+                     f"--metrics-port={ports.metrics_port}")
+    try:
+        serve.wait_for("[serve] ready:", timeout=300)
+        assert "preparing example models" not in serve.output()
+        with grpcclient.InferenceServerClient(ports.grpc_url) as client:
+            assert client.is_model_ready("tiny")
+            assert not any(client.is_model_ready(model) for model in broken)
+    finally:
+        assert serve.stop() == 0
