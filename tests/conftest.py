@@ -11,9 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.harness, tests.doubles
-# The test doubles' runtime registration (entry point group trtpool.runtimes), seen
-# by trtpool in this process as the harness's servers see it from their working directory.
-sys.path.append(str(ROOT / "tests" / "doubles"))
 
 from tests.harness.server import TritonServer  # noqa: E402
 

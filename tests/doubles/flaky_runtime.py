@@ -9,13 +9,16 @@ sentinel values, to inject failures and slow batches into a real server.
 Registered as the runtime `test_flaky_onnxruntime` by the metadata beside it
 (trtpool_test_doubles-0.dist-info: entry point group trtpool.runtimes). Only
 the tests see it: the harness runs tritonserver from this folder, which the
-Python backend stub has on its path, and tests/conftest.py puts it on the test
-process's path (the builder loads a folder before writing it). A config selects
+Python backend stub has on its path, and importing this module puts the folder
+on the importing process's path too (the builder loads a folder before writing
+it, in the test or benchmark process). A config selects
 it with  parameters { key: "runtime" value: { string_value: "test_flaky_onnxruntime" } }.
 """
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +31,9 @@ KILL = 3.0e30
 KILL_AT_SUBMIT = 4.0e30
 SLOW_SECONDS = 1.0
 REGISTERED_NAME = "test_flaky_onnxruntime"
+
+if str(Path(__file__).parent) not in sys.path:  # the registration beside this file
+    sys.path.append(str(Path(__file__).parent))
 
 
 class FlakyContext(OnnxContext):
