@@ -5,17 +5,27 @@ config.pbtxt says backend: "trtpool"; model folders carry no model.py.
 """
 import json
 import logging
+import os
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
 from trtpool.config import instance_device, parameters_of
 from trtpool.errors import TrtpoolError
+from trtpool.front import check_front
 from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler, SyncHandler
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import auto_complete
+from trtpool.status_relay import tagging, untagging
 from trtpool.stub_check import check_numpy_handover
+
+# ONNX Runtime (1.29 and later) starts telemetry in every process that creates a
+# session unless this is set before its first session (it is imported only when
+# a runtime loads): a device id and an event store under $XDG_CACHE_HOME or
+# $HOME/.cache (Microsoft/DeveloperTools/.onnxruntime), and uploads. A server's
+# stubs write nothing there; an operator who wants it sets ORT_DISABLE_TELEMETRY=0.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 class _TritonLogHandler(logging.Handler):
@@ -69,9 +79,13 @@ class TritonPythonModel:
             check_numpy_handover(pb_utils)
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
-        target = parameters_of(model_config).get("forward_to")
-        if target:
-            self.handler = ForwardHandler(pb_utils, target, [o["name"] for o in model_config["output"]])
+        if "forward_to" in parameters_of(model_config):
+            try:
+                target = check_front(model_config, Path(args["model_repository"]))
+            except TrtpoolError as exc:
+                raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
+            # Errors from the target come back over BLS without their status code: status_relay.
+            self.handler = ForwardHandler(untagging(pb_utils), target, [o["name"] for o in model_config["output"]])
             return
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
@@ -81,8 +95,12 @@ class TritonPythonModel:
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
-        handler = {"sync": SyncHandler, "pipelined": PipelinedHandler, "decoupled": DecoupledHandler}
-        self.handler = handler[self.instance.cfg.mode](pb_utils, self.instance, self.metrics)
+        mode = self.instance.cfg.mode
+        if mode == "decoupled":  # a front may forward to it: its errors name their status code
+            self.handler = DecoupledHandler(tagging(pb_utils), self.instance, self.metrics)
+        else:
+            self.handler = {"sync": SyncHandler, "pipelined": PipelinedHandler}[mode](pb_utils, self.instance,
+                                                                                    self.metrics)
 
     def execute(self, requests):
         # The sync handler returns the responses; the forward handler a coroutine,

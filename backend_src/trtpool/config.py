@@ -1,8 +1,8 @@
 """The model config's ``parameters`` read and validated into one frozen dataclass.
 
     parameters [
-      { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | module:Class
-      { key: "model_file"      value: { string_value: "" } },       # default: the runtime's usual file name
+      { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | a registered name
+      { key: "model_file"      value: { string_value: "" } },       # in the version folder; default: the runtime's usual name
       { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
@@ -21,6 +21,7 @@
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from trtpool.shapes import parse_profile
 from trtpool.signature import ShapeRange
 
 RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
+# Runtimes beyond the built-in ones are registered by packages installed in the
+# serving environment (the operator's choice), never named as code in a config.
+RUNTIME_ENTRY_POINTS = "trtpool.runtimes"
+_REGISTERED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MODES = ("sync", "pipelined", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
@@ -95,9 +100,22 @@ def _whole_number(params: dict[str, str], key: str, default: int, minimum: int =
 
 def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default: str) -> str:
     value = params.get(key, "").strip() or default
-    if value not in accepted and not (key == "runtime" and ":" in value):
+    if value not in accepted:
         raise ConfigError(f"parameter '{key}': '{value}' is not accepted; expected one of {', '.join(accepted)}")
     return value
+
+
+def _runtime(params: dict[str, str]) -> str:
+    """A built-in runtime, or the name of one registered in the RUNTIME_ENTRY_POINTS
+    group (looked up when the model loads: trtpool.runtimes.load_runtime)."""
+    value = params.get("runtime", "").strip() or "auto"
+    if value in RUNTIMES or _REGISTERED_NAME.fullmatch(value):
+        return value
+    raise ConfigError(
+        f"parameter 'runtime': '{value}' is not accepted; expected one of {', '.join(RUNTIMES)}, or the name "
+        f"of a runtime that a package installed in the serving environment registers in the entry point "
+        f"group '{RUNTIME_ENTRY_POINTS}' (a config names a runtime, never code such as module:Class)"
+    )
 
 
 def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
@@ -145,7 +163,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
     return PoolConfig(
         model_name=model_config.get("name", ""),
         version_dir=version_dir,
-        runtime=_choice(params, "runtime", RUNTIMES, "auto"),
+        runtime=_runtime(params),
         model_file=params.get("model_file", "").strip(),
         contexts=contexts,
         memory_fraction=memory_fraction,

@@ -110,8 +110,8 @@ def test_engine_without_sidecar(tmp_path: Path) -> None:
 def test_a_folder_that_would_not_load_is_not_written(tiny_onnx: Path, tmp_path: Path) -> None:
     """trtpool-model loads the folder with the server's own code (ModelInstance) before writing it."""
     with pytest.raises(ConfigError, match=r"would not load in trtpool .* so nothing was written; trtpool says: "
-                                          r"parameter 'runtime': cannot load 'no_such_module:Runtime'"):
-        make_model_folder(tmp_path, "tiny", tiny_onnx, TINY, ServingOptions(runtime="no_such_module:Runtime"))
+                                          r"parameter 'runtime': 'no_such_runtime' is not a built-in runtime"):
+        make_model_folder(tmp_path, "tiny", tiny_onnx, TINY, ServingOptions(runtime="no_such_runtime"))
     assert not (tmp_path / "tiny").exists()
 
 

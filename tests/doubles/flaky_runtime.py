@@ -1,15 +1,24 @@
 """FlakyOnnxRuntime: the real ONNX Runtime runtime whose contexts misbehave on
 sentinel values, to inject failures and slow batches into a real server.
 
-    first element == SENTINEL  the context breaks (and stays broken until rebuilt)
-    first element == SLOW      the run takes SLOW_SECONDS longer
+    an element == SENTINEL        the context breaks (and stays broken until rebuilt)
+    an element == SLOW            the run takes SLOW_SECONDS longer
+    an element == KILL            the run raises SystemExit, which ends the thread running it
+    an element == KILL_AT_SUBMIT  submitting the batch raises SystemExit
 
-Selected in a config with  parameters { key: "runtime" value: { string_value:
-"tests.doubles.flaky_runtime:FlakyOnnxRuntime" } }.
+Registered as the runtime `test_flaky_onnxruntime` by the metadata beside it
+(trtpool_test_doubles-0.dist-info: entry point group trtpool.runtimes). Only
+the tests see it: the harness runs tritonserver from this folder, which the
+Python backend stub has on its path, and importing this module puts the folder
+on the importing process's path too (the builder loads a folder before writing
+it, in the test or benchmark process). A config selects
+it with  parameters { key: "runtime" value: { string_value: "test_flaky_onnxruntime" } }.
 """
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -18,12 +27,19 @@ from trtpool.runtimes.onnxruntime import OnnxContext, OnnxRuntime
 
 SENTINEL = 1.0e30
 SLOW = 2.0e30
+KILL = 3.0e30
+KILL_AT_SUBMIT = 4.0e30
 SLOW_SECONDS = 1.0
+REGISTERED_NAME = "test_flaky_onnxruntime"
+
+if str(Path(__file__).parent) not in sys.path:  # the registration beside this file
+    sys.path.append(str(Path(__file__).parent))
 
 
 class FlakyContext(OnnxContext):
     broken = False
     slow = False
+    kill = False
 
     def submit(self, parts):
         if self.broken:
@@ -32,12 +48,18 @@ class FlakyContext(OnnxContext):
         if np.any(first == SENTINEL):
             self.broken = True
             raise RuntimeError(f"injected failure in context {self.index}")
+        if np.any(first == KILL_AT_SUBMIT):
+            raise SystemExit(f"injected SystemExit while submitting to context {self.index}")
         self.slow = bool(np.any(first == SLOW))
+        self.kill = bool(np.any(first == KILL))
         super().submit(parts)
 
     def complete(self):
         if self.slow:
             time.sleep(SLOW_SECONDS)
+        if self.kill:
+            self.kill = False
+            raise SystemExit(f"injected SystemExit while running in context {self.index}")
         return super().complete()
 
 

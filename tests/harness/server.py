@@ -2,6 +2,14 @@
 
 Used by the tests' fixtures and by the benchmarks. The server runs in its own
 process group so that stopping it also stops its Python backend stubs.
+
+Shared memory: the Python backend makes one region per stub in /dev/shm,
+named <prefix><uuid> (prefix "triton_<backend>_backend_shm_region_" by
+default, python_be.cc), and only the server unlinks them, on a clean exit
+(shm_manager.cc): a server killed outright leaves them behind. Each server
+here gets a prefix of its own (--backend-config=python,shm-region-prefix-name,
+which applies to Python-based backends such as trtpool), and its regions are
+removed once it is gone, whichever way it went.
 """
 from __future__ import annotations
 
@@ -11,12 +19,19 @@ import socket
 import subprocess
 import time
 import urllib.request
+import uuid
 from contextlib import closing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TRITONSERVER = ROOT / ".triton" / "bin" / "tritonserver"
 PERF_ANALYZER = ROOT / ".triton" / "bin" / "perf_analyzer"
+# The stub runs isolated from PYTHONPATH but has its working directory on its
+# path: the servers run from here, where the test doubles and their entry point
+# registration (trtpool.runtimes) lie.
+DOUBLES = ROOT / "tests" / "doubles"
+SHM = Path("/dev/shm")
+STUB = "triton_python_backend_stub"
 
 
 def free_port() -> int:
@@ -27,6 +42,15 @@ def free_port() -> int:
 
 class ServerFailed(RuntimeError):
     pass
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory (0 once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
 
 
 class LoopbackEndpoints:
@@ -52,6 +76,7 @@ class TritonServer(LoopbackEndpoints):
         self.args = args
         self.env = env or {}
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.shm_prefix = f"trtpool_test_{uuid.uuid4().hex[:12]}_"
         self.process: subprocess.Popen | None = None
 
     @property
@@ -66,18 +91,18 @@ class TritonServer(LoopbackEndpoints):
             "--http-address=127.0.0.1", f"--http-port={self.http_port}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}", "--allow-metrics=true",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             *self.args,
         ]
         log = open(self.log_path, "wb")
-        # The stub's sys.path is the serving python3's plus its working directory
-        # (it ignores PYTHONPATH): run from the repository so that it finds tests.doubles.
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **self.env}, cwd=ROOT,
+            env={**os.environ, **self.env}, cwd=DOUBLES,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.kill()
                 raise ServerFailed(f"tritonserver exited with {self.process.returncode}:\n{self.log_tail()}")
             if self.ready():
                 return self
@@ -93,19 +118,55 @@ class TritonServer(LoopbackEndpoints):
             return False
 
     def stop(self, grace: float = 30.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """SIGINT (Triton's clean shutdown), SIGKILL after `grace` seconds."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """A forced exit: SIGKILL the server and its stubs, then remove what they left in /dev/shm."""
+        if self.process is None:
             return
-        group = os.getpgid(self.process.pid)
-        os.killpg(group, signal.SIGINT)
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(group, signal.SIGKILL)
-            self.process.wait()
-        try:  # stubs left behind in the group
-            os.killpg(group, signal.SIGKILL)
+        try:  # the server's process group: itself and the stubs it started
+            os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.process.wait()
+        deadline = time.monotonic() + 10
+        while self.stub_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for region in self.shm_regions():
+            region.unlink(missing_ok=True)
+
+    def shm_regions(self) -> list[Path]:
+        """This server's shared-memory regions in /dev/shm."""
+        return sorted(SHM.glob(self.shm_prefix + "*"))
+
+    def stub_pids(self) -> list[int]:
+        """The Python backend stub processes of this server (one per model instance, plus
+        one while a model's config is auto-completed): they carry its region prefix."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:  # gone meanwhile
+                    continue
+                if len(cmdline) > 2 and cmdline[0].endswith(STUB.encode()) and \
+                        cmdline[2].startswith(self.shm_prefix.encode()):
+                    pids.append(int(entry.name))
+        return pids
+
+    def rss_bytes(self) -> int:
+        """The server process's resident memory (its stubs not included)."""
+        return rss_bytes(self.process.pid)
+
+    def stubs_rss_bytes(self) -> int:
+        return sum(rss_bytes(pid) for pid in self.stub_pids())
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

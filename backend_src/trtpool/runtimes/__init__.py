@@ -2,15 +2,24 @@
 
 `runtime: auto` picks by the file in the version folder: an engine
 (model.plan / *.engine) goes to TensorRT, model.onnx to ONNX Runtime. The
-torch runtime (GPU, converts model.onnx) is chosen explicitly. A
-`module:Class` value loads a runtime class from the serving Python's path.
+torch runtime (GPU, converts model.onnx) is chosen explicitly.
+
+A config cannot widen what the backend runs or reads. A config may come from
+a client rather than the repository (Triton's model-control API takes a
+config with a load request), so other runtimes come from a registry the
+operator controls, the entry point group ``trtpool.runtimes`` of the packages
+installed in the serving environment (a config names a registered runtime,
+never a module), and a `model_file` must lie inside the model's version
+folder once every symlink is followed. The default file names are the
+repository's own layout, which may link elsewhere (as Triton repositories
+may, and as trtpool-model's staging does).
 """
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from trtpool.config import PoolConfig
+from trtpool.config import RUNTIME_ENTRY_POINTS, RUNTIMES, PoolConfig
 from trtpool.errors import ConfigError, EngineError
 from trtpool.runtimes.base import Runtime
 
@@ -23,18 +32,41 @@ DEFAULT_FILES = {
 RUNTIME_BY_SUFFIX = {".plan": "tensorrt", ".engine": "tensorrt", ".onnx": "onnxruntime"}
 
 
+def registered_runtimes() -> dict[str, EntryPoint]:
+    """The runtimes installed packages register: name -> entry point (module:Class)."""
+    return {point.name: point for point in entry_points(group=RUNTIME_ENTRY_POINTS)}
+
+
+def confined(version_dir: Path, file_name: str) -> Path:
+    """version_dir / file_name for parameter 'model_file', refused unless it stays
+    inside version_dir with every symlink followed (no absolute path, no '..'
+    out, no link out)."""
+    if Path(file_name).is_absolute():
+        raise ConfigError(f"parameter 'model_file': '{file_name}' is an absolute path; name a file inside "
+                          f"the model's version folder '{version_dir}', such as model.onnx")
+    path = version_dir / file_name
+    folder, target = version_dir.resolve(), path.resolve()
+    if not target.is_relative_to(folder):
+        raise ConfigError(f"parameter 'model_file': '{file_name}' resolves to '{target}', outside the model's "
+                          f"version folder '{folder}'; the model file must lie inside it")
+    return path
+
+
 def resolve(cfg: PoolConfig) -> tuple[str, Path]:
     """The runtime name and model file this config asks for."""
-    if cfg.runtime != "auto":
-        return cfg.runtime, cfg.version_dir / (cfg.model_file or DEFAULT_FILES.get(cfg.runtime, "model.onnx"))
     if cfg.model_file:
-        suffix = Path(cfg.model_file).suffix
+        path = confined(cfg.version_dir, cfg.model_file)
+        if cfg.runtime != "auto":
+            return cfg.runtime, path
+        suffix = path.suffix
         if suffix not in RUNTIME_BY_SUFFIX:
             raise ConfigError(
                 f"parameter 'model_file': cannot pick a runtime for '{cfg.model_file}'; "
                 f"expected a file ending in {', '.join(RUNTIME_BY_SUFFIX)} or an explicit 'runtime'"
             )
-        return RUNTIME_BY_SUFFIX[suffix], cfg.version_dir / cfg.model_file
+        return RUNTIME_BY_SUFFIX[suffix], path
+    if cfg.runtime != "auto":
+        return cfg.runtime, cfg.version_dir / DEFAULT_FILES.get(cfg.runtime, "model.onnx")
     for name in ("model.plan", "model.engine", "model.onnx"):
         if (cfg.version_dir / name).is_file():
             return RUNTIME_BY_SUFFIX[Path(name).suffix], cfg.version_dir / name
@@ -42,6 +74,27 @@ def resolve(cfg: PoolConfig) -> tuple[str, Path]:
         f"no model file in '{cfg.version_dir}': expected model.plan (TensorRT) or "
         "model.onnx (ONNX Runtime, or the torch runtime), or set parameter 'model_file'"
     )
+
+
+def registered_runtime(name: str) -> type[Runtime]:
+    """The Runtime class registered under `name` in the entry point group."""
+    registered = registered_runtimes()
+    if name not in registered:
+        raise ConfigError(
+            f"parameter 'runtime': '{name}' is not a built-in runtime ({', '.join(RUNTIMES)}) and no installed "
+            f"package registers it in the entry point group '{RUNTIME_ENTRY_POINTS}' "
+            f"(registered: {', '.join(sorted(registered)) or 'none'})"
+        )
+    point = registered[name]
+    try:
+        runtime_class = point.load()
+    except Exception as exc:
+        raise ConfigError(f"parameter 'runtime': '{name}' is registered as '{point.value}', which cannot be "
+                          f"loaded: {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(runtime_class, type) and issubclass(runtime_class, Runtime)):
+        raise ConfigError(f"parameter 'runtime': '{name}' is registered as '{point.value}', which is not a "
+                          "trtpool Runtime class")
+    return runtime_class
 
 
 def load_runtime(cfg: PoolConfig) -> Runtime:
@@ -57,9 +110,4 @@ def load_runtime(cfg: PoolConfig) -> Runtime:
     if name == "torch":
         from trtpool.runtimes.torch import TorchRuntime
         return TorchRuntime(cfg, path, precision=cfg.precision, sequence_buckets=cfg.sequence_buckets)
-    module_name, _, class_name = name.partition(":")
-    try:
-        runtime_class = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"parameter 'runtime': cannot load '{name}': {exc}") from exc
-    return runtime_class(cfg, path)
+    return registered_runtime(name)(cfg, path)
