@@ -156,6 +156,9 @@ class BatchRunner:
             self.pool.give(context, exc)
             self._failed(chunk, exc, emit, fail, detach=False)
             return None
+        except BaseException:  # the thread is ending: the context goes back, rebuilt, first
+            self.pool.give(context, ContextFailure("a submit was interrupted"))
+            raise
         return context
 
     def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail,
