@@ -100,7 +100,7 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True)
     p.add_argument("--shapes", action="append", default=[], metavar="NAME=MIN:OPT:MAX,...",
                    help="ONNX only: one profile per use (needed for dynamic dimensions)")
-    p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or module:Class")
+    p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or a runtime registered in the trtpool.runtimes entry points")
     p.add_argument("--contexts", default=d.contexts, help="N, or auto")
     p.add_argument("--memory-fraction", default=d.memory_fraction)
     p.add_argument("--mode", choices=MODES, default=d.mode)
