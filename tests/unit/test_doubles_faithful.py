@@ -40,8 +40,10 @@ from tests.harness.binding_surface import surface, wheel_surface
 from trtpool import trt_api
 
 WHEELS = os.environ.get("TRTPOOL_TENSORRT_WHEELS", "")
-FETCH = ("pip download --no-deps -d DIR tensorrt-cu12-bindings==VERSION (10.0.1, 10.5.0, 10.12.0.36, "
-         "10.13.3.9, 10.16.1.11, 11.0.0.114, 11.1.0.106, 11.4.0.106), then TRTPOOL_TENSORRT_WHEELS=DIR")
+RELEASES = [line for line in (Path(tensorrt_double.__file__).with_name("tensorrt_releases.txt").read_text().split("\n"))
+            if line and not line.startswith("#")]
+FETCH = (f"scripts/setup.sh downloads them; or pip download --no-deps -d DIR tensorrt-cu12-bindings==VERSION "
+         f"({', '.join(RELEASES)}), then TRTPOOL_TENSORRT_WHEELS=DIR")
 
 
 def differences(double: dict[str, Any], real: dict[str, Any]) -> list[str]:
