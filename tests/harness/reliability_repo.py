@@ -22,6 +22,10 @@ from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import ServingOptions, make_model_folder
 
 TINY_PROFILE = "INPUT0=1x16:8x16:64x16"
+# Variables by which ONNX Runtime (and other tools) recognise a CI system and keep
+# their telemetry quiet (seen: CI=true); the reliability server runs without them.
+CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "BUILD_NUMBER", "RUN_ID", "GITHUB_ACTIONS", "TF_BUILD",
+              "GITLAB_CI", "JENKINS_URL", "TRAVIS")
 MODELS = ("tiny_dec", "tiny_dec_unary", "tiny_sync", "tiny_pipe", "seq_dec", "kill_dec", "kill_submit_dec")
 
 

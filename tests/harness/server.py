@@ -70,7 +70,8 @@ class LoopbackEndpoints:
 
 class TritonServer(LoopbackEndpoints):
     def __init__(self, repository: Path, log_path: Path, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str | None] | None = None) -> None:
+        """`env` is laid over this process's environment; a None value removes that variable."""
         self.repository = repository
         self.log_path = log_path
         self.args = args
@@ -97,7 +98,7 @@ class TritonServer(LoopbackEndpoints):
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **self.env}, cwd=DOUBLES,
+            env={k: v for k, v in {**os.environ, **self.env}.items() if v is not None}, cwd=DOUBLES,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.reliability_repo import build_reliability_repository
+from tests.harness.reliability_repo import CI_MARKERS, build_reliability_repository
 from tests.harness.server import TritonServer
 
 
@@ -28,5 +28,6 @@ def reliability(start_server, tmp_path_factory) -> Reliability:
     home.mkdir()
     # A model whose worker is stuck (test_worker_kill's known defect) must not hold the exit for long.
     server = start_server(repo, "--exit-timeout-secs=10",
-                          env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")})
+                          env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+                               **dict.fromkeys(CI_MARKERS)})  # as on a user's machine: see test_stub_files
     return Reliability(server, repo, base / "onnx", home)
