@@ -67,10 +67,6 @@ class PoolConfig:
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
 
-    @property
-    def model_path(self) -> Path:
-        return self.version_dir / self.model_file
-
 
 def instance_device(kind: str, device_id: str) -> str:
     """Where a Triton model instance runs: "cuda:N" for KIND_GPU on GPU N, else "cpu".

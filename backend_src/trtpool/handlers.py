@@ -43,14 +43,14 @@ class SyncHandler:
         responses: list[Any] = [None] * len(requests)
 
         def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
-            # Copied: the stub reads the responses after execute() returns, and within
-            # it a context may take another batch (a split batch, a retried request).
-            responses[index] = response(self.pb, {name: array.copy() for name, array in outputs.items()})
+            responses[index] = response(self.pb, outputs)
 
         def fail(index: int, error: Exception) -> None:
             responses[index] = error_response(self.pb, error)
 
-        self.instance.runner.run([request_tensors(r) for r in requests], emit, fail)
+        # Detached: the stub reads the responses after execute() returns, and within it
+        # a context may take another batch (a split batch, a retried request).
+        self.instance.runner.run([request_tensors(r) for r in requests], emit, fail, detach=True)
         self.metrics.after_work()
         return responses
 

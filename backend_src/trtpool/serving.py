@@ -130,31 +130,32 @@ class BatchRunner:
                 fail(index, exc)
         return items
 
-    def run(self, requests: Sequence[dict[str, Any]], emit: Emit, fail: Fail) -> None:
-        """Run every request and answer each before returning."""
+    def run(self, requests: Sequence[dict[str, Any]], emit: Emit, fail: Fail, detach: bool = False) -> None:
+        """Run every request and answer each before returning (`detach`: see finish)."""
         chunks = self.planner.plan(self.validate(requests, fail))
         if len(chunks) == 1:
-            self.run_chunk(chunks[0], emit, fail)
+            self.run_chunk(chunks[0], emit, fail, detach)
         else:
             # Parts of one large batch run on several contexts at once.
-            for future in [self._executor.submit(self.run_chunk, c, emit, fail) for c in chunks]:
+            for future in [self._executor.submit(self.run_chunk, c, emit, fail, detach) for c in chunks]:
                 future.result()
 
     def run_chunk(self, chunk: list[Item], emit: Emit, fail: Fail, detach: bool = False) -> None:
-        context = self.start(chunk, emit, fail)
+        context = self.start(chunk, emit, fail, detach)
         if context is not None:
             self.finish(context, chunk, emit, fail, detach)
 
-    def start(self, chunk: list[Item], emit: Emit, fail: Fail) -> ExecutionContext | None:
+    def start(self, chunk: list[Item], emit: Emit, fail: Fail, detach: bool = False) -> ExecutionContext | None:
         """Take a free context (waiting for one) and submit the chunk to it. None when
-        the submit failed: the chunk has then been answered already."""
+        the submit failed: the chunk has then been answered already (retried requests
+        answered as `finish` would, `detach` included)."""
         context = self.pool.take()
         parts: Parts = {name: [item.tensors[name] for item in chunk] for name in chunk[0].shapes}
         try:
             context.submit(parts)
         except Exception as exc:
             self.pool.give(context, exc)
-            self._failed(chunk, exc, emit, fail, detach=False)
+            self._failed(chunk, exc, emit, fail, detach)
             return None
         except BaseException:  # the thread is ending: the context goes back, rebuilt, first
             self.pool.give(context, ContextFailure("a submit was interrupted"))
@@ -168,7 +169,8 @@ class BatchRunner:
         Answers are built from views of the context's buffers, so by default the
         context is given back after the last emit. With `detach` the batch's
         outputs are copied first (one copy per output) and the context goes back
-        before any answer is sent: for callers whose answers are slow to send."""
+        before any answer is sent: for callers whose answers are slow to send, or
+        read only after the context may have taken another batch."""
         failure = None
         try:
             outputs = context.complete()
