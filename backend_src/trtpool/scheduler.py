@@ -71,7 +71,9 @@ class Scheduler:
         self._waiting = 0
         self._ready = threading.Condition()
         self._closed = False
-        self.workers = [self._start_worker(slot) for slot in range(runner.pool.size)]
+        self.workers = [self._new_worker(slot) for slot in range(runner.pool.size)]
+        for worker in self.workers:
+            worker.start()
         self._stop_watchdog = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="trtpool-watchdog", daemon=True)
         self._watchdog.start()
@@ -147,10 +149,8 @@ class Scheduler:
 
     # --- workers ------------------------------------------------------------------
 
-    def _start_worker(self, slot: int) -> threading.Thread:
-        worker = threading.Thread(target=self._work, args=(slot,), name=f"trtpool-worker-{slot}", daemon=True)
-        worker.start()
-        return worker
+    def _new_worker(self, slot: int) -> threading.Thread:
+        return threading.Thread(target=self._work, args=(slot,), name=f"trtpool-worker-{slot}", daemon=True)
 
     def _work(self, slot: int) -> None:
         while True:
@@ -196,7 +196,9 @@ class Scheduler:
                 if not worker.is_alive() and not self._closed:
                     log.error("decoupled worker %d died; starting a new one", slot)
                     self._on_worker_lost()
-                    self.workers[slot] = self._start_worker(slot)
+                    replacement = self._new_worker(slot)
+                    self.workers[slot] = replacement  # in its slot before it can answer anything
+                    replacement.start()
 
     def close(self) -> None:
         self._stop_watchdog.set()
