@@ -43,8 +43,11 @@ from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
 # name: (contexts, mode, extra parameters)
 VARIANTS = {
     "sync_c1": (1, "sync", {}),
+    "sync_c2_s2": (2, "sync", {"sub_batches": "2"}),
+    "sync_c3_s3": (3, "sync", {"sub_batches": "3"}),
     "pipe_c1": (1, "pipelined", {}),
     "pipe_c2": (2, "pipelined", {}),
+    "pipe_c2_s2": (2, "pipelined", {"sub_batches": "2"}),
     "pipe_c4": (4, "pipelined", {}),
     "pipe_c1_t4": (1, "pipelined", {"response_threads": "4"}),
     "pipe_c2_t4": (2, "pipelined", {"response_threads": "4"}),
@@ -100,17 +103,19 @@ def stub_pid(model: str) -> int | None:
 
 
 def profiled(server: TritonServer, model: str, args, out: Path) -> dict:
-    """A batch-1 CUDA-shm measurement while py-spy samples the model's stub (all threads)."""
+    """A batch-1 CUDA-shm measurement while py-spy samples the model's stub (all
+    threads; with --native, the C/C++ frames too: the stub's own IPC and copies)."""
     pid = stub_pid(model)
     if pid is None or shutil.which("py-spy") is None:
         return {"error": "no stub process or no py-spy"}
-    recorder = subprocess.Popen(["py-spy", "record", "--nonblocking", "--threads", "--format", "raw", "--rate", "200",
-                                 "--duration", "12", "--pid", str(pid), "--output", str(out)],
+    native = ["--native"] if args.native else []
+    recorder = subprocess.Popen(["py-spy", "record", "--nonblocking", "--threads", *native, "--format", "raw",
+                                 "--rate", "200", "--duration", "12", "--pid", str(pid), "--output", str(out)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(1)
     result = measure(server, model, concurrency=args.concurrency, shm=args.shm, inputs=INPUTS[args.example])
     _, err = recorder.communicate(timeout=60)
-    return {"measurement": result, "profile": str(out), "py_spy": err[-500:]}
+    return {"model": model, "measurement": result, "profile": str(out), "py_spy": err[-500:]}
 
 
 def main() -> None:
@@ -121,11 +126,17 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--concurrency", type=int, default=64, help="batch-1 clients")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--profile", type=Path, help="write a py-spy profile (raw stacks) of the best stub here")
+    parser.add_argument("--nulls", default=",".join(NULLS))
+    parser.add_argument("--batch32", default="sync_c1,best_pipelined",
+                        help="variants measured with batch-32 clients; best_pipelined: the best pipelined one")
+    parser.add_argument("--profile", type=Path, help="write a py-spy profile (raw stacks) of a stub here")
+    parser.add_argument("--profile-variant", default="best_pipelined", help="a variant, best or best_pipelined")
+    parser.add_argument("--native", action="store_true", help="profile native frames too")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ceiling.json")
     args = parser.parse_args()
     args.shm = "cuda" if args.runtime == "torch" else "none"
     variants = args.variants.split(",")
+    nulls = {name: NULLS[name] for name in args.nulls.split(",")}
     report: dict = {"benchmark": "ceiling", **provenance(), "runtime": args.runtime, "precision": args.precision,
                     "example": args.example, "concurrency": args.concurrency, "shm": args.shm}
 
@@ -138,13 +149,13 @@ def main() -> None:
         for name in variants:
             contexts, mode, parameters = VARIANTS[name]
             add_model(repo, onnx, name, args.example, args, contexts=contexts, mode=mode, parameters=parameters)
-        for name, parameters in NULLS.items():
+        for name, parameters in nulls.items():
             add_null_model(repo, variants[0], name, **parameters)
         server = TritonServer(repo, scratch / "server.log").start(timeout=600)
         inputs = INPUTS[args.example]
         try:
             batch1 = {name: measure(server, name, concurrency=args.concurrency, shm=args.shm, inputs=inputs)
-                      for name in (*NULLS, *variants)}
+                      for name in (*nulls, *variants)}
             report["batch1"] = batch1
             measured = [n for n in variants if "infer_per_s" in batch1[n]]
             best = max(measured, key=lambda n: batch1[n]["infer_per_s"])
@@ -153,23 +164,31 @@ def main() -> None:
             peak = batch1[best]["infer_per_s"]
             report["best"], report["best_pipelined"] = best, best_pipelined
             report["best_plain_grpc"] = measure(server, best, concurrency=args.concurrency, inputs=inputs)
+            chosen = {"best": best, "best_pipelined": best_pipelined}
+            batch32 = [chosen.get(name, name) for name in args.batch32.split(",")]
             report["batch32"] = {name: measure(server, name, concurrency=8, batch=32, shm=args.shm, inputs=inputs)
-                                 for name in dict.fromkeys(["sync_c1", best_pipelined]) if name in variants}
+                                 for name in dict.fromkeys(batch32) if name in variants}
             report["latency"] = {f"{share:.0%}": measure(server, best, rate=peak * share, shm=args.shm,
                                                          interval_ms=3000, inputs=inputs)
                                  for share in (0.5, 0.9)}
             if args.profile:
-                report["profile"] = profiled(server, best_pipelined, args, args.profile)
+                target = chosen.get(args.profile_variant, args.profile_variant)
+                report["profile"] = profiled(server, target, args, args.profile)
         finally:
             server.stop()
             report["server_log_tail"] = server.log_tail(40)
 
     inprocess = report["inprocess"]["best"]["items_per_s"]
-    nulls = [report["batch1"][name].get("infer_per_s") for name in ("null", "null_gpuin")]
-    null = max((n for n in nulls if n), default=None)  # the higher ceiling: the stricter ratio
+    null_rates = [report["batch1"][name].get("infer_per_s") for name in ("null", "null_gpuin") if name in nulls]
+    null = max((n for n in null_rates if n), default=None)  # the higher ceiling: the stricter ratio
     served = report["batch1"][report["best"]]["infer_per_s"]
-    one_context = report["batch1"].get("pipe_c1", {}).get("infer_per_s")
-    pipelined_best = report["batch1"][report["best_pipelined"]]["infer_per_s"]
+
+    def rate(name: str) -> float | None:
+        return report["batch1"].get(name, {}).get("infer_per_s")
+
+    def ratio(top: float | None, bottom: float | None) -> float | None:
+        return round(top / bottom, 3) if top and bottom else None
+
     best32 = max((row.get("infer_per_s") or 0 for row in report["batch32"].values()), default=None)
     at90 = report["latency"]["90%"]
     report.update({
@@ -177,9 +196,10 @@ def main() -> None:
         "null_model_infer_per_s": null,
         "inprocess_best_items_per_s": inprocess,
         "ratios": {
-            "served_over_min_inprocess_null": round(served / min(inprocess, null), 3) if null else None,
-            "batch32_over_inprocess": round(best32 / inprocess, 3) if best32 else None,
-            "pipelined_best_over_one_context": round(pipelined_best / one_context, 3) if one_context else None,
+            "served_over_min_inprocess_null": ratio(served, min(inprocess, null) if null else None),
+            "batch32_over_inprocess": ratio(best32, inprocess),
+            "pipelined_best_over_one_context": ratio(rate(report["best_pipelined"]), rate("pipe_c1")),
+            "best_over_sync_one_context": ratio(served, rate("sync_c1")),
             "p99_over_p50_at_90pct": round(at90["p99_ms"] / at90["p50_ms"], 2) if "p99_ms" in at90 else None,
         },
     })
