@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,10 +41,11 @@ class Item:
     index: int
     tensors: dict[str, Any]
     shapes: dict[str, tuple[int, ...]]
+    batch: int = field(init=False)  # rows along the batch axis (of a batched model)
 
-    @property
-    def batch(self) -> int:
-        return next(iter(self.shapes.values()))[0]
+    def __post_init__(self) -> None:
+        first = next(iter(self.shapes.values()), ())
+        self.batch = first[0] if first else 1
 
 
 def shape_key(shapes: dict[str, tuple[int, ...]], batched: bool) -> tuple:
@@ -98,11 +99,13 @@ class BatchPlanner:
         for group in groups.values():
             limit = self.largest_batch(group[0])
             pending: list[Item] = []
+            rows = 0
             for item in group:
-                if pending and sum(i.batch for i in pending) + item.batch > limit:
+                if pending and rows + item.batch > limit:
                     chunks += self._admitted(pending)
-                    pending = []
+                    pending, rows = [], 0
                 pending.append(item)
+                rows += item.batch
             chunks += self._admitted(pending)
         # A lone batch is divided; several already keep several contexts busy.
         return self._divided(chunks[0]) if len(chunks) == 1 else chunks

@@ -1,0 +1,147 @@
+"""The backend's code against an earlier revision of it, served side by side in turn.
+
+Each round starts a tritonserver on one model (the tiny example by default:
+16 -> 4 floats, so what one execute() costs shows) with trtpool's code from
+this checkout, then one with trtpool's code from REVISION (a git worktree),
+the order swapped every round, and measures each with perf_analyzer over
+gRPC. The stub imports trtpool from its working directory first (the
+harness's note in tests/harness/server.py), so the earlier code is served by
+starting its server in a folder whose `trtpool` is the worktree's. Each round
+also times execute()'s own Python work in process, in a fresh Python started
+in the same folder: BatchRunner.run over 16 batch-1 requests of the model,
+microseconds per run (no server, no pb_utils).
+
+    .venv/bin/python bench/code_ab.py --base HEAD~1 --rounds 6 --out bench/results/cpu_code_ab.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tests.harness.server as harness  # noqa: E402
+from bench.gpu_serving import add_model, measure  # noqa: E402
+from bench.record import provenance, write_json  # noqa: E402
+from trtpool_builder.examples import write_example  # noqa: E402
+
+
+def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace) -> dict:
+    """One server whose stubs start in `workdir`, measured once."""
+    harness.DOUBLES = workdir  # the stub's working directory, first on its import path
+    server = harness.TritonServer(repo, scratch / "server.log").start()
+    try:
+        measure(server, "model", concurrency=args.concurrency)  # warm-up, not counted
+        return measure(server, "model", concurrency=args.concurrency, interval_ms=args.interval_ms)
+    finally:
+        server.stop()
+
+
+def time_runner(model_dir: Path, runs: int = 4000) -> float:
+    """Microseconds per BatchRunner.run of 16 batch-1 requests (trtpool from the working directory)."""
+    sys.path.insert(0, os.getcwd())
+    from trtpool import config as pool_config
+    from trtpool.pool import ContextPool
+    from trtpool.runtimes.onnxruntime import OnnxRuntime
+    from trtpool.serving import BatchRunner
+
+    cfg = pool_config.load({"name": "model", "max_batch_size": 64, "parameters": {
+        "profile": {"string_value": "INPUT0=1x16:16x16:64x16"}}}, model_dir, "cpu")
+    runner = BatchRunner(ContextPool(OnnxRuntime(cfg, model_dir / "model.onnx"), 1))
+    requests = [{"INPUT0": np.full((1, 16), i, np.float32)} for i in range(16)]
+
+    def emit(index: int, outputs: dict) -> None:
+        {name: np.array(array) for name, array in outputs.items()}  # what a response costs, roughly
+
+    for _ in range(runs // 20):
+        runner.run(requests, emit, lambda index, error: None, detach=True)
+    start = time.perf_counter()
+    for _ in range(runs):
+        runner.run(requests, emit, lambda index, error: None, detach=True)
+    return (time.perf_counter() - start) / runs * 1e6
+
+
+def timed_in(workdir: Path, model_dir: Path) -> float:
+    found = subprocess.run([sys.executable, __file__, "--time-runner", str(model_dir)], cwd=workdir,
+                           capture_output=True, text=True, check=True)
+    return float(found.stdout.strip())
+
+
+def imported_from(workdir: Path) -> str:
+    """Where a Python started in `workdir` (as the stub is) finds trtpool."""
+    found = subprocess.run([sys.executable, "-c", "import trtpool.serving as s; print(s.__file__)"],
+                           cwd=workdir, capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", help="the git revision to serve against this checkout (required)")
+    parser.add_argument("--example", default="tiny")
+    parser.add_argument("--contexts", type=int, default=1)
+    parser.add_argument("--mode", default="sync")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_code_ab.json")
+    parser.add_argument("--time-runner", type=Path, help=argparse.SUPPRESS)  # the in-process timing, in a child
+    args = parser.parse_args()
+    if args.time_runner:
+        print(f"{time_runner(args.time_runner):.1f}")
+        return
+    if not args.base:
+        parser.error("--base is required")
+    args.runtime, args.precision = "onnxruntime", "fp32"
+    revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        worktree = scratch / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), revision], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            base_dir = scratch / "base_workdir"
+            base_dir.mkdir()
+            (base_dir / "trtpool").symlink_to(worktree / "backend_src" / "trtpool")
+            workdirs = {"checkout": harness.DOUBLES, revision: base_dir}
+            sources = {name: imported_from(workdir) for name, workdir in workdirs.items()}
+            onnx = write_example(args.example, scratch / "model.onnx")
+            tiny_dir = scratch / "tiny" / "1"
+            tiny_dir.mkdir(parents=True)
+            write_example("tiny", tiny_dir / "model.onnx")
+            add_model(scratch / "repo", onnx, "model", args.example, args, contexts=args.contexts, mode=args.mode)
+            rows: dict[str, list[dict]] = {name: [] for name in workdirs}
+            for round_index in range(args.rounds):
+                order = list(workdirs) if round_index % 2 == 0 else list(workdirs)[::-1]
+                for name in order:
+                    rows[name].append(served(scratch / "repo", scratch, workdirs[name], args))
+                    rows[name][-1]["runner_us_per_16"] = round(timed_in(workdirs[name], tiny_dir), 1)
+                    print(f"round {round_index} {name}: {rows[name][-1].get('infer_per_s')} infer/s, "
+                          f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+    ratios = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows["checkout"], rows[revision])]
+    runner = [a["runner_us_per_16"] / b["runner_us_per_16"] for a, b in zip(rows["checkout"], rows[revision])]
+    record = {"benchmark": "code_ab", **provenance(), "base": revision, "sources": sources,
+              "example": args.example, "contexts": args.contexts, "mode": args.mode,
+              "concurrency": args.concurrency, "rounds": rows,
+              "checkout_over_base_throughput": {"per_round": [round(r, 3) for r in ratios],
+                                                "median": round(statistics.median(ratios), 3),
+                                                "rounds_checkout_faster": sum(r > 1 for r in ratios)},
+              "checkout_over_base_runner_time": {"per_round": [round(r, 3) for r in runner],
+                                                 "median": round(statistics.median(runner), 3)}}
+    write_json(args.out, record)
+    print(record["checkout_over_base_throughput"], record["checkout_over_base_runner_time"])
+
+
+if __name__ == "__main__":
+    main()
