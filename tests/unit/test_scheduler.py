@@ -69,7 +69,7 @@ def test_only_requests_that_waited_are_asked_about_cancellation(scheduler):
     slow[0, 0] = SLOW
     blocker = RecordingResponder(cancelled=False)
     scheduler.submit({"INPUT0": slow}, blocker)
-    time.sleep(0.1)  # the slow batch now holds the only context for SLOW_SECONDS
+    until_taken(scheduler, 2)  # the slow batch now holds the only context for SLOW_SECONDS
     waited_cancelled, waited_live = RecordingResponder(cancelled=True), RecordingResponder(cancelled=False)
     scheduler.submit({"INPUT0": x}, waited_cancelled)
     scheduler.submit({"INPUT0": x}, waited_live)
@@ -91,6 +91,15 @@ def make_scheduler(tmp_path: Path, profile: str, contexts: int = 1, on_worker_lo
                      on_worker_lost=on_worker_lost)
 
 
+def until_taken(scheduler: Scheduler, batches: int) -> None:
+    """Wait until the scheduler's workers have taken a context `batches` times in all
+    (the slow batch holds its context from then on, for SLOW_SECONDS)."""
+    deadline = time.monotonic() + 10
+    while scheduler.runner.pool.stats.acquisitions < batches:
+        assert time.monotonic() < deadline, "no worker took the batch"
+        time.sleep(0.005)
+
+
 def slow_request() -> dict[str, np.ndarray]:
     x = np.ones((1, 16), np.float32)
     x[0, 0] = SLOW
@@ -105,7 +114,7 @@ def test_requests_that_do_not_fit_one_batch_wait_their_turn_and_all_are_answered
     try:
         blocker = RecordingResponder(cancelled=False)
         scheduler.submit(slow_request(), blocker)
-        time.sleep(0.1)
+        until_taken(scheduler, 1)
         rng = np.random.default_rng(5)
         requests = [rng.standard_normal((n, 16)).astype(np.float32) for n in [60, 8, 1] * 10]
         responders = [RecordingResponder(cancelled=False) for _ in requests]
@@ -130,7 +139,7 @@ def test_queued_requests_join_the_profile_that_admits_them(tmp_path):
     try:
         blocker = RecordingResponder(cancelled=False)
         scheduler.submit(slow_request(), blocker)
-        time.sleep(0.1)
+        until_taken(scheduler, 1)
         responders = [RecordingResponder(cancelled=False) for _ in range(12)]
         for responder in responders:
             scheduler.submit({"INPUT0": np.full((1, 16), 0.5, np.float32)}, responder)
@@ -154,7 +163,8 @@ def test_a_killed_worker_fails_its_batch_is_replaced_and_every_request_is_answer
     try:
         in_flight = RecordingResponder(cancelled=False)
         scheduler.submit(slow_request(), in_flight)
-        time.sleep(0.2)  # the worker is inside the slow batch
+        until_taken(scheduler, 1)
+        time.sleep(0.2)  # the worker is inside the slow batch's run, past taking its context
         [worker] = scheduler.workers
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(WorkerKilled))
         queued = [RecordingResponder(cancelled=False) for _ in range(5)]
