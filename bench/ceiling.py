@@ -9,9 +9,10 @@
                       memory at --concurrency, each with Triton's per-stage times
 
 then, for the best variant: plain gRPC beside CUDA shm and p50/p99 at 50% and 90%
-of its peak rate; batch-32 clients for sync and the best pipelined variant; and
-optionally a py-spy profile of the best pipelined stub under load. Writes the
-figures and the ratios the issue asks for.
+of its peak rate; batch-32 clients for the variants --batch32 names (sync and
+the best pipelined by default); and optionally a py-spy profile of one stub
+under load (--profile-variant, --native). Writes the figures and the ratios
+the issue asks for.
 
     python bench/ceiling.py --runtime torch --precision fp16 --out bench/results/h200/ceiling.json
 
