@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import tests.harness.server as harness  # noqa: E402
 from bench.gpu_serving import add_model, measure  # noqa: E402
+from bench.paired import arguments, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
@@ -59,8 +59,8 @@ def time_runner(model_dir: Path, runs: int = 4000) -> float:
     runner = BatchRunner(ContextPool(OnnxRuntime(cfg, model_dir / "model.onnx"), 1))
     requests = [{"INPUT0": np.full((1, 16), i, np.float32)} for i in range(16)]
 
-    def emit(index: int, outputs: dict) -> None:
-        {name: np.array(array) for name, array in outputs.items()}  # what a response costs, roughly
+    def emit(index: int, outputs: dict) -> dict:
+        return {name: np.array(array) for name, array in outputs.items()}  # what a response costs, roughly
 
     for _ in range(runs // 20):
         runner.run(requests, emit, lambda index, error: None, detach=True)
@@ -84,15 +84,10 @@ def imported_from(workdir: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, "cpu_code_ab.json", concurrency=16)
     parser.add_argument("--base", help="the git revision to serve against this checkout (required)")
-    parser.add_argument("--example", default="tiny")
     parser.add_argument("--contexts", type=int, default=1)
     parser.add_argument("--mode", default="sync")
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--interval-ms", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_code_ab.json")
     parser.add_argument("--time-runner", type=Path, help=argparse.SUPPRESS)  # the in-process timing, in a child
     args = parser.parse_args()
     if args.time_runner:
@@ -129,16 +124,12 @@ def main() -> None:
                           f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
-    ratios = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows["checkout"], rows[revision])]
-    runner = [a["runner_us_per_16"] / b["runner_us_per_16"] for a, b in zip(rows["checkout"], rows[revision])]
     record = {"benchmark": "code_ab", **provenance(), "base": revision, "sources": sources,
               "example": args.example, "contexts": args.contexts, "mode": args.mode,
               "concurrency": args.concurrency, "rounds": rows,
-              "checkout_over_base_throughput": {"per_round": [round(r, 3) for r in ratios],
-                                                "median": round(statistics.median(ratios), 3),
-                                                "rounds_checkout_faster": sum(r > 1 for r in ratios)},
-              "checkout_over_base_runner_time": {"per_round": [round(r, 3) for r in runner],
-                                                 "median": round(statistics.median(runner), 3)}}
+              "checkout_over_base_throughput": compared(rows["checkout"], rows[revision], "infer_per_s",
+                                                        faster="rounds_checkout_faster"),
+              "checkout_over_base_runner_time": compared(rows["checkout"], rows[revision], "runner_us_per_16")}
     write_json(args.out, record)
     print(record["checkout_over_base_throughput"], record["checkout_over_base_runner_time"])
 

@@ -16,7 +16,6 @@ machine a ratio holds where an absolute figure does not.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.cpu_serving import MODELS, build_repository, inprocess_throughput  # noqa: E402
-from bench.paired import alternate, arguments  # noqa: E402
+from bench.paired import alternate, arguments, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -42,10 +41,10 @@ SYNC_SPLIT = "trtpool_sync_split"
 
 def ratios(rows: dict[str, list[dict]], first: str, second: str) -> dict:
     """Per round: first's throughput and p99 over second's; their medians."""
-    throughput = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows[first], rows[second])]
-    p99 = [a["p99_us"] / b["p99_us"] for a, b in zip(rows[first], rows[second])]
-    return {"throughput_per_round": [round(r, 3) for r in throughput], "throughput_median": round(statistics.median(throughput), 3),
-            "p99_per_round": [round(r, 3) for r in p99], "p99_median": round(statistics.median(p99), 3)}
+    throughput = compared(rows[first], rows[second], "infer_per_s")
+    p99 = compared(rows[first], rows[second], "p99_us")
+    return {"throughput_per_round": throughput["per_round"], "throughput_median": throughput["median"],
+            "p99_per_round": p99["per_round"], "p99_median": p99["median"]}
 
 
 def naive_loop(onnx: Path, inputs: dict[str, np.ndarray], seconds: float) -> float:

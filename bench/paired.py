@@ -56,19 +56,27 @@ def alternate(server: TritonServer, models: tuple[str, str], rounds: int, concur
     return rows
 
 
+def compared(first: list[dict], second: list[dict], key: str, faster: str | None = None) -> dict:
+    """first's `key` over second's, round by round, and their median; with `faster`,
+    also how many rounds the ratio was above 1, under that name."""
+    ratios = [a[key] / b[key] for a, b in zip(first, second)]
+    summary: dict = {"per_round": [round(r, 3) for r in ratios], "median": round(statistics.median(ratios), 3)}
+    if faster:
+        summary[faster] = sum(r > 1 for r in ratios)
+    return summary
+
+
 def write_record(out: Path, benchmark: str, model: str, concurrency: int, rows: dict[str, list[dict]]) -> dict:
     """The JSON record, with the first model's throughput over the second's per round."""
     first, second = rows
-    ratios = [a["infer_per_s"] / b["infer_per_s"] for a, b in zip(rows[first], rows[second])]
     record = {
         "benchmark": benchmark,
         **provenance(),
         "model": model,
         "concurrency": concurrency,
         "rounds": rows,
-        f"{first}_over_{second}_throughput": {"per_round": [round(r, 3) for r in ratios],
-                                              "median": round(statistics.median(ratios), 3),
-                                              f"rounds_{first}_faster": sum(r > 1 for r in ratios)},
+        f"{first}_over_{second}_throughput": compared(rows[first], rows[second], "infer_per_s",
+                                                      faster=f"rounds_{first}_faster"),
     }
     write_json(out, record)
     print(json.dumps(record[f"{first}_over_{second}_throughput"]))
