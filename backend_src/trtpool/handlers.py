@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trtpool import bfloat16
 from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
@@ -28,7 +29,11 @@ from trtpool.scheduler import Scheduler
 
 def request_tensors(request: Any) -> dict[str, Any]:
     """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
-    return {t.name(): t.as_numpy() if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
+    return {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
+
+
+def _host_array(tensor: Any) -> np.ndarray:
+    return bfloat16.from_triton(tensor) if bfloat16.is_bfloat16(tensor) else tensor.as_numpy()
 
 
 class SyncHandler:

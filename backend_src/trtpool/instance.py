@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trtpool import config as pool_config
+from trtpool.errors import ConfigError
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, check_agreement
 from trtpool.pool import ContextPool, auto_size
 from trtpool.runtimes import load_runtime, resolve
@@ -44,17 +45,21 @@ def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
 def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     """The model's signature, for auto-completing a config that leaves fields out.
 
-    max_batch_size 0 reads as "not given": an ONNX file carries no batch limit,
-    so one is taken from the profile's first dimensions (else a default), but
-    only for a model that has a batch axis. A model that has none (a recurrent
-    state [1, 1, 128] beside a sequence, a scalar sample rate) stays unbatched."""
+    A config that declares its inputs is complete: its max_batch_size, 0 included, is
+    the decision (trtpool-model writes it: builder/trtpool_builder/batch_axis.py).
+    Otherwise max_batch_size 0 reads as "not given": a model whose declared shapes
+    give it no batch axis (no inputs, a fixed first dimension, a scalar, an output
+    without one) stays unbatched; one that has one takes its limit from the profile's
+    first dimensions (else a default), since an ONNX file carries none."""
     provisional = dict(model_config)
-    if not provisional.get("max_batch_size"):
+    if not provisional.get("max_batch_size") and not provisional.get("input"):
         cfg = pool_config.load(provisional, version_dir, "cpu")
-        if cfg.profiles:
+        try:
             unbatched = _read_signature(cfg)
-            if not is_batched(unbatched.inputs, unbatched.outputs):
-                return unbatched
+        except ConfigError:  # dynamic dimensions and no profile: only a batch axis explains them
+            unbatched = None
+        if unbatched is not None and not is_batched(unbatched.inputs, unbatched.outputs):
+            return unbatched
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
         )

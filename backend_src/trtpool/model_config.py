@@ -9,8 +9,24 @@ from trtpool.signature import Signature, TensorSpec
 DEFAULT_ONNX_MAX_BATCH = 16
 
 
-def config_dims(spec: TensorSpec, batched: bool) -> list[int]:
+def model_dims(spec: TensorSpec, batched: bool) -> list[int]:
+    """The tensor's dimensions per request as the model sees them (no batch axis)."""
     return list(spec.shape[1:] if batched else spec.shape)
+
+
+def config_dims(spec: TensorSpec, batched: bool) -> list[int]:
+    """`dims` as config.pbtxt can say them. Triton takes no dimension of 0 (an empty
+    dimension is declared -1; trtpool checks the 0 itself) and no empty dims: a scalar
+    is declared [1], reshaped to [] by Triton in a batched model (`reshape`) and by
+    trtpool in one without a batch axis, where Triton refuses an empty reshape."""
+    return [-1 if d == 0 else d for d in model_dims(spec, batched)] or [1]
+
+
+def tensor_entry(spec: TensorSpec, batched: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": spec.name, "data_type": spec.triton_dtype, "dims": config_dims(spec, batched)}
+    if batched and not model_dims(spec, batched):
+        entry["reshape"] = {"shape": []}
+    return entry
 
 
 def completion(signature: Signature) -> dict[str, Any]:
@@ -18,14 +34,8 @@ def completion(signature: Signature) -> dict[str, Any]:
     batched = signature.batched
     return {
         "max_batch_size": signature.max_batch_size,
-        "input": [
-            {"name": s.name, "data_type": s.triton_dtype, "dims": config_dims(s, batched)}
-            for s in signature.inputs
-        ],
-        "output": [
-            {"name": s.name, "data_type": s.triton_dtype, "dims": config_dims(s, batched)}
-            for s in signature.outputs
-        ],
+        "input": [tensor_entry(s, batched) for s in signature.inputs],
+        "output": [tensor_entry(s, batched) for s in signature.outputs],
     }
 
 
@@ -73,15 +83,17 @@ def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
                 raise ConfigError(
                     f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
                 )
-            model_dims = config_dims(spec, batched)
             # The model sees `reshape` where there is one (a scalar travels as dims [1], reshape []);
             # protobuf JSON leaves out empty lists.
             field = "reshape" if "reshape" in entry else "dims"
             listed = entry["reshape"].get("shape", []) if field == "reshape" else entry.get("dims", [])
             declared_dims = [int(d) for d in listed]
-            if not _dims_agree(declared_dims, model_dims):
+            expected = model_dims(spec, batched) if field == "reshape" else config_dims(spec, batched)
+            if not _dims_agree(declared_dims, expected):
                 raise ConfigError(
-                    f"{section} '{name}' {field}: config.pbtxt says {declared_dims}, the model has {model_dims}"
+                    f"{section} '{name}' {field}: config.pbtxt says {declared_dims}, the model has "
+                    f"{model_dims(spec, batched)}" + (" (declared as [1])" if not model_dims(spec, batched) else "")
+                    + (" (a 0 is declared as -1)" if 0 in spec.shape else "")
                 )
         declared = {e["name"] for e in model_config.get(section, [])}
         if section == "input" and declared != set(by_name):

@@ -26,7 +26,7 @@ DeclaredTensor = tuple[str, np.dtype, Sequence[Dim]]
 
 
 def tensor_spec(name: str, dtype: np.dtype, dims: Sequence[Dim]) -> TensorSpec:
-    return TensorSpec(name, np.dtype(dtype), tuple(d if isinstance(d, int) and d > 0 else -1 for d in dims))
+    return TensorSpec(name, np.dtype(dtype), tuple(d if isinstance(d, int) and d >= 0 else -1 for d in dims))
 
 
 def default_profile(inputs: Sequence[TensorSpec], max_batch: int) -> dict[str, ShapeRange]:

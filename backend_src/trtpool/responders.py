@@ -7,7 +7,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from trtpool import bfloat16
 from trtpool.errors import Cancelled, InvalidInput, Overloaded
+from trtpool.signature import BFLOAT16
 
 log = logging.getLogger("trtpool")
 
@@ -35,7 +37,11 @@ def triton_error(pb_utils: Any, error: Exception) -> Any:
 def response(pb_utils: Any, outputs: dict[str, np.ndarray]) -> Any:
     """An InferenceResponse over host arrays, not copied: the stub copies them into
     shared memory when the response is sent (or when execute() returns it)."""
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, array) for name, array in outputs.items()])
+    return pb_utils.InferenceResponse(output_tensors=[_tensor(pb_utils, name, array) for name, array in outputs.items()])
+
+
+def _tensor(pb_utils: Any, name: str, array: np.ndarray) -> Any:
+    return bfloat16.to_triton(pb_utils, name, array) if array.dtype == BFLOAT16 else pb_utils.Tensor(name, array)
 
 
 def error_response(pb_utils: Any, error: Exception) -> Any:

@@ -25,7 +25,7 @@ from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.pool import ContextPool
 from trtpool.runtimes.base import ExecutionContext, Parts
 from trtpool.signature import Signature
-from trtpool.validate import check_request
+from trtpool.validate import as_model_takes, check_request
 
 log = logging.getLogger("trtpool")
 
@@ -149,6 +149,7 @@ class BatchRunner:
         """The valid requests as items; each invalid one is failed with its reason."""
         items = []
         for index, tensors in enumerate(requests):
+            tensors = as_model_takes(self.signature, tensors)
             try:
                 items.append(Item(index, tensors, check_request(self.signature, tensors)))
             except InvalidInput as exc:
@@ -198,10 +199,14 @@ class BatchRunner:
         before any answer is sent: for callers whose answers are slow to send, or
         read only after the context may have taken another batch."""
         failure = None
+        unstackable = None
         try:
             outputs = context.complete()
             self._on_batch(sum(item.batch for item in chunk) if self.signature.batched else 1)
-            if detach:
+            unstackable = self._unstackable(chunk, outputs)
+            if unstackable:
+                pass
+            elif detach:
                 outputs = {name: np.array(array) for name, array in outputs.items()}
             else:
                 self._emit_all(chunk, outputs, emit, fail)
@@ -211,8 +216,24 @@ class BatchRunner:
             self.pool.give(context, failure)
         if failure is not None:
             self._failed(chunk, failure, emit, fail, detach)
+        elif unstackable:
+            log.warning("%s; the batch's %d requests run one at a time", unstackable, len(chunk))
+            for item in chunk:
+                self.run_chunk([item], emit, fail, detach)
         elif detach:
             self._emit_all(chunk, outputs, emit, fail)
+
+    def _unstackable(self, chunk: list[Item], outputs: dict[str, np.ndarray]) -> str | None:
+        """Why a batch of several requests cannot be cut back into them (an output whose
+        first dimension is not the batch's rows, e.g. sized by the data), or None. A batch
+        of one request needs no cutting: its outputs are the request's as they came out."""
+        if len(chunk) < 2:
+            return None
+        rows = sum(item.batch for item in chunk)
+        for name, array in outputs.items():
+            if array.shape[:1] != (rows,):
+                return f"output '{name}' came out with shape {list(array.shape)} for a batch of {rows} rows"
+        return None
 
     def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail, detach: bool) -> None:
         if isinstance(error, InvalidInput):
@@ -228,10 +249,14 @@ class BatchRunner:
             fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))
 
     def _emit_all(self, chunk: list[Item], outputs: dict[str, np.ndarray], emit: Emit, fail: Fail) -> None:
-        bounds = split_points([i.batch for i in chunk]) if self.signature.batched else [(None, None)]
-        for item, (start, stop) in zip(chunk, bounds):
+        if len(chunk) == 1:  # the outputs are the request's (scalars too)
+            per_request = [outputs]
+        else:
+            per_request = [{name: out[start:stop] for name, out in outputs.items()}
+                           for start, stop in split_points([i.batch for i in chunk])]
+        for item, answer in zip(chunk, per_request):
             try:
-                emit(item.index, {name: out[start:stop] for name, out in outputs.items()})
+                emit(item.index, answer)
             except Exception as exc:  # a response that cannot be built fails alone
                 log.exception("building the response of request %d", item.index)
                 fail(item.index, exc)

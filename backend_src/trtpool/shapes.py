@@ -21,8 +21,8 @@ def _parse_dims(text: str, where: str) -> tuple[int, ...]:
         dims = tuple(int(d) for d in text.split("x"))
     except ValueError:
         raise ConfigError(f"{where}: '{text}' is not a shape like 8x3x224x224") from None
-    if any(d < 1 for d in dims):
-        raise ConfigError(f"{where}: every dimension in '{text}' must be at least 1")
+    if any(d < 0 for d in dims):
+        raise ConfigError(f"{where}: every dimension in '{text}' must be at least 0 (0: an empty tensor)")
     return dims
 
 

@@ -7,6 +7,8 @@ message names the tensor and the expected value.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from trtpool.device_tensors import dtype_of
@@ -16,6 +18,17 @@ from trtpool.signature import Signature, TRITON_DTYPES
 
 def _dtype_name(dtype: np.dtype) -> str:
     return TRITON_DTYPES.get(dtype, str(dtype)).removeprefix("TYPE_")
+
+
+def as_model_takes(signature: Signature, tensors: dict[str, Any]) -> dict[str, Any]:
+    """The request's tensors with each scalar input of a model without a batch axis as the
+    rank-0 array the model takes: config.pbtxt declares it [1] (model_config.config_dims),
+    so clients send [1]."""
+    if signature.batched:
+        return tensors
+    scalars = {spec.name for spec in signature.inputs if spec.shape == ()}
+    return {name: t.reshape(()) if name in scalars and tuple(t.shape) == (1,) else t
+            for name, t in tensors.items()}
 
 
 def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:

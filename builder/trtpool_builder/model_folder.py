@@ -25,13 +25,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as backend_config
 from trtpool.errors import ConfigError, TrtpoolError
-from trtpool.model_config import check_agreement
+from trtpool.model_config import check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec, is_batched
+from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
-from trtpool_builder.scalars import describe_lifted, lift_scalars
+from trtpool_builder.served_copy import repair_for_serving
 from trtpool_builder.profiles import opt_batch, resolve_profiles
 
 ENGINE_SUFFIXES = (".plan", ".engine")
@@ -50,24 +51,17 @@ class ServingOptions:
     instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
+    max_batch_size: int | None = None  # None: batched when the model's first axis is a batch axis (batch_axis.py)
 
 
 def _tensor(message: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
-    message.name = spec.name
-    message.data_type = mc.DataType.Value(spec.triton_dtype)
-    dims = spec.shape[1:] if batched else spec.shape
-    if dims:
-        message.dims.extend(dims)
-    else:
-        # Triton refuses empty dims: a scalar (per batch item, e.g. a class label) travels as
-        # [1] and reaches the model reshaped to [], as Triton's reshape property does for any backend.
-        message.dims.append(1)
-        message.reshape.SetInParent()
+    """The config's entry as the backend's auto-complete writes it (model_config.tensor_entry)."""
+    json_format.ParseDict(tensor_entry(spec, batched), message)
 
 
 def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list[int]:
-    largest = signature.max_batch_size
-    sizes = options.preferred_batch_sizes or (*(opt_batch(p) for p in signature.profiles), largest)
+    largest = max_batch_size(signature, options)
+    sizes = options.preferred_batch_sizes or (*(min(opt_batch(p), largest) for p in signature.profiles), largest)
     too_large = [s for s in sizes if not 1 <= s <= largest]
     if too_large:
         raise ConfigError(f"preferred batch sizes {too_large} are outside 1..{largest}, "
@@ -75,9 +69,20 @@ def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list
     return sorted(set(sizes))
 
 
+def max_batch_size(signature: Signature, options: ServingOptions) -> int:
+    """The signature's (the largest batch its profiles take), or the user's where it is smaller."""
+    largest = signature.max_batch_size
+    if signature.batched and options.max_batch_size:
+        if options.max_batch_size > largest:
+            raise ConfigError(f"--max-batch-size {options.max_batch_size}: the profiles take batches up to "
+                              f"{largest}; give shapes whose first dimension reaches it")
+        return options.max_batch_size
+    return largest
+
+
 def model_config(name: str, signature: Signature, options: ServingOptions = ServingOptions()) -> mc.ModelConfig:
     """The ModelConfig message; raises ConfigError for values the backend would refuse."""
-    config = mc.ModelConfig(name=name, backend="trtpool", max_batch_size=signature.max_batch_size)
+    config = mc.ModelConfig(name=name, backend="trtpool", max_batch_size=max_batch_size(signature, options))
     for spec in signature.inputs:
         _tensor(config.input.add(), spec, signature.batched)
     for spec in signature.outputs:
@@ -117,8 +122,10 @@ def read_config(folder: Path) -> mc.ModelConfig:
     return text_format.Parse((folder / "config.pbtxt").read_text(), mc.ModelConfig())
 
 
-def _signature(model_file: Path, shapes: Sequence[str]) -> tuple[Signature, str]:
-    """The signature and the version folder's file name for an ONNX file or an engine."""
+def _signature(model_file: Path, shapes: Sequence[str], requested_batch: int | None,
+               notes: list[str]) -> tuple[Signature, str]:
+    """The signature and the version folder's file name for an ONNX file or an engine; notes
+    on the batch axis go to `notes`."""
     if model_file.suffix in ENGINE_SUFFIXES:
         if shapes:
             raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
@@ -135,20 +142,23 @@ def _signature(model_file: Path, shapes: Sequence[str]) -> tuple[Signature, str]
                           f"({', '.join(ENGINE_SUFFIXES)})")
     inputs, outputs = io_specs(load_graph(model_file))
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
-    return Signature(inputs, outputs, profiles, is_batched(inputs, outputs)), "model.onnx"
+    decision = decide_batched(model_file, inputs, outputs, profiles, requested_batch)
+    if not decision.batched and is_batched(inputs, outputs):
+        notes.append(f"served without a batch axis (max_batch_size 0): {decision.why}")
+    return Signature(inputs, outputs, profiles, decision.batched), "model.onnx"
 
 
 def _served_file(model_file: Path, workdir: Path) -> tuple[Path, list[str]]:
-    """The file the folder serves: `model_file`, or for an ONNX file with scalar inputs or outputs
-    a copy that takes them as [1] (scalars.py); and notes."""
+    """The file the folder serves: `model_file`, or for an ONNX file with outputs Triton
+    cannot carry a repaired copy (served_copy.py); and notes."""
     if model_file.suffix != ".onnx":
         return model_file, []
     model = load_graph(model_file)
-    lifted = lift_scalars(model)
-    if not lifted:
+    notes = repair_for_serving(model)
+    if not notes:
         return model_file, []
     onnx.load_external_data_for_model(model, str(model_file.parent))
-    return save_model(model, workdir / model_file.name), [describe_lifted(lifted)]
+    return save_model(model, workdir / model_file.name), notes
 
 
 def _place(source: Path, dest: Path) -> None:
@@ -198,7 +208,7 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         raise ConfigError(f"model file '{model_file}' does not exist")
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir:
         served, notes = _served_file(model_file, Path(workdir))
-        signature, file_name = _signature(served, shapes)
+        signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
         loaded = _check_staged(model_config(name, signature, options), served, file_name, version)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)

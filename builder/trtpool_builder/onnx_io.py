@@ -20,8 +20,8 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     if dtype not in TRITON_DTYPES:
         raise ConfigError(f"tensor '{value.name}': ONNX type "
                           f"{onnx.TensorProto.DataType.Name(tensor_type.elem_type)} has no Triton data type")
-    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1
-                  for d in tensor_type.shape.dim)
+    # A dim_value of 0 is a size (an empty tensor), not an unknown one.
+    shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
     return TensorSpec(value.name, dtype, shape)
 
 

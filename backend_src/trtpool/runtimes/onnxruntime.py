@@ -13,6 +13,7 @@ releases the GIL) overlaps the next execute().
 """
 from __future__ import annotations
 
+import logging
 import os
 from math import prod
 from pathlib import Path
@@ -25,12 +26,16 @@ from trtpool.device_tensors import to_host
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.onnx_signature import DeclaredTensor, is_static, read_signature
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
+from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
+from trtpool.signature import BFLOAT16, STRING
 
 ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
+    "tensor(bfloat16)": BFLOAT16, "tensor(bool)": np.bool_, "tensor(string)": STRING,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
+    "tensor(uint64)": np.uint64, "tensor(uint32)": np.uint32, "tensor(uint16)": np.uint16, "tensor(uint8)": np.uint8,
 }
+log = logging.getLogger("trtpool")
 # ONNX Runtime's messages for failures of the machine, not of the request.
 RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
 
@@ -60,6 +65,15 @@ class OnnxRuntime(Runtime):
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
         self.signature = read_signature([self._declared(arg) for arg in self.session.get_inputs()],
                                         [self._declared(arg) for arg in self.session.get_outputs()], cfg)
+        tensors = (*self.signature.inputs, *self.signature.outputs)
+        # IOBinding takes no string tensors: a model with any runs through session.run.
+        self.binds = not any(spec.dtype == STRING for spec in tensors)
+        # Outputs ONNX Runtime allocates per batch: those whose size the declared shape does
+        # not fix, bfloat16 ones (numpy cannot receive them), and any whose declared shape a
+        # run has contradicted (a size computed from the data, declared as one example's).
+        self.runtime_allocated = frozenset(
+            spec.name for spec in self.signature.outputs
+            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16)
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
@@ -73,8 +87,14 @@ class OnnxRuntime(Runtime):
         inputs = {s.name: (s.dtype, prod(signature.max_shape(s.name))) for s in signature.inputs}
         largest_batch = max(signature.max_batch_size, 1)
         outputs = {s.name: (s.dtype, prod(s.shape[1:]) * largest_batch if signature.batched else prod(s.shape))
-                   for s in signature.outputs if is_static(s, signature.batched)}
+                   for s in signature.outputs if s.name not in self.runtime_allocated}
         return inputs, outputs
+
+    def learn_runtime_allocated(self, names: set[str]) -> None:
+        """Stop preallocating these outputs: a run computed another shape than their declared one."""
+        log.warning("model outputs %s came out in another shape than the model file declares (a size "
+                    "computed from the data); ONNX Runtime allocates them per batch from now on", sorted(names))
+        self.runtime_allocated = self.runtime_allocated | names
 
     def create_context(self, index: int) -> ExecutionContext:
         return OnnxContext(self, index)
@@ -96,46 +116,79 @@ class OnnxContext(ExecutionContext):
         self.outputs = HostBuffers(outputs)
         self._binding = runtime.session.io_binding()
         self._batch: int | None = None  # the staged batch's size, until complete()
+        self._staged: dict[str, np.ndarray] = {}  # its inputs, views of the context's buffers
 
     def submit(self, parts: Parts) -> None:
         signature = self._runtime.signature
         shapes = batch_shapes(parts, signature.batched)
         signature.choose_profile(shapes)  # refuses shapes outside every profile
-        binding = self._binding
-        binding.clear_binding_inputs()
-        for spec in signature.inputs:
-            view = gather([to_host(t) for t in parts[spec.name]], self.inputs.view(spec.name, shapes[spec.name]))
-            binding.bind_input(spec.name, "cpu", 0, spec.dtype, view.shape, view.ctypes.data)
+        self._staged = {spec.name: gather([to_host(t) for t in parts[spec.name]],
+                                          self.inputs.view(spec.name, shapes[spec.name]))
+                        for spec in signature.inputs}
         self._batch = shapes[signature.inputs[0].name][0] if signature.batched else 1
 
     def complete(self) -> dict[str, np.ndarray]:
-        signature, binding, batch = self._runtime.signature, self._binding, self._batch
-        self._batch = None
-        binding.clear_binding_outputs()
-        preallocated = {}
-        for spec in signature.outputs:
-            if spec.name in self.outputs:
-                shape = (batch, *spec.shape[1:]) if signature.batched else spec.shape
-                view = self.outputs.view(spec.name, shape)
-                binding.bind_output(spec.name, "cpu", 0, spec.dtype, view.shape, view.ctypes.data)
-                preallocated[spec.name] = view
-            else:
-                binding.bind_output(spec.name, "cpu")  # ONNX Runtime allocates it for this batch
+        batch, staged = self._batch, self._staged
+        self._batch, self._staged = None, {}
         try:
-            self._runtime.session.run_with_iobinding(binding)
+            results = self._run_bound(staged, batch) if self._runtime.binds else self._run_plain(staged)
         except Exception as exc:  # ORT's own Fail/InvalidArgument/RuntimeException types
             if any(text in str(exc) for text in RESOURCE_FAILURES):
                 raise
             # A session run keeps no state: the model refused this input (a shape it
             # cannot compute with), and the context stays usable.
             raise InvalidInput(f"the model rejected the input: {exc}") from exc
-        results = {}
-        for spec, value in zip(signature.outputs, binding.get_outputs()):
-            results[spec.name] = preallocated.get(spec.name)
-            if results[spec.name] is None:
-                results[spec.name] = value.numpy()
-            if signature.batched and results[spec.name].shape[:1] != (batch,):
-                raise EngineError(f"output '{spec.name}' came out with shape {list(results[spec.name].shape)} "
-                                  f"for a batch of {batch}: its first dimension does not follow the batch, so "
-                                  "the model cannot be served batched; set max_batch_size: 0")
         return results
+
+    def _run_plain(self, staged: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """session.run: for models with string tensors (ONNX Runtime takes str, Triton hands bytes)."""
+        feed = {name: decoded_strings(name, array) if array.dtype == STRING else array
+                for name, array in staged.items()}
+        names = [spec.name for spec in self._runtime.signature.outputs]
+        return dict(zip(names, self._runtime.session.run(names, feed)))
+
+    def _run_bound(self, staged: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+        """run_with_iobinding into the context's preallocated outputs where their shape is known.
+
+        A declared output shape is only a guess for sizes computed from the data (NonZero,
+        NMS, Unique ... as exported with one example's sizes): when a run with preallocated
+        outputs fails, it is run again with ONNX Runtime allocating every output; if that
+        succeeds, the outputs whose shape differed are allocated per batch from then on."""
+        runtime, binding = self._runtime, self._binding
+        binding.clear_binding_inputs()
+        for name, array in staged.items():
+            bind_input(binding, name, array)
+        preallocated = self._bind_outputs(batch, runtime.runtime_allocated)
+        try:
+            runtime.session.run_with_iobinding(binding)
+        except Exception:
+            if not preallocated:
+                raise
+            self._bind_outputs(batch, frozenset(spec.name for spec in runtime.signature.outputs))
+            runtime.session.run_with_iobinding(binding)
+            results = self._read_outputs({})
+            contradicted = {name for name, view in preallocated.items() if results[name].shape != view.shape}
+            if contradicted:
+                runtime.learn_runtime_allocated(contradicted)
+            return results
+        return self._read_outputs(preallocated)
+
+    def _bind_outputs(self, batch: int, allocated_by_runtime: frozenset[str]) -> dict[str, np.ndarray]:
+        """Bind every output; the views of those bound to the context's buffers."""
+        signature, binding = self._runtime.signature, self._binding
+        binding.clear_binding_outputs()
+        preallocated = {}
+        for spec in signature.outputs:
+            if spec.name in self.outputs and spec.name not in allocated_by_runtime:
+                shape = (batch, *spec.shape[1:]) if signature.batched else spec.shape
+                view = self.outputs.view(spec.name, shape)
+                binding.bind_output(spec.name, "cpu", 0, spec.dtype, view.shape, view.ctypes.data)
+                preallocated[spec.name] = view
+            else:
+                binding.bind_output(spec.name, "cpu")  # ONNX Runtime allocates it for this batch
+        return preallocated
+
+    def _read_outputs(self, preallocated: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self._runtime.signature.outputs
+        return {spec.name: preallocated[spec.name] if spec.name in preallocated else read_output(value, spec.dtype)
+                for spec, value in zip(outputs, self._binding.get_outputs())}

@@ -1,0 +1,30 @@
+"""The ONNX node-test corpus through trtpool's load path, both variants, every valid case.
+
+The whole corpus runs (about 1,570 cases per variant, a minute or two each on
+two cores): each case is a folder written by trtpool-model's code, loaded as
+the server loads it, and one request through the batch runner, compared with
+the case's expected outputs (node_suite.RTOL/ATOL; exact for integers,
+booleans and strings). bench/conformance.py runs the same and writes the
+figures (bench/results/conformance.json).
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance.node_suite import VARIANTS, collect, run_corpus
+
+# The corpus must not shrink unnoticed (onnx 1.23: 1,573 valid as exported).
+AT_LEAST_VALID = 1400
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return collect()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_onnxruntime_valid_node_case_is_answered_right(cases, variant):
+    result = run_corpus(cases, variant)
+    assert result.valid >= AT_LEAST_VALID, f"only {result.valid} valid cases: the corpus shrank"
+    failures = "\n".join(f"{name}: {message}" for name, message in sorted(result.failures.items()))
+    assert result.right == result.valid, f"{result.valid - result.right} of {result.valid} wrong:\n{failures}"
