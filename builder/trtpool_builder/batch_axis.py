@@ -85,6 +85,8 @@ def _stacking_changes_answers(model_file: Path, inputs: Sequence[TensorSpec], pr
 def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                    profiles: Sequence[Profile], requested: int | None) -> BatchDecision:
     """Whether to serve the model batched; `requested` is the user's max_batch_size (None: decide)."""
+    if requested is not None and requested < 0:
+        raise ConfigError(f"--max-batch-size {requested}: expected 0 (no batch axis) or a largest batch >= 1")
     shaped = is_batched(inputs, outputs)
     if requested == 0:
         return BatchDecision(False, "--max-batch-size 0")

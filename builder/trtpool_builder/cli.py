@@ -109,6 +109,11 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--instance-kind", choices=sorted(INSTANCE_KINDS), default=d.instance_kind)
     p.add_argument("--max-queue-delay-us", type=int, default=d.max_queue_delay_microseconds)
     p.add_argument("--preferred-batch-sizes", type=int, nargs="+", default=[])
+    p.add_argument("--max-batch-size", type=int, metavar="N",
+                   help="0: serve without a batch axis (one request per run); N: batched, at most N rows. "
+                        "Default: batched when every input's and output's first dimension is dynamic, the "
+                        "profiles give the inputs one batch size, and two requests stacked on ONNX Runtime "
+                        "answer as they do alone")
     p.add_argument("--version", type=int, default=1)
     return p
 
@@ -119,7 +124,8 @@ def _model(args: argparse.Namespace) -> int:
     options = ServingOptions(runtime=args.runtime, contexts=args.contexts, memory_fraction=args.memory_fraction,
                              mode=args.mode, instance_kind=args.instance_kind,
                              max_queue_delay_microseconds=args.max_queue_delay_us,
-                             preferred_batch_sizes=tuple(args.preferred_batch_sizes))
+                             preferred_batch_sizes=tuple(args.preferred_batch_sizes),
+                             max_batch_size=args.max_batch_size)
     folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version)
     print(f"wrote {folder}")
     if args.unary_front:

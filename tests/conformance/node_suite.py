@@ -26,6 +26,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from trtpool.runtimes.ort_values import bind_input, read_output
+from trtpool.signature import BFLOAT16
 from trtpool_builder.load_check import as_triton_hands_it
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
 
@@ -151,11 +153,29 @@ def onnxruntime_outcome(case: NodeCase) -> Outcome:
     try:
         session = ort.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        got = dict(zip(names, session.run(names, case.inputs)))
+        got = dict(zip(names, _run_bfloat16(session, case.inputs) if _has_bfloat16(case)
+                       else session.run(names, case.inputs)))
     except Exception as exc:  # noqa: BLE001 - any failure of ONNX Runtime excludes the case
         return Outcome(False, f"ONNX Runtime: {type(exc).__name__}: {str(exc)[:300]}")
     why = mismatch(case.outputs, got)
     return Outcome(why is None, why or "")
+
+
+def _has_bfloat16(case: NodeCase) -> bool:
+    return any(a.dtype == BFLOAT16 for a in (*case.inputs.values(), *case.outputs.values()))
+
+
+def _run_bfloat16(session, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """session.run takes and gives no bfloat16 arrays: an IOBinding does, through OrtValues."""
+    binding = session.io_binding()
+    for name, array in inputs.items():
+        bind_input(binding, name, np.ascontiguousarray(array))
+    for output in session.get_outputs():
+        binding.bind_output(output.name, "cpu")
+    session.run_with_iobinding(binding)
+    types = {o.name: o.type for o in session.get_outputs()}
+    return [read_output(value, BFLOAT16 if types[o.name] == "tensor(bfloat16)" else None)
+            for o, value in zip(session.get_outputs(), binding.get_outputs())]
 
 
 def dynamic_variant(model: onnx.ModelProto) -> onnx.ModelProto:

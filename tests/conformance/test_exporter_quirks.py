@@ -1,0 +1,116 @@
+"""What exporters write that the node tests do not: a ZipMap classifier output (skl2onnx's default),
+an output declared rank 0 that is [N] for N rows, and a batch axis that is not one. Each goes
+through trtpool-model's folder and the server's load path and is compared with ONNX Runtime
+on the user's own file."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from tests.conformance.node_suite import mismatch
+from trtpool.instance import ModelInstance
+from trtpool_builder.load_check import as_triton_hands_it
+from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
+
+
+def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One request through the folder as the server loads it."""
+    instance = ModelInstance(as_triton_hands_it(read_config(folder)), folder / "1", "cpu")
+    answers: dict = {}
+    try:
+        instance.runner.run([inputs], lambda _, outputs: answers.update(outputs),
+                            lambda _, error: answers.update(error=error), detach=True)
+    finally:
+        instance.close()
+    assert "error" not in answers, answers.get("error")
+    return answers
+
+
+def _graph_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "quirk", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def zipmap_classifier(tmp_path_factory) -> Path:
+    """skl2onnx's default export of a scikit-learn classifier: its probabilities as a ZipMap."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    features, labels = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        classifier = LogisticRegression(max_iter=500).fit(features.astype(np.float32), labels)
+    model = to_onnx(classifier, initial_types=[("features", FloatTensorType([None, 4]))],
+                    target_opset={"": 17, "ai.onnx.ml": 3})
+    assert any(node.op_type == "ZipMap" for node in model.graph.node)
+    path = tmp_path_factory.mktemp("zipmap") / "iris.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_zipmap_output_is_served_as_its_probabilities_in_label_order(zipmap_classifier, tmp_path):
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path, "iris", zipmap_classifier, ["features=1x4:8x4:32x4"],
+                               ServingOptions(contexts="1", instance_kind="cpu"), log=notes.append)
+    assert any("ZipMap" in note and "output_probability" in note for note in notes), notes
+    features = np.random.default_rng(0).uniform(0, 7, (5, 4)).astype(np.float32)
+    label, maps = ort.InferenceSession(str(zipmap_classifier)).run(None, {"features": features})
+    classes = sorted(maps[0])
+    expected = {"output_label": label,
+                "output_probability": np.array([[row[c] for c in classes] for row in maps], np.float32)}
+    assert mismatch(expected, _serve_in_process(folder, {"features": features})) is None
+    assert read_config(folder).max_batch_size == 8 * 4  # batched: rows stack and split back unchanged
+
+
+def test_an_output_declared_rank_0_is_answered_as_computed(tmp_path):
+    """A row sum declared as a scalar (an exporter's wrong guess) is [N] for N rows."""
+    model = _graph_model([helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0)],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                         [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])],
+                         [helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    path = tmp_path / "rowsum.onnx"
+    onnx.save(model, str(path))
+    folder = make_model_folder(tmp_path / "repo", "rowsum", path, ["x=1x4:3x4:8x4"],
+                               ServingOptions(contexts="1", instance_kind="cpu"), log=lambda _: None)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert mismatch({"total": x.sum(axis=1)}, _serve_in_process(folder, {"x": x})) is None
+
+
+def test_a_first_axis_whose_rows_mix_is_not_made_a_batch_axis(tmp_path):
+    """Softmax over axis 0: every dimension is dynamic, but stacking two requests would change
+    both answers, so the folder is written without a batch axis (with a note saying why)."""
+    model = _graph_model([helper.make_node("Softmax", ["x"], ["y"], axis=0)],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    path = tmp_path / "softmax0.onnx"
+    onnx.save(model, str(path))
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path / "repo", "softmax0", path, ["x=1x3:4x3:8x3"],
+                               ServingOptions(contexts="1", instance_kind="cpu"), log=notes.append)
+    assert read_config(folder).max_batch_size == 0
+    assert any("not independent" in note for note in notes), notes
+    x = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    expected = np.exp(x) / np.exp(x).sum(axis=0)
+    assert mismatch({"y": expected}, _serve_in_process(folder, {"x": x})) is None
+
+
+def test_max_batch_size_chooses_for_the_user(tmp_path):
+    model = _graph_model([helper.make_node("Relu", ["x"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, str(path))
+    unbatched = make_model_folder(tmp_path / "repo", "relu0", path, ["x=1x3:4x3:8x3"],
+                                  ServingOptions(max_batch_size=0), log=lambda _: None)
+    batched = make_model_folder(tmp_path / "repo", "relu4", path, ["x=1x3:4x3:8x3"],
+                                ServingOptions(max_batch_size=4), log=lambda _: None)
+    assert (read_config(unbatched).max_batch_size, read_config(batched).max_batch_size) == (0, 4)
