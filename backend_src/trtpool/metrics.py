@@ -7,6 +7,12 @@
     trtpool_batches_total{model,batch_size}        executed batches by size
     trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
     trtpool_workers_lost_total{model}              decoupled mode: worker threads that died and were replaced
+    trtpool_contexts{model}                        contexts that exist now (gauge)
+    trtpool_contexts_min{model}                    the fewest the pool keeps: min_contexts (gauge)
+    trtpool_contexts_max{model}                    the most it may hold: max_contexts (gauge)
+    trtpool_contexts_grown_total{model}            contexts an elastic pool added under load
+    trtpool_contexts_shrunk_total{model}           idle contexts an elastic pool closed
+    trtpool_context_create_failures_total{model}   contexts an elastic pool could not make (out of memory ...)
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -42,7 +48,22 @@ class PoolMetrics:
         self._workers_lost = metric_family(name="trtpool_workers_lost_total",
                                            description="Decoupled worker threads that died and were replaced",
                                            kind=counter)
+        gauge = metric_family.GAUGE
+        self._contexts = metric_family(name="trtpool_contexts", description="Execution contexts that exist now",
+                                       kind=gauge)
+        self._contexts_min = metric_family(name="trtpool_contexts_min",
+                                           description="The fewest execution contexts the pool keeps", kind=gauge)
+        self._contexts_max = metric_family(name="trtpool_contexts_max",
+                                           description="The most execution contexts the pool may hold", kind=gauge)
+        self._grown = metric_family(name="trtpool_contexts_grown_total",
+                                    description="Execution contexts an elastic pool added under load", kind=counter)
+        self._shrunk = metric_family(name="trtpool_contexts_shrunk_total",
+                                     description="Idle execution contexts an elastic pool closed", kind=counter)
+        self._create_failures = metric_family(name="trtpool_context_create_failures_total",
+                                              description="Execution contexts an elastic pool could not make",
+                                              kind=counter)
         self._metrics: dict[tuple, Any] = {}
+        self._gauges: dict[int, int] = {}  # id(family) -> the value last set
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
         self._counts_lock = threading.Lock()  # the request path's counters
@@ -96,6 +117,12 @@ class PoolMetrics:
                 self._advance(self._batches, count, batch_size=str(size))
             self._advance(self._request_wait, request_wait_us)
             self._advance(self._workers_lost, lost)
+            for family, value in ((self._contexts, stats.current), (self._contexts_min, stats.minimum),
+                                  (self._contexts_max, stats.maximum)):
+                self._set(family, value)
+            self._advance(self._grown, stats.grown)
+            self._advance(self._shrunk, stats.shrunk)
+            self._advance(self._create_failures, stats.grow_failures)
 
     def close(self) -> None:
         self._stop.set()
@@ -112,6 +139,12 @@ class PoolMetrics:
         if key not in self._metrics:
             self._metrics[key] = family.Metric(labels={"model": self._model, **labels})
         return self._metrics[key]
+
+    def _set(self, family: Any, value: int) -> None:
+        """A gauge, set only when it changed (each set is a round trip to the server)."""
+        if self._gauges.get(id(family)) != value:
+            self._metric(family).set(value)
+            self._gauges[id(family)] = value
 
     def _advance(self, family: Any, total: int, **labels: str) -> None:
         """Counters only go up: add what the running total gained since the last flush."""

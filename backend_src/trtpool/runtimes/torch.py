@@ -545,9 +545,15 @@ class TorchContext(ExecutionContext):
             self._stream.synchronize()  # nothing may still read or write the buffers
         except cuda.CudaError as exc:
             log.warning("context %d: stream did not drain on close: %s", self.index, exc)
-        self._buckets.clear()
+        self._buckets.clear()  # the graphs, and with the last of them the private pool's hold on its memory
         self._static.clear()
         self._landing.clear()
+        self._host_outputs.clear()
+        self.staging = None  # pinned memory, freed with its last view
         self._done.close()
         self._inputs_taken.close()
         self._stream.close()
+        # The caching allocator keeps what the graphs' pool and the buffers held:
+        # hand it back to the driver (not during another context's capture).
+        with self._runtime.capture_lock:
+            torch.cuda.empty_cache()
