@@ -1,8 +1,9 @@
 """Step load on an elastic context pool: batch-1 clients at a low level, then a peak,
 then low again, against one decoupled model whose pool runs between min_contexts 1
-and max_contexts N; then the same peak against a fixed pool of N contexts in the
-same run. Every second: the elastic pool's context count (trtpool_contexts on
-/metrics), the model instance's memory and the answers per second.
+and max_contexts N; every second the pool's context count (trtpool_contexts on
+/metrics), the model instance's memory and the answers per second. Then, in the
+same server, a fixed pool of N contexts beside it, and both at the peak's clients
+in perf_analyzer rounds (gRPC streaming) in ABBA order.
 
     python bench/elastic.py --runtime onnxruntime --example resnet50 --image-size 64 \\
         --out bench/results/elastic_cpu.json                                   # CPU twin
@@ -12,16 +13,17 @@ same run. Every second: the elastic pool's context count (trtpool_contexts on
 Memory is the instance's own: its stub process's resident memory on the CPU; on
 a GPU its memory in nvidia-smi's per-process list, or where that list does not
 show the stub (a container's process ids), the device's used memory over the
-baseline before the model loaded (the models are loaded one at a time, so this
-is the same figure). Each client is a process with one gRPC stream per model,
-one request in flight.
+baseline before the model loaded (the step load runs with that model alone
+loaded). Each step-load client is a process with one gRPC stream and one
+request in flight.
 
-Keys: contexts_low (at the end of the last low phase), contexts_peak (most seen at
-the peak), memory_low_mib / memory_peak_mib (the same moments), throughput_peak_elastic
-(answers/s over the peak phase after --settle seconds) and throughput_peak_fixed
-(the fixed pool under the same clients, after the same settle), seconds_to_peak and
-seconds_to_min (from each step to the first sample at the peak count and at the
-minimum), and every sample.
+Keys: contexts_low and memory_low_mib (the last sample of the last low phase),
+contexts_peak and memory_peak_mib (the most seen during the peak),
+throughput_peak_elastic and throughput_peak_fixed (the median of each pool's
+perf_analyzer rounds), elastic_over_fixed_throughput (per round and median),
+seconds_to_peak and seconds_to_min (from each step to the first sample at the
+peak count and at the minimum), memory_fixed_mib (the fixed pool once loaded),
+and every sample.
 """
 from __future__ import annotations
 
@@ -41,14 +43,18 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 
+from bench.paired import alternate, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
+from trtpool.config import Elasticity  # noqa: E402
 from tests.harness.server import TritonServer, rss_bytes  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder  # noqa: E402
 
 MIB = 2**20
-IDLE, STOP = 0, -1  # a client's control value; otherwise 1 + the index of the model it loads
+IDLE, BUSY, STOP = 0, 1, -1  # a client's control value
+# perf_analyzer's input options: BERT at sequence 128, token ids 0 (as bench/gpu_serving.py).
+INPUTS = {"bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero")}
 NUMPY_TYPES = {"FP32": np.float32, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32}
 
 
@@ -83,8 +89,8 @@ def request_inputs(server: TritonServer, model: str, seq_len: int) -> dict[str, 
 
 # ---- clients -------------------------------------------------------------------------------
 
-def client(url: str, models: list[str], inputs: dict[str, np.ndarray], slot: int, control, answered, failed) -> None:
-    """One batch-1 client: while control[slot] names a model, one request at a time on its stream."""
+def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, control, answered, failed) -> None:
+    """One batch-1 client: while control[slot] is BUSY, one request at a time on its stream."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
 
@@ -93,30 +99,23 @@ def client(url: str, models: list[str], inputs: dict[str, np.ndarray], slot: int
         tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
-    streams: dict[str, tuple] = {}
-    while (target := control[slot]) != STOP:
-        if target == IDLE:
-            for stream, _ in streams.values():
-                stream.stop_stream()
-                stream.close()
-            streams.clear()
-            time.sleep(0.01)
-            continue
-        model = models[target - 1]
-        if model not in streams:
-            answers: queue.Queue = queue.Queue()
-            stream = grpcclient.InferenceServerClient(url)
-            stream.start_stream(callback=lambda result, error, answers=answers: answers.put(error))
-            streams[model] = (stream, answers)
-        stream, answers = streams[model]
-        stream.async_stream_infer(model, tensors)
-        try:
-            error = answers.get(timeout=120)
-        except queue.Empty:
-            error = TimeoutError("no answer in 120 s")
-        with (failed if error is not None else answered).get_lock():
-            (failed if error is not None else answered)[slot] += 1
-    for stream, _ in streams.values():
+    stream = grpcclient.InferenceServerClient(url)
+    answers: queue.Queue = queue.Queue()
+    stream.start_stream(callback=lambda result, error: answers.put(error))
+    try:
+        while (state := control[slot]) != STOP:
+            if state == IDLE:
+                time.sleep(0.01)
+                continue
+            stream.async_stream_infer(model, tensors)
+            try:
+                error = answers.get(timeout=120)
+            except queue.Empty:
+                error = TimeoutError("no answer in 120 s")
+            tally = failed if error is not None else answered
+            with tally.get_lock():
+                tally[slot] += 1
+    finally:
         stream.stop_stream()
         stream.close()
 
@@ -171,11 +170,11 @@ class Sampler:
         return self.server.metric_total("trtpool_contexts", self.model)
 
 
-def run_phase(name: str, model_index: int, clients: int, seconds: float, control, answered, failed,
-              sampler: Sampler, started: float, samples: list[dict]) -> list[dict]:
+def run_phase(name: str, clients: int, seconds: float, control, answered, failed, sampler: Sampler,
+              started: float, samples: list[dict]) -> list[dict]:
     """`clients` clients on the model for `seconds`, sampled every second."""
     for slot in range(len(control)):
-        control[slot] = model_index if slot < clients else IDLE
+        control[slot] = BUSY if slot < clients else IDLE
     phase: list[dict] = []
     tick = time.monotonic()
     last = sum(answered[:])
@@ -213,9 +212,11 @@ def main() -> None:
     parser.add_argument("--max-contexts", type=int, default=4, help="the elastic pool's maximum, the fixed pool's count")
     parser.add_argument("--phases", type=lambda t: [float(x) for x in t.split(",")], default=[20, 30, 40],
                         help="seconds of low, peak, low")
-    parser.add_argument("--fixed-seconds", type=float, default=30, help="seconds of peak load on the fixed pool")
+    parser.add_argument("--rounds", type=int, default=4, help="perf_analyzer rounds per pool at the peak (ABBA)")
+    parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer's measurement interval")
     parser.add_argument("--idle", type=float, default=10, help="shrink_after_idle_seconds of the elastic pool")
-    parser.add_argument("--grow-after-us", type=int, default=2000, help="grow_after_wait_microseconds")
+    parser.add_argument("--grow-after-us", type=int, default=Elasticity().grow_after_wait_us,
+                        help="grow_after_wait_microseconds (default: the parameter's)")
     parser.add_argument("--settle", type=int, default=5, help="seconds at the start of a peak left out of its rate")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "elastic_cpu.json")
     args = parser.parse_args()
@@ -242,36 +243,34 @@ def main() -> None:
         control = spawn.Array("i", [IDLE] * args.peak, lock=False)
         answered = spawn.Array("q", [0] * args.peak)
         failed = spawn.Array("q", [0] * args.peak)
-        models = [elastic, fixed]
         processes = []
         admin = httpclient.InferenceServerClient(server.http_url)
         try:
             memory = gpu_memory_mib()
-            baseline = memory[1] if memory else None
             admin.load_model(elastic)
             inputs = request_inputs(server, elastic, args.seq_len)
-            processes = [spawn.Process(target=client, args=(server.grpc_url, models, inputs, slot, control,
+            processes = [spawn.Process(target=client, args=(server.grpc_url, elastic, inputs, slot, control,
                                                              answered, failed), daemon=True)
                          for slot in range(args.peak)]
             for process in processes:
                 process.start()
             samples: list[dict] = []
             started = time.monotonic()
-            sampler = Sampler(server, elastic, args.runtime, baseline)
+            sampler = Sampler(server, elastic, args.runtime, memory[1] if memory else None)
             low_s, peak_s, after_s = args.phases
-            first_low = run_phase("low", 1, args.low, low_s, control, answered, failed, sampler, started, samples)
-            peak = run_phase("peak", 1, args.peak, peak_s, control, answered, failed, sampler, started, samples)
-            last_low = run_phase("low_again", 1, args.low, after_s, control, answered, failed, sampler, started,
-                                 samples)
-            memory_source = sampler.source
-            control[:] = [IDLE] * args.peak
-            admin.unload_model(elastic)
-            time.sleep(5)  # the stub's memory is gone before the fixed pool's baseline
+            first_low = run_phase("low", args.low, low_s, control, answered, failed, sampler, started, samples)
+            peak = run_phase("peak", args.peak, peak_s, control, answered, failed, sampler, started, samples)
+            last_low = run_phase("low_again", args.low, after_s, control, answered, failed, sampler, started, samples)
+            control[:] = [STOP] * args.peak
+            for process in processes:
+                process.join(timeout=60)
+            # The fixed pool beside it: its memory once loaded (every context made at load),
+            # then both at the peak's clients, perf_analyzer's rounds in ABBA order.
             memory = gpu_memory_mib()
             admin.load_model(fixed)
-            fixed_sampler = Sampler(server, fixed, args.runtime, memory[1] if memory else None)
-            fixed_peak = run_phase("fixed_peak", 2, args.peak, args.fixed_seconds, control, answered, failed,
-                                   fixed_sampler, started, samples)
+            fixed_memory = Sampler(server, fixed, args.runtime, memory[1] if memory else None).memory_mib()
+            rounds = alternate(server, (elastic, fixed), args.rounds, args.peak, args.interval_ms,
+                               ("--streaming", *INPUTS.get(args.example, ())))
         finally:
             control[:] = [STOP] * args.peak
             for process in processes:
@@ -287,22 +286,24 @@ def main() -> None:
         "contexts_peak": most,
         "memory_low_mib": last_low[-1]["memory_mib"],
         "memory_peak_mib": peak_memory,
-        "throughput_peak_elastic": mean_rate(peak, args.settle),
-        "throughput_peak_fixed": mean_rate(fixed_peak, args.settle),
+        "throughput_peak_elastic": statistics.median(r["infer_per_s"] for r in rounds[elastic]),
+        "throughput_peak_fixed": statistics.median(r["infer_per_s"] for r in rounds[fixed]),
+        "elastic_over_fixed_throughput": compared(rounds[elastic], rounds[fixed], "infer_per_s",
+                                                  faster="rounds_elastic_faster"),
         "seconds_to_peak": first_second(peak, most),
         "seconds_to_min": first_second(last_low, 1),
+        "step_peak_infer_per_s": mean_rate(peak, args.settle),
         "contexts_first_low": first_low[-1]["contexts"],
         "memory_first_low_mib": first_low[-1]["memory_mib"],
-        "memory_fixed_mib": fixed_peak[-1]["memory_mib"],
-        "memory_source": memory_source,
-        "errors": sum(failed[:]),
-        "answers": sum(answered[:]),
+        "memory_fixed_mib": fixed_memory,
+        "memory_source": sampler.source,
+        "step_errors": sum(failed[:]),
+        "step_answers": sum(answered[:]),
+        "rounds": rounds,
         "samples": samples,
     })
     if report["memory_low_mib"] and peak_memory:
         report["memory_low_over_peak"] = round(report["memory_low_mib"] / peak_memory, 3)
-    report["throughput_elastic_over_fixed"] = round(report["throughput_peak_elastic"] /
-                                                    report["throughput_peak_fixed"], 3)
     write_json(args.out, report)
     print({k: v for k, v in report.items() if k not in ("samples", "server_log_tail")})
     print(f"wrote {args.out}")

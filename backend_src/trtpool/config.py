@@ -6,7 +6,7 @@
       { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
       { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
       { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: contexts: auto's size)
-      { key: "grow_after_wait_microseconds" value: { string_value: "2000" } },  # elastic: see pool.py
+      { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
       { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
@@ -58,7 +58,7 @@ class Elasticity:
 
     min_contexts: int = 1
     max_contexts: int | None = None  # None: contexts: auto's size (at least min_contexts)
-    grow_after_wait_us: int = 2000   # grow when a batch has waited this long with every context busy
+    grow_after_wait_us: int = 500    # grow when a batch has waited this long with every context busy
     shrink_after_idle_s: float = 60.0  # close a context that has not run for this long
 
 
@@ -180,8 +180,9 @@ def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | No
     if maximum is not None and maximum < minimum:
         raise ConfigError(f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a "
                           f"whole number >= {minimum}")
-    return Elasticity(minimum, maximum, _whole_number(params, "grow_after_wait_microseconds", 2000, minimum=0),
-                      _seconds(params, "shrink_after_idle_seconds", 60.0))
+    return Elasticity(minimum, maximum,
+                      _whole_number(params, "grow_after_wait_microseconds", Elasticity.grow_after_wait_us, minimum=0),
+                      _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s))
 
 
 def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:

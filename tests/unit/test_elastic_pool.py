@@ -255,5 +255,5 @@ def test_elastic_parameters_and_defaults(tiny_dir):
     cfg = make_cfg(tiny_dir, min_contexts="2", max_contexts="8", grow_after_wait_microseconds="500",
                    shrink_after_idle_seconds="0.5")
     assert cfg.elastic == Elasticity(2, 8, 500, 0.5) and cfg.most_contexts == 8 and cfg.contexts is None
-    assert make_cfg(tiny_dir, max_contexts="4").elastic == Elasticity(1, 4, 2000, 60.0)
+    assert make_cfg(tiny_dir, max_contexts="4").elastic == Elasticity(1, 4, 500, 60.0)
     assert make_cfg(tiny_dir, contexts="auto", min_contexts="2").elastic.max_contexts is None

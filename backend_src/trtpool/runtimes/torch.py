@@ -298,6 +298,19 @@ class TorchRuntime(Runtime):
         self.capture_lock = threading.Lock()  # one capture at a time in the process
         self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
+        # Streams of closed contexts, for the next ones: torch keeps a cuBLAS workspace
+        # per stream for the process's life, so new streams after every close (an
+        # elastic pool's shrink and grow) would each leave one behind.
+        self._spare_streams: list[cuda.Stream] = []
+        self._streams_lock = threading.Lock()
+
+    def stream(self) -> cuda.Stream:
+        with self._streams_lock:
+            return self._spare_streams.pop() if self._spare_streams else cuda.Stream()
+
+    def spare_stream(self, stream: cuda.Stream) -> None:
+        with self._streams_lock:
+            self._spare_streams.append(stream)
 
     def _axis_buckets(self, sequence_buckets: tuple[int, ...] | None) -> dict[str, tuple[Buckets, ...]]:
         """Per input and axis: batch buckets, sequence buckets, or None (fixed or exact)."""
@@ -377,6 +390,9 @@ class TorchRuntime(Runtime):
 
     def close(self) -> None:
         self.module = None
+        for stream in self._spare_streams:
+            stream.close()
+        self._spare_streams.clear()
         torch.cuda.empty_cache()
 
 
@@ -416,7 +432,7 @@ class TorchContext(ExecutionContext):
         # event wait and teardown are the same checked calls on the same kind of
         # stream; torch only launches its kernels and graphs on it through an
         # ExternalStream view, which does not own it.
-        self._stream = cuda.Stream()
+        self._stream = runtime.stream()
         self._torch_stream = torch.cuda.ExternalStream(self._stream.handle, device=runtime.device)
         self._done = cuda.Event()
         self._inputs_taken = cuda.Event()
@@ -552,7 +568,7 @@ class TorchContext(ExecutionContext):
         self.staging = None  # pinned memory, freed with its last view
         self._done.close()
         self._inputs_taken.close()
-        self._stream.close()
+        self._runtime.spare_stream(self._stream)  # drained above
         # The caching allocator keeps what the graphs' pool and the buffers held:
         # hand it back to the driver (not during another context's capture).
         with self._runtime.capture_lock:
