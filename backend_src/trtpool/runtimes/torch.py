@@ -36,7 +36,9 @@ dimensions are used as given (a graph per distinct shape) unless the config's
 non-batch dimension is right only for models that mask it (attention_mask 0
 for a padded token), and only where every output dimension it changes is
 named after an input dimension, so that it can be cut back. The largest bucket
-is captured when the context is made, the others on first use. A model that
+is captured when the context is made, the others on first use (a context made
+later, as an elastic pool grows, captures the buckets others have run when it is
+made). A model that
 cannot be captured (an output sized by the data, an op that reads a device
 value on the host) runs eagerly on the context's stream.
 """
@@ -303,6 +305,9 @@ class TorchRuntime(Runtime):
         # elastic pool's shrink and grow) would each leave one behind.
         self._spare_streams: list[cuda.Stream] = []
         self._streams_lock = threading.Lock()
+        # The buckets some context has run (padded input shapes by key): a context made
+        # later (an elastic pool's growth) captures them when it is made, off the request path.
+        self.buckets_in_use: dict[tuple[tuple[int, ...], ...], Shapes] = {}
 
     def stream(self) -> cuda.Stream:
         with self._streams_lock:
@@ -447,6 +452,8 @@ class TorchContext(ExecutionContext):
                              in runtime.input_capacities.items() if runtime.may_pad_inner(name)}
         largest = {s.name: runtime.signature.max_shape(s.name) for s in runtime.signature.inputs}
         self._bucket(largest)  # this context's memory is committed now, not under load
+        for shapes in list(runtime.buckets_in_use.values()):  # and the graphs the load runs, captured now
+            self._bucket(shapes)
 
     def _empty(self, dtype: np.dtype, count: int) -> torch.Tensor:
         return torch.empty(count, dtype=TORCH_DTYPES[np.dtype(dtype)], device=self._runtime.device)
@@ -462,6 +469,7 @@ class TorchContext(ExecutionContext):
         if key not in self._buckets:
             inputs = {n: self._static[n][:prod(s)].view(s) for n, s in padded.items()}
             self._buckets[key] = self._capture(inputs)
+            self._runtime.buckets_in_use.setdefault(key, padded)
         return self._buckets[key]
 
     def _capture(self, inputs: dict[str, torch.Tensor]) -> Bucket:
