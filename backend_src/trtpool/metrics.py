@@ -28,6 +28,19 @@ from typing import Any
 from trtpool.pool import PoolStats
 
 
+# The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
+SIZE_GAUGES = {
+    "current": ("trtpool_contexts", "Execution contexts that exist now"),
+    "minimum": ("trtpool_contexts_min", "The fewest execution contexts the pool keeps"),
+    "maximum": ("trtpool_contexts_max", "The most execution contexts the pool may hold"),
+}
+CHANGE_COUNTERS = {
+    "grown": ("trtpool_contexts_grown_total", "Execution contexts an elastic pool added under load"),
+    "shrunk": ("trtpool_contexts_shrunk_total", "Idle execution contexts an elastic pool closed"),
+    "grow_failures": ("trtpool_context_create_failures_total", "Execution contexts an elastic pool could not make"),
+}
+
+
 class PoolMetrics:
     def __init__(self, metric_family: Any, model_name: str) -> None:
         counter = metric_family.COUNTER
@@ -48,20 +61,10 @@ class PoolMetrics:
         self._workers_lost = metric_family(name="trtpool_workers_lost_total",
                                            description="Decoupled worker threads that died and were replaced",
                                            kind=counter)
-        gauge = metric_family.GAUGE
-        self._contexts = metric_family(name="trtpool_contexts", description="Execution contexts that exist now",
-                                       kind=gauge)
-        self._contexts_min = metric_family(name="trtpool_contexts_min",
-                                           description="The fewest execution contexts the pool keeps", kind=gauge)
-        self._contexts_max = metric_family(name="trtpool_contexts_max",
-                                           description="The most execution contexts the pool may hold", kind=gauge)
-        self._grown = metric_family(name="trtpool_contexts_grown_total",
-                                    description="Execution contexts an elastic pool added under load", kind=counter)
-        self._shrunk = metric_family(name="trtpool_contexts_shrunk_total",
-                                     description="Idle execution contexts an elastic pool closed", kind=counter)
-        self._create_failures = metric_family(name="trtpool_context_create_failures_total",
-                                              description="Execution contexts an elastic pool could not make",
-                                              kind=counter)
+        self._size = {field: metric_family(name=name, description=text, kind=metric_family.GAUGE)
+                      for field, (name, text) in SIZE_GAUGES.items()}
+        self._changes = {field: metric_family(name=name, description=text, kind=counter)
+                         for field, (name, text) in CHANGE_COUNTERS.items()}
         self._metrics: dict[tuple, Any] = {}
         self._gauges: dict[int, int] = {}  # id(family) -> the value last set
         self._published: dict[tuple, int] = {}
@@ -117,12 +120,10 @@ class PoolMetrics:
                 self._advance(self._batches, count, batch_size=str(size))
             self._advance(self._request_wait, request_wait_us)
             self._advance(self._workers_lost, lost)
-            for family, value in ((self._contexts, stats.current), (self._contexts_min, stats.minimum),
-                                  (self._contexts_max, stats.maximum)):
-                self._set(family, value)
-            self._advance(self._grown, stats.grown)
-            self._advance(self._shrunk, stats.shrunk)
-            self._advance(self._create_failures, stats.grow_failures)
+            for field, family in self._size.items():
+                self._set(family, getattr(stats, field))
+            for field, family in self._changes.items():
+                self._advance(family, getattr(stats, field))
 
     def close(self) -> None:
         self._stop.set()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import FAIL_CREATE_FILE, FlakyOnnxRuntime
-from trtpool import config as pool_config
+from tests.unit.test_serving import make_cfg
 from trtpool.config import Elasticity
 from trtpool.errors import ConfigError
 from trtpool.pool import ContextPool
@@ -37,12 +37,6 @@ def tiny_dir(tmp_path) -> Path:
     version_dir.mkdir()
     write_example("tiny", version_dir / "model.onnx")
     return version_dir
-
-
-def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
-    config = {"name": "tiny", "max_batch_size": 8,
-              "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cpu")
 
 
 def eventually(condition: Callable[[], bool], what: str) -> None:
