@@ -15,8 +15,9 @@ contexts and decides alone when the count changes; it asks the runtime for
 
 Free contexts are handed out last in, first out: under light load the same
 few run and the rest idle, so that they can be closed. A context that cannot
-be made (out of memory, any exception) is logged and counted; the pool serves
-on with what it has and tries again after shrink_after_idle_s.
+be made (less memory free than a context costs, a creation that fails) is
+logged and counted; the pool serves on with what it has and tries again after
+shrink_after_idle_s.
 """
 from __future__ import annotations
 
@@ -254,6 +255,9 @@ class ContextPool:
             self._live.add(index)
         started = time.monotonic()
         try:
+            free, need = self.runtime.free_memory_bytes(), self.runtime.context_memory_bytes()
+            if free < need:  # stop before the device runs out, not at its last byte
+                raise MemoryError(f"{free} bytes are free on the device and a context needs {need}")
             context = self.runtime.create_context(index)
         except Exception as exc:  # out of memory, or anything else: serve on with what there is
             with self._lock:

@@ -228,6 +228,29 @@ def test_a_context_that_cannot_be_made_leaves_the_pool_serving(tiny_dir):
         pool.close()
 
 
+class FullDevice(OnnxRuntime):
+    """A device with less memory free than one more context costs."""
+
+    def free_memory_bytes(self) -> int:
+        return self.context_memory_bytes() - 1
+
+
+def test_growth_stops_before_the_device_runs_out(tiny_dir):
+    pool = ContextPool(FullDevice(make_cfg(tiny_dir), tiny_dir / "model.onnx"), 2,
+                       Elasticity(min_contexts=1, grow_after_wait_us=0, shrink_after_idle_s=NEVER))
+    try:
+        busy = pool.take()
+        thread, got = waiting_taker(pool)
+        eventually(lambda: pool.stats.grow_failures == 1, "a refused creation")
+        assert not got and pool.stats.current == 1 and pool.stats.grown == 0
+        pool.give(busy)
+        thread.join(DEADLINE_S)
+        check_runs(got[0], 9)
+        pool.give(got[0])
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize("params, message", [
     ({"contexts": "4", "max_contexts": "8"}, "parameter 'contexts' is 4 but 'max_contexts' is set too"),
     ({"min_contexts": "3", "max_contexts": "2"}, "parameter 'max_contexts': 2 is below min_contexts 3"),
