@@ -223,6 +223,7 @@ class ContextPool:
                 self._grow()
             elif idle is not None:
                 self._shrink(idle)
+                del idle  # its host memory goes with the last reference, not at the next step
 
     def _next_step(self) -> tuple[bool, ExecutionContext | None]:
         """What the policy does next (the lock held): grow; shrink, by the free context

@@ -7,6 +7,7 @@ Answers are compared with the tiny model's float64 numpy reference.
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 
 from tests.doubles.flaky_runtime import FAIL_CREATE_FILE, FlakyOnnxRuntime
 from tests.unit.test_serving import make_cfg
+from tests.unit.test_tensorrt_runtime import batch, check, engine_path, fake, load, run, trt  # noqa: F401 (fixtures)
 from trtpool.config import Elasticity
 from trtpool.errors import ConfigError
 from trtpool.pool import ContextPool
@@ -274,3 +276,39 @@ def test_elastic_parameters_and_defaults(tiny_dir):
     assert cfg.elastic == Elasticity(2, 8, 500, 0.5) and cfg.most_contexts == 8 and cfg.contexts is None
     assert make_cfg(tiny_dir, max_contexts="4").elastic == Elasticity(1, 4, 500, 60.0)
     assert make_cfg(tiny_dir, contexts="auto", min_contexts="2").elastic.max_contexts is None
+
+
+def test_a_closed_tensorrt_context_frees_its_device_memory_streams_and_graphs(engine_path, fake):
+    """Over the TensorRT runtime (its double on the CUDA double): contexts made under
+    load, each with graphs captured, and closed when idle leave the device as one
+    context left it: every allocation, stream, event and graph of the others freed."""
+    runtime = load(engine_path)
+    pool = ContextPool(runtime, 3, Elasticity(min_contexts=1, grow_after_wait_us=0, shrink_after_idle_s=0.05))
+    try:
+        with pool.acquire() as context:
+            for _ in range(2):  # warm-up, then capture
+                x = batch(3)
+                check(run(context, x), x)
+        gc.collect()
+        one = fake.live()
+        held = [pool.take()]
+        for _ in range(2):
+            thread, got = waiting_taker(pool)
+            thread.join(DEADLINE_S)
+            held += got
+        for context in held:
+            for _ in range(2):
+                x = batch(3)
+                check(run(context, x), x)
+        assert pool.stats.current == 3 and fake.live()["device_memory"] > one["device_memory"]
+        for context in held:
+            pool.give(context)
+        eventually(lambda: pool.stats.current == 1, "shrink to one context")
+        del held, context, got
+        gc.collect()
+        assert fake.live() == one
+        with pool.acquire() as context:
+            x = batch(5)
+            check(run(context, x), x)
+    finally:
+        pool.close()
