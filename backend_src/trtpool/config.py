@@ -54,7 +54,7 @@ SWITCHES = ("on", "off")
 
 @dataclass(frozen=True)
 class Elasticity:
-    """An elastic pool's bounds and policy (trtpool.pool.ElasticPool)."""
+    """An elastic pool's bounds and policy (trtpool.pool.ContextPool)."""
 
     min_contexts: int = 1
     max_contexts: int | None = None  # None: contexts: auto's size (at least min_contexts)
