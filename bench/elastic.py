@@ -209,7 +209,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="the requests' sequence length (BERT)")
     parser.add_argument("--low", type=int, default=1, help="batch-1 clients at low load")
     parser.add_argument("--peak", type=int, default=8, help="batch-1 clients at the peak")
-    parser.add_argument("--max-contexts", type=int, default=4, help="the elastic pool's maximum, the fixed pool's count")
+    parser.add_argument("--max-contexts", type=int, default=4,
+                        help="the elastic pool's maximum, the fixed pool's count")
     parser.add_argument("--phases", type=lambda t: [float(x) for x in t.split(",")], default=[20, 30, 40],
                         help="seconds of low, peak, low")
     parser.add_argument("--rounds", type=int, default=4, help="perf_analyzer rounds per pool at the peak (ABBA)")

@@ -5,7 +5,7 @@
       { key: "model_file"      value: { string_value: "" } },       # in the version folder; default: the runtime's usual name
       { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
       { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
-      { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: contexts: auto's size)
+      { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: auto's size)
       { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
       { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
