@@ -4,6 +4,10 @@
       { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | a registered name
       { key: "model_file"      value: { string_value: "" } },       # in the version folder; default: the runtime's usual name
       { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
+      { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
+      { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: auto's size)
+      { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
+      { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
@@ -41,10 +45,21 @@ KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
     "metrics_interval_ms", "sequence_buckets", "response_threads", "sub_batches", "cuda_graphs",
-    "FORCE_CPU_ONLY_INPUT_TENSORS",
+    "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
+    "shrink_after_idle_seconds",
 }
 PRECISIONS = ("fp32", "fp16")
 SWITCHES = ("on", "off")
+
+
+@dataclass(frozen=True)
+class Elasticity:
+    """An elastic pool's bounds and policy (trtpool.pool.ContextPool)."""
+
+    min_contexts: int = 1
+    max_contexts: int | None = None  # None: contexts: auto's size (at least min_contexts)
+    grow_after_wait_us: int = 500    # grow when a batch has waited this long with every context busy
+    shrink_after_idle_s: float = 60.0  # close a context that has not run for this long
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,12 @@ class PoolConfig:
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
     sub_batches: int = 1          # sync and pipelined: a lone batch runs as up to this many parts, one per context
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
+    elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
+
+    @property
+    def most_contexts(self) -> int | None:
+        """The most contexts that may run at once, where the config fixes it (None: auto)."""
+        return self.elastic.max_contexts if self.elastic else self.contexts
 
 
 def instance_device(kind: str, device_id: str) -> str:
@@ -129,6 +150,41 @@ def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
     return sizes
 
 
+def _seconds(params: dict[str, str], key: str, default: float) -> float:
+    text = params.get(key, "").strip() or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected a number of seconds > 0")
+    return value
+
+
+def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | None:
+    """The elastic pool's parameters, or None (a fixed pool) when neither bound is given."""
+    bounds = [key for key in ("min_contexts", "max_contexts") if params.get(key, "").strip()]
+    policy = [key for key in ("grow_after_wait_microseconds", "shrink_after_idle_seconds")
+              if params.get(key, "").strip()]
+    if not bounds:
+        if policy:
+            raise ConfigError(f"parameter '{policy[0]}' applies to an elastic pool; set min_contexts and/or "
+                              "max_contexts too, or remove it")
+        return None
+    if contexts is not None:
+        raise ConfigError(f"parameter 'contexts' is {contexts} but '{bounds[0]}' is set too: a fixed pool takes "
+                          "contexts: N alone; an elastic one min_contexts and max_contexts (or contexts: auto "
+                          "as its maximum)")
+    minimum = _whole_number(params, "min_contexts", 1)
+    maximum = _whole_number(params, "max_contexts", 1) if params.get("max_contexts", "").strip() else None
+    if maximum is not None and maximum < minimum:
+        raise ConfigError(f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a "
+                          f"whole number >= {minimum}")
+    return Elasticity(minimum, maximum,
+                      _whole_number(params, "grow_after_wait_microseconds", Elasticity.grow_after_wait_us, minimum=0),
+                      _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s))
+
+
 def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:
     """Validate the parameters; every error names the parameter and the accepted values."""
     params = parameters_of(model_config)
@@ -183,4 +239,5 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         response_threads=_whole_number(params, "response_threads", 1),
         sub_batches=sub_batches,
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
+        elastic=_elasticity(params, contexts),
     )

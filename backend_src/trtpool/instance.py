@@ -73,17 +73,24 @@ class ModelInstance:
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
             check_agreement(model_config, self.runtime.signature)
-            size = self.cfg.contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
-            self.pool = ContextPool(self.runtime, size)
+            size = self._size()
+            self.pool = ContextPool(self.runtime, size, self.cfg.elastic)
         except Exception:
             self.runtime.close()
             raise
         self.runner = BatchRunner(self.pool, on_batch, self.cfg.sub_batches)
         log.info(
-            "model '%s': runtime %s on %s, %d context(s), mode %s, max batch %d",
-            self.cfg.model_name, self.runtime.name, device, size, self.cfg.mode,
+            "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
+            self.cfg.model_name, self.runtime.name, device,
+            f"{self.pool.stats.minimum} to {size}" if self.pool.elastic else size, self.cfg.mode,
             self.runtime.signature.max_batch_size,
         )
+
+    def _size(self) -> int:
+        """The most contexts at once: `contexts` or `max_contexts`, else sized from memory
+        (for an elastic pool, no fewer than min_contexts)."""
+        size = self.cfg.most_contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
+        return max(size, self.cfg.elastic.min_contexts) if self.cfg.elastic else size
 
     def _ceiling(self) -> int:
         """The mode's measured useful number (a context per sub-batch at least); on

@@ -7,6 +7,12 @@
     trtpool_batches_total{model,batch_size}        executed batches by size
     trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
     trtpool_workers_lost_total{model}              decoupled mode: worker threads that died and were replaced
+    trtpool_contexts{model}                        contexts that exist now (gauge)
+    trtpool_contexts_min{model}                    the fewest the pool keeps: min_contexts (gauge)
+    trtpool_contexts_max{model}                    the most it may hold: max_contexts (gauge)
+    trtpool_contexts_grown_total{model}            contexts an elastic pool added under load
+    trtpool_contexts_shrunk_total{model}           idle contexts an elastic pool closed
+    trtpool_context_create_failures_total{model}   contexts an elastic pool could not make (out of memory ...)
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -20,6 +26,19 @@ from collections import Counter
 from typing import Any
 
 from trtpool.pool import PoolStats
+
+
+# The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
+SIZE_GAUGES = {
+    "current": ("trtpool_contexts", "Execution contexts that exist now"),
+    "minimum": ("trtpool_contexts_min", "The fewest execution contexts the pool keeps"),
+    "maximum": ("trtpool_contexts_max", "The most execution contexts the pool may hold"),
+}
+CHANGE_COUNTERS = {
+    "grown": ("trtpool_contexts_grown_total", "Execution contexts an elastic pool added under load"),
+    "shrunk": ("trtpool_contexts_shrunk_total", "Idle execution contexts an elastic pool closed"),
+    "grow_failures": ("trtpool_context_create_failures_total", "Execution contexts an elastic pool could not make"),
+}
 
 
 class PoolMetrics:
@@ -42,7 +61,12 @@ class PoolMetrics:
         self._workers_lost = metric_family(name="trtpool_workers_lost_total",
                                            description="Decoupled worker threads that died and were replaced",
                                            kind=counter)
+        self._size = {field: metric_family(name=name, description=text, kind=metric_family.GAUGE)
+                      for field, (name, text) in SIZE_GAUGES.items()}
+        self._changes = {field: metric_family(name=name, description=text, kind=counter)
+                         for field, (name, text) in CHANGE_COUNTERS.items()}
         self._metrics: dict[tuple, Any] = {}
+        self._gauges: dict[int, int] = {}  # id(family) -> the value last set
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
         self._counts_lock = threading.Lock()  # the request path's counters
@@ -96,6 +120,10 @@ class PoolMetrics:
                 self._advance(self._batches, count, batch_size=str(size))
             self._advance(self._request_wait, request_wait_us)
             self._advance(self._workers_lost, lost)
+            for field, family in self._size.items():
+                self._set(family, getattr(stats, field))
+            for field, family in self._changes.items():
+                self._advance(family, getattr(stats, field))
 
     def close(self) -> None:
         self._stop.set()
@@ -112,6 +140,12 @@ class PoolMetrics:
         if key not in self._metrics:
             self._metrics[key] = family.Metric(labels={"model": self._model, **labels})
         return self._metrics[key]
+
+    def _set(self, family: Any, value: int) -> None:
+        """A gauge, set only when it changed (each set is a round trip to the server)."""
+        if self._gauges.get(id(family)) != value:
+            self._metric(family).set(value)
+            self._gauges[id(family)] = value
 
     def _advance(self, family: Any, total: int, **labels: str) -> None:
         """Counters only go up: add what the running total gained since the last flush."""

@@ -27,6 +27,9 @@
 #   ceiling-split  the same for sync with sub-batches (2 and 3 parts on as many contexts) beside
 #             sync and pipelined, batch-32 clients on each sync variant, and a py-spy profile
 #             (native frames too) of the one-context sync stub
+#   elastic   bench/elastic.py: BERT-base (sequence 128) batch-1 clients 1 -> 16 -> 1 on an elastic
+#             pool of 1..4 contexts (context count, GPU memory, answers/s every second), then
+#             beside a fixed pool of 4 in perf_analyzer rounds (ABBA); writes elastic.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -188,6 +191,11 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
         --out "$OUT/gpu_latency.json" 2>&1 | grep -v '^[IW]1202' | tail -n 8
+      ;;
+    elastic)
+      python3 bench/elastic.py --runtime torch --precision fp16 --example bert_base --seq-len 128 \
+        --low 1 --peak 16 --max-contexts 4 --phases 20,30,45 --idle 20 --rounds 4 \
+        --out "$OUT/elastic.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

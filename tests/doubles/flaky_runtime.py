@@ -6,6 +6,14 @@ sentinel values, to inject failures and slow batches into a real server.
     an element == KILL            the run raises SystemExit, which ends the thread running it
     an element == KILL_AT_SUBMIT  submitting the batch raises SystemExit
 
+and whose runtime cannot make contexts while told so:
+
+    a file FAIL_CREATE_FILE in the model's version folder
+                                  making any context but context 0 raises MemoryError
+                                  (as a device out of memory would)
+    runtime.creations_allowed     an Event: making a context waits until it is set
+                                  (in-process tests hold a creation with it)
+
 Registered as the runtime `test_flaky_onnxruntime` by the metadata beside it
 (trtpool_test_doubles-0.dist-info: entry point group trtpool.runtimes). Only
 the tests see it: the harness runs tritonserver from this folder, which the
@@ -17,6 +25,7 @@ it with  parameters { key: "runtime" value: { string_value: "test_flaky_onnxrunt
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +40,7 @@ KILL = 3.0e30
 KILL_AT_SUBMIT = 4.0e30
 SLOW_SECONDS = 1.0
 REGISTERED_NAME = "test_flaky_onnxruntime"
+FAIL_CREATE_FILE = "fail_context_creation"
 
 if str(Path(__file__).parent) not in sys.path:  # the registration beside this file
     sys.path.append(str(Path(__file__).parent))
@@ -66,5 +76,14 @@ class FlakyContext(OnnxContext):
 class FlakyOnnxRuntime(OnnxRuntime):
     name = "flaky-onnxruntime"
 
+    def __init__(self, cfg, path) -> None:
+        super().__init__(cfg, path)
+        self.fail_marker = Path(path).parent / FAIL_CREATE_FILE
+        self.creations_allowed = threading.Event()
+        self.creations_allowed.set()
+
     def create_context(self, index: int) -> FlakyContext:
+        if index > 0 and self.fail_marker.exists():
+            raise MemoryError(f"injected: out of memory making context {index} ({self.fail_marker} exists)")
+        self.creations_allowed.wait()
         return FlakyContext(self, index)

@@ -275,6 +275,9 @@ class ICudaEngine:
 
     def create_execution_context(self, strategy: ExecutionContextAllocationStrategy =
                                  ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext | None:
+        if strategy == ExecutionContextAllocationStrategy.USER_MANAGED:
+            self.contexts_created += 1
+            return self.module.context_class(self, None)  # its activation memory is the user's to set
         err, memory = self.module.cudart.cudaMalloc(self.memory)
         if err:
             self.logger.log(ILogger.Severity.ERROR, "IExecutionContext: Error Code 2: OutOfMemory "
@@ -321,11 +324,14 @@ class _MemorySizeV2:
 
 
 class IExecutionContext:
-    """Allocates its activation memory (the STATIC strategy) when made."""
+    """Allocates its activation memory when made (the STATIC strategy), or runs on the
+    memory the user sets (USER_MANAGED: `memory` None until the device_memory property
+    is set; update_device_memory_size_for_shapes says how much the input shapes need)."""
 
-    def __init__(self, engine: ICudaEngine, memory: int) -> None:
+    def __init__(self, engine: ICudaEngine, memory: int | None) -> None:
         self._engine = engine
         self._memory = memory
+        self._owns_memory = memory is not None
         self._profile = 0  # "The newly created execution context will be assigned optimization profile 0."
         self.profile_switches = 0
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -335,7 +341,42 @@ class IExecutionContext:
         self._resources: int | None = None  # the profile whose layer resources are set up
 
     def __del__(self) -> None:
-        self._engine.module.cudart.cudaFree(self._memory)
+        if self._owns_memory:
+            self._engine.module.cudart.cudaFree(self._memory)
+
+    # -- activation memory (USER_MANAGED) ---------------------------------------------------
+
+    def _device_memory(self) -> None:
+        raise AttributeError("unreadable attribute")  # pybind11: a property with a setter only
+
+    def _set_device_memory(self, memory: int) -> None:
+        if int(memory) % ALIGNMENT:
+            self._error(f"IExecutionContext::setDeviceMemory: Error Code 3: API Usage Error (memory is not "
+                        f"{ALIGNMENT}-byte aligned)")
+            return
+        if self._owns_memory:
+            self._engine.module.cudart.cudaFree(self._memory)
+            self._owns_memory = False
+        self._memory = int(memory)
+        self._set_up = False
+
+    device_memory = property(_device_memory, _set_device_memory)
+
+    def update_device_memory_size_for_shapes(self) -> int:
+        """The activation memory the input shapes set need: the engine's (its largest profile's)
+        scaled by their elements against the profile's largest, in whole alignment units."""
+        if set(self._shapes) != set(self._engine.inputs):
+            self._error("IExecutionContext::updateDeviceMemorySizeForShapes: Error Code 3: API Usage Error "
+                        "(input shapes not set)")
+            return 0
+        return self._required_memory()
+
+    def _required_memory(self) -> int:
+        profile = self._engine.profiles[self._profile]
+        used = sum(int(np.prod(self._shapes[name])) for name in self._engine.inputs)
+        largest = sum(int(np.prod(profile[name][2])) for name in self._engine.inputs)
+        units = -(-self._engine.memory * used // (largest * ALIGNMENT))
+        return max(1, units) * ALIGNMENT
 
     @property
     def _cudart(self) -> FakeCudart:
@@ -461,10 +502,12 @@ class IExecutionContext:
         unbound = [n for n in engine.names if n not in self._addresses and n not in self._allocators]
         if unbound:
             return f"no address or output allocator for {unbound}"
+        if self._memory is None:
+            return "no device memory set on a context made with ExecutionContextAllocationStrategy.USER_MANAGED"
         return None
 
     def _state(self) -> tuple:
-        return self._profile, tuple(sorted(self._shapes.items())), self._resources
+        return self._profile, tuple(sorted(self._shapes.items())), self._resources, self._memory
 
     def _read_inputs(self, shapes: dict[str, tuple[int, ...]], addresses: dict[str, int]) -> dict[str, np.ndarray]:
         engine, cudart = self._engine, self._cudart
@@ -484,11 +527,13 @@ class IExecutionContext:
         """The run's work on the stream, with the shapes and addresses of now; when replayed
         from a graph, the context must be in the state it was captured in."""
         state, shapes, addresses = self._state(), dict(self._shapes), dict(self._addresses)
+        activations = (self._memory, self._required_memory())
 
         def kernel() -> None:
             if self._state() != state:
                 raise DoubleError(cudaError_t.cudaErrorIllegalAddress,
                                   f"a captured run replayed in context state {self._state()}, captured in {state}")
+            self._cudart.device_view(*activations)  # the activations: inside one live allocation
             outputs = self._engine._compute(self._read_inputs(shapes, addresses))
             for name, value in outputs.items():
                 if value.shape != inferred[name]:

@@ -197,6 +197,18 @@ BEHAVIOUR = {
         "a profile switch defers layer resource updates to the next execute_async_v3, which a graph launch "
         "does not perform",
         "include/NvInferRuntime.h release/11.1:4272 (setOptimizationProfileAsync '\\warning')"),
+    "user_managed_memory": (
+        "a context made with ExecutionContextAllocationStrategy.USER_MANAGED holds no activation memory: "
+        "execute_async_v3 fails until memory is assigned to its device_memory property (write-only); "
+        "update_device_memory_size_for_shapes, called once the profile and every input shape are set, "
+        "returns how much those shapes need",
+        "the bindings' docstrings (pyCoreDoc.h, as tensorrt_rtx 1.7 prints them): "
+        "ExecutionContextAllocationStrategy.USER_MANAGED 'The user supplies custom allocation to the "
+        "execution context'; update_device_memory_size_for_shapes 'Recompute the internal activation buffer "
+        "sizes based on the current input shapes, and return the total amount of memory required. Users can "
+        "allocate the device memory based on the size returned and provided the memory to TRT with an "
+        "assignment to IExecutionContext.device_memory. Must specify all input shapes and the optimization "
+        "profile to use before calling this function'"),
     "failed_output_shape": (
         "UNCONFIRMED: get_tensor_shape of an output whose shape inference failed returns Dims{-1} (no "
         "dimensions, as the bindings show it)",
@@ -321,6 +333,30 @@ def test_behaviour_profile_resources_on_enqueue(context_of):
     context._resources = None  # as after a switch to another profile and back, with no ordinary run
     cudart.cudaGraphLaunch(graph, stream)
     assert cudart.cudaStreamSynchronize(stream)[0] == cudart.cudaError_t.cudaErrorIllegalAddress
+
+
+def test_behaviour_user_managed_memory():
+    cudart = FakeCudart()
+    module = make_module(cudart, "tensorrt", "10.0.1")
+    logger = module.Logger(module.Logger.Severity.INTERNAL_ERROR)
+    profile = {name: ((1, 1), (2, 4), (8, 16)) for name in ("tokens", "mask")}
+    engine = module.Runtime(logger).deserialize_cuda_engine(engine_bytes(masked_model(), [profile]))
+    context = engine.create_execution_context(module.ExecutionContextAllocationStrategy.USER_MANAGED)
+    stream = cudart.cudaStreamCreateWithFlags(1)[1]
+    for name in ("tokens", "mask", "total"):
+        context.set_tensor_address(name, cudart.cudaMalloc(1024)[1])
+    context.set_input_shape("tokens", (2, 4))
+    context.set_input_shape("mask", (2, 4))
+    assert context.execute_async_v3(stream) is False  # no memory yet
+    small = context.update_device_memory_size_for_shapes()
+    context.device_memory = cudart.cudaMalloc(small)[1]
+    assert context.execute_async_v3(stream) is True
+    assert cudart.cudaStreamSynchronize(stream)[0] == cudart.cudaError_t.cudaSuccess
+    context.set_input_shape("tokens", (8, 16))
+    context.set_input_shape("mask", (8, 16))
+    assert context.update_device_memory_size_for_shapes() > small  # larger shapes need more
+    with pytest.raises(AttributeError):
+        context.device_memory  # noqa: B018 (write-only)
 
 
 def test_behaviour_failed_output_shape(context_of):

@@ -25,7 +25,7 @@ from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, li
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from trtpool import config as pool_config
-from trtpool import cuda
+from trtpool import cuda, trt_api
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.pool import ContextPool
 from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
@@ -226,7 +226,9 @@ def test_a_profile_switch_runs_once_as_usual_before_graphs_replay(runtime, fake)
     graph launch does not do (the double refuses such a replay)."""
     context = runtime.create_context(0)
     engine = context._context._engine
-    for size in (2, 2, 9, 9):
+    # The large profile first: the context's activation memory grows once, to what it needs
+    # (a growth drops the graphs captured before it), and the small profile's graph stays.
+    for size in (9, 2, 2, 9, 9):
         x = batch(size)
         check(run(context, x), x)
     executions = engine.executions
@@ -376,11 +378,17 @@ def test_an_output_without_a_batch_axis_makes_the_engine_unbatched(positive, run
     assert positive.signature.max_batch_size == 0
 
 
+def rows_whose_outputs_are(value: float) -> np.ndarray:
+    """16 rows whose every output y is `value` (so that 'where' lists none or all of them)."""
+    return ((np.full((16, N), value) - B) @ np.linalg.pinv(W)).astype(np.float32)
+
+
 def test_a_failed_output_allocation_is_a_context_failure_with_its_reason(positive, fake):
     context = positive.create_context(0)
+    run(context, rows_whose_outputs_are(-1.0))  # activation memory for 16 rows; 'where' empty
     fake.fail["cudaMalloc"] = fake.cudaError_t.cudaErrorMemoryAllocation
     with pytest.raises(ContextFailure) as failure:
-        run(context, batch(16))
+        run(context, rows_whose_outputs_are(1.0))  # 'where' needs memory for all 48 positives
     message = str(failure.value)
     assert "execute_async_v3" in message and "output 'where' failed" in message
     assert "cudaMalloc failed: cudaErrorMemoryAllocation" in message
@@ -659,8 +667,32 @@ def test_context_memory_on_each_release(tmp_path, fake, monkeypatch, version, at
     assert runtime.context_memory_bytes() == getattr(runtime.engine, attribute) + io_bytes
     free = runtime.free_memory_bytes()
     context = runtime.create_context(0)
-    # The CUDA double allocates exactly what is asked: a context costs exactly its estimate.
-    assert free - runtime.free_memory_bytes() == runtime.context_memory_bytes()
+    # The CUDA double allocates exactly what is asked: a new context costs its I/O buffers,
+    # and once it has run the largest shapes, exactly the estimate.
+    assert free - runtime.free_memory_bytes() == io_bytes
+    x = batch(16)
+    check(run(context, x), x)
+    graphs = len(context.captured) * GRAPH_BYTES_PER_NODE
+    assert free - runtime.free_memory_bytes() - graphs == runtime.context_memory_bytes()
+    context.close()
+
+
+def test_activation_memory_follows_the_shapes_in_use(runtime, fake):
+    """A context holds the activation memory its largest shapes so far need (USER_MANAGED,
+    sized by update_device_memory_size_for_shapes), not the largest profile's; a batch that
+    needs more grows it, and the graphs captured with the old memory are captured again."""
+    context = runtime.create_context(0)
+    full = trt_api.activation_bytes(runtime.engine)
+    for _ in range(2):  # warm-up, then capture
+        x = batch(1)
+        check(run(context, x), x)
+    small = context._activation_bytes
+    assert 0 < small < full and len(context.captured) == 1
+    for size in (16, 16, 1, 1, 1):  # grows: batch 1's graph is dropped, then captured again
+        x = batch(size)
+        check(run(context, x), x)
+    assert context._activation_bytes == full and len(context.captured) == 2
+    assert not fake.misuse
     context.close()
 
 

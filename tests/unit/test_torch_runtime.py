@@ -387,6 +387,42 @@ def test_gpu_contexts_share_the_weights_and_cost_what_is_measured(examples):
 
 
 @gpu
+def test_gpu_closed_contexts_return_their_memory_to_the_driver(examples):
+    """An elastic pool's shrink: closing contexts hands their buffers, graphs and graph
+    pool back to the driver (reserved memory falls), and cycles of making and closing
+    contexts do not accumulate memory (their streams, with torch's cuBLAS workspace
+    for each, are reused). A context made later captures the buckets already run when
+    it is made (as an elastic pool grows), not on its first batch."""
+    path = examples["resnet50"]
+    runtime = TorchRuntime(make_cfg("resnet50", path, "cuda:0", profile="input=1x3x64x64:8x3x64x64:8x3x64x64"),
+                           path)
+    inputs = sample("resnet50", 3, seed=9)
+    expected = reference(path, inputs)
+    try:
+        keep = runtime.create_context(0)
+        for name, output in run_on(keep, inputs).items():  # batch 3: a second bucket, captured on first use
+            assert_close(output, expected[name], TOLERANCE["fp32"])
+        after_close = []
+        for _ in range(3):
+            extra = [runtime.create_context(i) for i in (1, 2)]
+            for context in extra:
+                assert set(context.captured) == set(keep.captured) and len(keep.captured) == 2
+                for name, output in run_on(context, inputs).items():
+                    assert_close(output, expected[name], TOLERANCE["fp32"])
+            held = torch.cuda.memory_reserved(runtime.device)
+            for context in extra:
+                context.close()
+            after_close.append(torch.cuda.memory_reserved(runtime.device))
+            assert after_close[-1] < held
+        assert after_close[2] <= after_close[0], after_close
+        for name, output in run_on(keep, inputs).items():
+            assert_close(output, expected[name], TOLERANCE["fp32"])
+        keep.close()
+    finally:
+        runtime.close()
+
+
+@gpu
 def test_gpu_device_parts_go_straight_into_place_and_match_host_parts(examples):
     """Requests already on the GPU (Triton's CUDA tensors) are copied into the bucket
     in place, part by part, and give the host path's answer; the caller's tensors

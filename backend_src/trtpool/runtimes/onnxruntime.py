@@ -48,9 +48,10 @@ class OnnxRuntime(Runtime):
 
         cores = os.cpu_count() or 1
         # Batches in flight at once: in sync mode one (Triton runs one execute per
-        # instance) or its sub-batches, in the other modes one per context.
+        # instance) or its sub-batches, in the other modes one per context (an elastic
+        # pool's most).
         # Concurrent runs share the session's intra-op pool, so each gets its share of cores.
-        in_flight = cfg.sub_batches if cfg.mode == "sync" else (cfg.contexts or cores)
+        in_flight = cfg.sub_batches if cfg.mode == "sync" else (cfg.most_contexts or cores)
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, cores // in_flight)
         options.inter_op_num_threads = 1
@@ -117,6 +118,10 @@ class OnnxContext(ExecutionContext):
         self._binding = runtime.session.io_binding()
         self._batch: int | None = None  # the staged batch's size, until complete()
         self._staged: dict[str, np.ndarray] = {}  # its inputs, views of the context's buffers
+
+    def close(self) -> None:
+        """Drop the binding and the buffers (an elastic pool closes idle contexts)."""
+        self._binding = self.inputs = self.outputs = None
 
     def submit(self, parts: Parts) -> None:
         signature = self._runtime.signature

@@ -3,9 +3,15 @@
 One engine is deserialized once per model on its GPU; every context is an
 ``IExecutionContext`` over it with its own CUDA stream, events, device I/O
 buffers and pinned host staging buffers, all allocated when the context is
-made. The weights exist once; each further context costs its activation
-memory and its I/O buffers. trtpool.trt_api holds what differs between
-TensorRT releases and how each binding reports failure.
+made. The weights exist once; each further context costs its I/O buffers and
+its activation memory, sized to the shapes it runs: contexts are made with
+``ExecutionContextAllocationStrategy.USER_MANAGED`` and given, through the
+``device_memory`` property, what ``update_device_memory_size_for_shapes``
+says the largest input shapes run so far need (a context that only runs
+small batches never holds the largest profile's activations; the default
+STATIC strategy would). When a batch needs more, the block is replaced and the
+graphs captured with the old one are dropped. trtpool.trt_api holds what
+differs between TensorRT releases and how each binding reports failure.
 
 Several contexts may use the same optimization profile at once: in
 TensorRT 10 the preview feature kPROFILE_SHARING_0806 (profiles shared
@@ -226,9 +232,12 @@ class TensorRTRuntime(Runtime):
             log.warning("engine '%s' runs without CUDA graphs: %s", self.path, reason)
 
     def new_trt_context(self) -> Any:
+        """An IExecutionContext without activation memory (USER_MANAGED): its owner gives it
+        what the shapes in use need (TensorRTContext._fit_activations)."""
         with self._lock:
             return trt_api.call(f"engine '{self.path}': no execution context could be made (out of GPU memory?)",
-                                self.engine.create_execution_context, failure=ContextFailure)
+                                self.engine.create_execution_context,
+                                self.trt.ExecutionContextAllocationStrategy.USER_MANAGED, failure=ContextFailure)
 
     def device_bytes(self) -> int:
         """One context's preallocated device I/O buffers."""
@@ -239,9 +248,9 @@ class TensorRTRuntime(Runtime):
         return TensorRTContext(self, index)
 
     def context_memory_bytes(self) -> int:
-        # A context created with the default (STATIC) strategy allocates the
-        # activation memory of its largest profile. CUDA graphs, captured on
-        # first use, add what each logs.
+        # At most: a context's activation memory grows to what the shapes it runs
+        # need, up to the largest profile's. CUDA graphs, captured on first use, add
+        # what each logs.
         return trt_api.activation_bytes(self.engine) + self.device_bytes()
 
     def free_memory_bytes(self) -> int:
@@ -311,6 +320,8 @@ class TensorRTContext(ExecutionContext):
         self._settled: int | None = None   # the profile of the last ordinary run since it was selected
         self._graphs: dict[GraphKey, cuda.Graph] = {}
         self._results: dict[str, np.ndarray] | None = None
+        self._activations: cuda.DeviceBuffer | None = None  # sized to the largest shapes run so far
+        self._activation_bytes = 0
 
     @property
     def captured(self) -> list[GraphKey]:
@@ -374,7 +385,28 @@ class TensorRTContext(ExecutionContext):
         if runtime.infers_shapes:
             trt_api.call(f"the model rejected input shapes {self._listed(shapes)}", self._context.infer_shapes,
                          failure=InvalidInput)
+        self._fit_activations(run_shapes)
         self._shapes = run_shapes
+
+    def _fit_activations(self, run_shapes: Shapes) -> None:
+        """Give the context the activation memory the input shapes set need, when it holds
+        less: a context that runs small batches never holds the largest profile's. The old
+        block is idle (the last batch has completed); graphs captured with it are dropped."""
+        need = int(self._trt("sizing activation memory for the input shapes",
+                             self._context.update_device_memory_size_for_shapes))
+        if self._activations is not None and need <= self._activation_bytes:
+            return
+        try:
+            fresh = cuda.DeviceBuffer(max(need, 1))
+        except cuda.CudaError as exc:
+            raise ContextFailure(f"context {self.index}: {need} bytes of activation memory for input shapes "
+                                 f"{self._listed(run_shapes)} could not be allocated: {exc}") from exc
+        self._context.device_memory = fresh.ptr
+        if self._activations is not None:
+            self._settled = None
+            self._drop_graphs()
+            self._activations.close()
+        self._activations, self._activation_bytes = fresh, need
 
     def _fixed_output_shapes(self, shapes: Shapes) -> Shapes:
         """The shapes of the outputs that do not depend on the data, as the runtime computes
@@ -491,6 +523,8 @@ class TensorRTContext(ExecutionContext):
         self._context = None
         for buffer in (*self._inputs.values(), *self._outputs.values()):
             buffer.close()
+        if self._activations is not None:  # after the context that used it
+            self._activations.close()
         self._done.close()
         self._inputs_taken.close()
         self._stream.close()

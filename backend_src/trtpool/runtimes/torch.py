@@ -36,7 +36,9 @@ dimensions are used as given (a graph per distinct shape) unless the config's
 non-batch dimension is right only for models that mask it (attention_mask 0
 for a padded token), and only where every output dimension it changes is
 named after an input dimension, so that it can be cut back. The largest bucket
-is captured when the context is made, the others on first use. A model that
+is captured when the context is made, the others on first use (a context made
+later, as an elastic pool grows, captures the buckets others have run when it is
+made). A model that
 cannot be captured (an output sized by the data, an op that reads a device
 value on the host) runs eagerly on the context's stream.
 """
@@ -298,6 +300,22 @@ class TorchRuntime(Runtime):
         self.capture_lock = threading.Lock()  # one capture at a time in the process
         self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
+        # Streams of closed contexts, for the next ones: torch keeps a cuBLAS workspace
+        # per stream for the process's life, so new streams after every close (an
+        # elastic pool's shrink and grow) would each leave one behind.
+        self._spare_streams: list[cuda.Stream] = []
+        self._streams_lock = threading.Lock()
+        # The buckets some context has run (padded input shapes by key): a context made
+        # later (an elastic pool's growth) captures them when it is made, off the request path.
+        self.buckets_in_use: dict[tuple[tuple[int, ...], ...], Shapes] = {}
+
+    def stream(self) -> cuda.Stream:
+        with self._streams_lock:
+            return self._spare_streams.pop() if self._spare_streams else cuda.Stream()
+
+    def spare_stream(self, stream: cuda.Stream) -> None:
+        with self._streams_lock:
+            self._spare_streams.append(stream)
 
     def _axis_buckets(self, sequence_buckets: tuple[int, ...] | None) -> dict[str, tuple[Buckets, ...]]:
         """Per input and axis: batch buckets, sequence buckets, or None (fixed or exact)."""
@@ -377,6 +395,9 @@ class TorchRuntime(Runtime):
 
     def close(self) -> None:
         self.module = None
+        for stream in self._spare_streams:
+            stream.close()
+        self._spare_streams.clear()
         torch.cuda.empty_cache()
 
 
@@ -416,7 +437,7 @@ class TorchContext(ExecutionContext):
         # event wait and teardown are the same checked calls on the same kind of
         # stream; torch only launches its kernels and graphs on it through an
         # ExternalStream view, which does not own it.
-        self._stream = cuda.Stream()
+        self._stream = runtime.stream()
         self._torch_stream = torch.cuda.ExternalStream(self._stream.handle, device=runtime.device)
         self._done = cuda.Event()
         self._inputs_taken = cuda.Event()
@@ -431,6 +452,8 @@ class TorchContext(ExecutionContext):
                              in runtime.input_capacities.items() if runtime.may_pad_inner(name)}
         largest = {s.name: runtime.signature.max_shape(s.name) for s in runtime.signature.inputs}
         self._bucket(largest)  # this context's memory is committed now, not under load
+        for shapes in list(runtime.buckets_in_use.values()):  # and the graphs the load runs, captured now
+            self._bucket(shapes)
 
     def _empty(self, dtype: np.dtype, count: int) -> torch.Tensor:
         return torch.empty(count, dtype=TORCH_DTYPES[np.dtype(dtype)], device=self._runtime.device)
@@ -446,6 +469,7 @@ class TorchContext(ExecutionContext):
         if key not in self._buckets:
             inputs = {n: self._static[n][:prod(s)].view(s) for n, s in padded.items()}
             self._buckets[key] = self._capture(inputs)
+            self._runtime.buckets_in_use.setdefault(key, padded)
         return self._buckets[key]
 
     def _capture(self, inputs: dict[str, torch.Tensor]) -> Bucket:
@@ -545,9 +569,15 @@ class TorchContext(ExecutionContext):
             self._stream.synchronize()  # nothing may still read or write the buffers
         except cuda.CudaError as exc:
             log.warning("context %d: stream did not drain on close: %s", self.index, exc)
-        self._buckets.clear()
+        self._buckets.clear()  # the graphs, and with the last of them the private pool's hold on its memory
         self._static.clear()
         self._landing.clear()
+        self._host_outputs.clear()
+        self.staging = None  # pinned memory, freed with its last view
         self._done.close()
         self._inputs_taken.close()
-        self._stream.close()
+        self._runtime.spare_stream(self._stream)  # drained above
+        # The caching allocator keeps what the graphs' pool and the buffers held:
+        # hand it back to the driver (not during another context's capture).
+        with self._runtime.capture_lock:
+            torch.cuda.empty_cache()
