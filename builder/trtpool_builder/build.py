@@ -24,12 +24,13 @@ from trtpool_builder.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare,
 from trtpool_builder.build_failure import foreign_operators, refused_axis, renamed_hint
 from trtpool_builder.dim_names import Renamed, rename_dims
 from trtpool_builder.divergence import first_divergence
-from trtpool_builder.errors import BuildError
+from trtpool_builder.errors import BuildError, naming_the_users_file
 from trtpool_builder.gpu import gpu_status
 from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer, save_model
 from trtpool_builder.profiles import resolve_profiles
 from trtpool_builder.samples import Samples, load_samples, sample_feeds
 from trtpool_builder.scalars import describe_lifted, lift_scalars
+from trtpool_builder.squeeze_axes import give_squeezes_axes
 from trtpool_builder.trt_build import (
     ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
 )
@@ -221,6 +222,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
     lifted = lift_scalars(model)
     inputs, _ = io_specs(model)
     profiles = resolve_profiles(options.shapes, inputs)
+    squeezes = give_squeezes_axes(model, profiles)
     prec.check_precision(options.precision, module_name, trt.__version__, options.legacy_precision_flags,
                          options.calib is not None,
                          prec.graph_has_dtype(model, onnx.TensorProto.BFLOAT16))
@@ -234,9 +236,11 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
                      "so nothing is read or written")
         timing_cache = None
 
-    with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir:
-        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir), bool(lifted))
+    with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir, \
+            naming_the_users_file(onnx_path, {Path(workdir): "a working copy of {file}"}):
+        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir), bool(lifted or squeezes))
         notes.extend([describe_lifted(lifted)] if lifted else [])
+        notes.extend(squeezes)
         notes.extend(r.describe() for r in renamed)
         feeds = sample_feeds(samples, inputs, profiles) if options.precision in prec.SAMPLED else []
         prepared = prec.prepare(source, options.precision, options.legacy_precision_flags,

@@ -30,6 +30,7 @@ from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec, is_batched
 from trtpool_builder.batch_axis import decide_batched
+from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
 from trtpool_builder.served_copy import repair_for_serving
@@ -171,8 +172,10 @@ def _place(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
-def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> Loaded:
-    """Load the folder-to-be from a temporary place; the server's error if it would not load.
+def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int,
+                  user_file: Path) -> Loaded:
+    """Load the folder-to-be from a temporary place; the server's error if it would not load,
+    naming `user_file` (what the user gave) rather than the staged link to `model_file`.
 
     Its outputs are left out of the staged config (the server takes undeclared
     outputs from the model) so that they can be written as the runtime reports them."""
@@ -190,7 +193,8 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
             return check_loads(staged, version_dir)
         except Exception as exc:  # the server refuses a model on any exception, not only trtpool's own
             said = str(exc) if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
-            raise ConfigError(f"'{model_file}' would not load in trtpool as written (config.pbtxt, "
+            said = said.replace(str(version_dir / file_name), f"{version}/{file_name} (a link to '{user_file}')")
+            raise ConfigError(f"'{user_file}' would not load in trtpool as written (config.pbtxt, "
                               f"{version}/{file_name}), so nothing was written; trtpool says: {said}") from exc
 
 
@@ -206,10 +210,11 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     model_file = Path(model_file)
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
-    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir, \
+            naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
         served, notes = _served_file(model_file, Path(workdir))
         signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
-        loaded = _check_staged(model_config(name, signature, options), served, file_name, version)
+        loaded = _check_staged(model_config(name, signature, options), served, file_name, version, model_file)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
         config = model_config(name, signature, options)

@@ -65,18 +65,35 @@ def _skeleton(model: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelPro
     return skeleton
 
 
-def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Output shapes for these input shapes by ONNX shape inference (-1 where it cannot tell).
-
-    Pass a skeleton (see `output_shape_inferrer`) for large models."""
+def _inferred(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation) of `model` with these input shapes fixed."""
     for value in model.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
             for dim, size in zip(dims, shapes[value.name]):
                 dim.Clear()
                 dim.dim_value = size
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    return {spec.name: spec.shape for spec in io_specs(inferred)[1]}
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Output shapes for these input shapes by ONNX shape inference (-1 where it cannot tell).
+
+    Pass a skeleton (see `output_shape_inferrer`) for large models."""
+    return {spec.name: spec.shape for spec in io_specs(_inferred(model, shapes))[1]}
+
+
+def inferred_value_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                          names: list[str]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the values `names` (any tensor in the graph) for these input shapes, where
+    shape inference can tell their rank (-1 for a size it cannot tell)."""
+    inferred = _inferred(_skeleton(model), shapes).graph
+    found = {}
+    for value in (*inferred.value_info, *inferred.input, *inferred.output):
+        kind = value.type.tensor_type
+        if value.name in names and kind.HasField("shape"):
+            found[value.name] = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in kind.shape.dim)
+    return found
 
 
 def output_shape_inferrer(model: onnx.ModelProto):

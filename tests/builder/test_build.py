@@ -201,3 +201,21 @@ def test_full_size_examples_build(name: str, tmp_path: Path) -> None:
     result = build_engine(source, tmp_path / f"{name}.plan", rtx(shapes=EXAMPLES[name].serving_profiles()))
     print(f"{name}: built in {result.seconds:.1f} s, {result.engine.stat().st_size / 1e6:.0f} MB")
     assert result.sidecar.signature().max_batch_size == 32
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_a_squeeze_without_axes_is_given_them_and_builds(opset: int, tmp_path: Path) -> None:
+    """Older torch.onnx writes Squeeze() without axes; TensorRT-RTX refuses such a node unless
+    told which axes (checked: the same file without the repair fails to build)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Squeeze", ["r"], ["y"], name="squeeze")],
+        "squeeze", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    onnx_path = tmp_path / "squeeze.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(onnx_path))
+    notes: list[str] = []
+    result = build_engine(onnx_path, tmp_path / "squeeze.plan", rtx(shapes=("x=1x1x4:4x1x4:8x1x4",)),
+                          log=notes.append)
+    assert result.engine.is_file()
+    assert any("Squeeze node 'squeeze'" in n and "axes [1]" in n for n in notes), notes
+    assert [(o.name, o.shape) for o in result.sidecar.outputs] == [("y", (-1, 4))]

@@ -62,7 +62,7 @@ def quiet_onnxruntime() -> None:
     """ONNX Runtime's warnings (unused initializers, lenient shape merges) for 1,500 models bury the results."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(3)
+    ort.set_default_logger_severity(4)
 
 
 def collect() -> list[NodeCase]:

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.conformance.node_suite import mismatch
+from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
 from trtpool_builder.load_check import as_triton_hands_it
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
@@ -114,3 +115,20 @@ def test_max_batch_size_chooses_for_the_user(tmp_path):
     batched = make_model_folder(tmp_path / "repo", "relu4", path, ["x=1x3:4x3:8x3"],
                                 ServingOptions(max_batch_size=4), log=lambda _: None)
     assert (read_config(unbatched).max_batch_size, read_config(batched).max_batch_size) == (0, 4)
+
+
+def test_a_refusal_names_the_users_file_not_a_working_copy(tmp_path):
+    """An operator ONNX Runtime lacks makes the staged folder fail to load; the message names
+    the user's file, not the link in the temporary folder that was loaded."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NoSuchOp", ["r"], ["y"], domain="acme")],
+        "unknown", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)])
+    path = tmp_path / "users_model.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(ConfigError) as refused:
+        make_model_folder(tmp_path / "repo", "unknown", path, log=lambda _: None)
+    message = str(refused.value)
+    assert str(path) in message and "NoSuchOp" in message
+    assert "trtpool-model-" not in message, message
