@@ -6,7 +6,9 @@ to that (PaddleOCR's text detector keeps a BatchNorm variance of 9.8e7: at
 to infinity. Both are found before converting: constants by reading them,
 activations by running the fp32 graph on the sample inputs. The nodes that
 make or read such a value stay in fp32 (the converter's node block list,
-which wraps them in casts).
+which wraps them in casts). At the other end, float16 makes magnitudes below
+3e-8 zero: where a Log, a division or a reciprocal reads such a value, the
+answer becomes infinite, so those nodes stay in fp32 too.
 """
 from __future__ import annotations
 
@@ -21,6 +23,14 @@ from trtpool_builder.samples import Samples
 from trtpool_builder.tensor_probe import node_outputs, reduce_tensors
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
+# Magnitudes below half the smallest float16 subnormal (2**-25) round to 0 in float16.
+FP16_FLUSH = float(np.finfo(np.float16).smallest_subnormal) / 2
+# Inputs whose values flushed to 0 turn into -inf, inf or NaN (Log(0), 1/0, 0**-p) or lose all
+# relative precision (Sqrt), by operator: the input positions that matter.
+ZERO_SENSITIVE = {"Log": (0,), "Reciprocal": (0,), "Div": (1,), "Sqrt": (0,), "Pow": (0,)}
+# The sample inputs scaled down by this too: real signals are quieter than N(0, 1) (a silent
+# audio frame's spectrum), and random inputs alone let underflows through.
+QUIET = 1e-4
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,26 @@ def _peak(value: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
+def _flushes_to_zero(value: np.ndarray) -> float:
+    """1 when a float array holds non-zero values that float16 rounds to 0, else 0."""
+    if value.dtype.kind != "f" or not value.size:
+        return 0.0
+    magnitude = np.abs(value)
+    return float(np.any((magnitude > 0) & (magnitude < FP16_FLUSH)))
+
+
+def quieted(feeds: Sequence[Samples]) -> list[Samples]:
+    """The feeds, and each again with its float inputs scaled by QUIET."""
+    return [*feeds, *({name: a * a.dtype.type(QUIET) if a.dtype.kind == "f" else a for name, a in feed.items()}
+                      for feed in feeds)]
+
+
 def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptInFp32]:
-    """The nodes to leave in fp32, in graph order. Nodes must be named (tensor_probe.name_nodes)."""
+    """The nodes to leave in fp32, in graph order. Nodes must be named (tensor_probe.name_nodes).
+
+    Beyond float16's range: constants, and activations on `feeds`. Below it: a value that
+    float16 flushes to 0 on `feeds` or on them made quiet (QUIET), read where a 0 turns
+    into an infinity (ZERO_SENSITIVE): the reader and the node that computes the value."""
     graph = model.graph
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
@@ -75,6 +103,15 @@ def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptI
         if peak > FP16_MAX:
             keep(node, f"computes '{name}' up to {peak:.3g} on the sample inputs")
             keep_readers(name, peak, " on the sample inputs")
+    producers = {name: node for node, name in computed}
+    sensitive = [(node, node.input[i]) for node in graph.node for i in ZERO_SENSITIVE.get(node.op_type, ())
+                 if i < len(node.input) and node.input[i] in producers]
+    flushed = reduce_tensors(model, sorted({tensor for _, tensor in sensitive}), quieted(feeds), _flushes_to_zero)
+    for node, tensor in sensitive:
+        if flushed.get(tensor, 0.0) > 0:
+            why = f"'{tensor}' holds values below {FP16_FLUSH:.2g} on the sample inputs, which float16 makes 0"
+            keep(producers[tensor], f"computes {why}")
+            keep(node, f"reads {why}")
     order = {node.name: index for index, node in enumerate(graph.node)}
     return sorted(kept.values(), key=lambda k: order[k.node])
 
