@@ -87,7 +87,7 @@ def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> Inference
     """
     answers: queue.Queue = queue.Queue()
     deadline = time.monotonic() + timeout
-    first: InferenceServerException | None | str = "none yet"
+    received: list[InferenceServerException | None] = []   # each answer's error, None for outputs
     finished = False
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -95,15 +95,15 @@ def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> Inference
             client.async_stream_infer(model, inputs, enable_empty_final_response=True)
             while not finished:
                 result, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
-                if first == "none yet":
-                    first = error
+                received.append(error)
                 finished = error is not None or _final(result)
         except queue.Empty:
-            if first == "none yet":
-                first = InferenceServerException(f"no answer within {timeout:g} s (Deadline Exceeded)")
+            pass
         finally:
             client.stop_stream(cancel_requests=not finished)
-    return first
+    if not received:
+        return InferenceServerException(f"no answer within {timeout:g} s (Deadline Exceeded)")
+    return received[0]
 
 
 def probe_model(url: str, model: str, timeout: float = 10.0) -> ProbeResult:

@@ -155,6 +155,11 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
     finally:
         code = serve.stop()
     assert code == 1 and LEAKED_MODEL_EXIT in log.read_text(), "the old tiny was freed after all?"
+    # The terminal says why it waits and what the status means.
+    assert "[serve] 2 stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole 3 s" \
+        in serve.output()
+    assert "[serve] tritonserver exited with status 1: a model did not unload within the exit timeout" \
+        in serve.output()
 
 
 def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp_path):
