@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trtpool import config as pool_config
+from trtpool.errors import ConfigError
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, check_agreement
 from trtpool.pool import ContextPool, auto_size
 from trtpool.runtimes import load_runtime, resolve
@@ -61,6 +62,19 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
 
 
+def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
+    """An explicit `contexts` must fit in the free memory of its device (the host's for "cpu")
+    before a single one is allocated."""
+    each = max(1, runtime.context_memory_bytes())
+    free = runtime.free_memory_bytes()
+    if contexts * each > free:
+        fits = free // each
+        advice = (f"expected at most {fits}, or auto" if fits else
+                  "not even one fits: make the profile's largest shapes smaller")
+        raise ConfigError(f"parameter 'contexts': {contexts} contexts of {each:,} bytes each need "
+                          f"{contexts * each:,} bytes, but {device} has {free:,} free; {advice}")
+
+
 class ModelInstance:
     def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
                  on_batch: BatchObserver | None = None) -> None:
@@ -68,7 +82,7 @@ class ModelInstance:
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
             check_agreement(model_config, self.runtime.signature)
-            size = self.cfg.contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
+            size = self._size()
             self.pool = ContextPool(self.runtime, size)
         except Exception:
             self.runtime.close()
@@ -79,6 +93,12 @@ class ModelInstance:
             self.cfg.model_name, self.runtime.name, device, size, self.cfg.mode,
             self.runtime.signature.max_batch_size,
         )
+
+    def _size(self) -> int:
+        if self.cfg.contexts is None:
+            return auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
+        check_fits(self.runtime, self.cfg.contexts, self.cfg.device)
+        return self.cfg.contexts
 
     def _ceiling(self) -> int:
         """The mode's measured useful number (a context per sub-batch at least); on
