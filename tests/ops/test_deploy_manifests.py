@@ -87,6 +87,15 @@ def test_pod_monitor_structure(rendered):
         assert endpoint["interval"][:-1].isdigit() and endpoint["interval"][-1] in "smh"
 
 
+def quantity(text: str) -> float:
+    """A Kubernetes quantity ("2", "500m", "8Gi") as a number."""
+    suffixes = {"m": 1e-3, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+    for suffix, factor in suffixes.items():
+        if str(text).endswith(suffix):
+            return float(str(text)[: -len(suffix)]) * factor
+    return float(text)
+
+
 def pod_spec(rendered) -> dict:
     return one(rendered, "Deployment")["spec"]["template"]["spec"]
 
@@ -98,6 +107,11 @@ def test_deployment_gpu_probes_and_draining(rendered):
     for container in (init, server):
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert container["image"] == "trtpool:24.10-py3"
+        assert set(container["resources"]["requests"]) == {"cpu", "memory"}, container["name"]
+    # The engine build asks for no more than the server: the pod's request stays the server's.
+    assert quantity(init["resources"]["requests"]["cpu"]) <= quantity(server["resources"]["requests"]["cpu"])
+    assert quantity(init["resources"]["requests"]["memory"]) <= quantity(server["resources"]["requests"]["memory"])
+    assert quantity(init["resources"]["requests"]["memory"]) <= quantity(init["resources"]["limits"]["memory"])
     args = server["args"]
     assert args[0] == "trtpool-serve" and "--strict" in args and "--address=0.0.0.0" in args
     assert "--on-dead-stub=exit" in args      # the restart policy frees a dead model's memory
