@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 from tests.harness.clients import TINY_TOLERANCE, http_input
 from tests.harness.repository import add_broken_models, add_example
 from tests.harness.serve_command import TRTPOOL_SERVE, serve_sh, trtpool_serve
-from tests.harness.server import TRITONSERVER
+from tests.harness.server import ROOT, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
@@ -33,6 +33,16 @@ def test_command_line_loads_chosen_models_and_passes_flags_through():
     assert "--load-model=*" in strict and "--exit-on-error=true" in strict and "--strict-readiness=true" in strict
     with pytest.raises(ValueError, match="--model-control-mode"):
         tritonserver_command("tritonserver", ServeOptions(Path("/r"), passthrough=("--model-control-mode=poll",)))
+
+
+def readme_load_failure_example() -> list[str]:
+    """The model lines of the README's example of a model that fails to load."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("An engine folder made\n  for a GPU on a CPU-only machine, for example:", 1)[1]
+    block = block.split("```", 2)[1]
+    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("[serve]   ")]
+    assert len(lines) == 2, block
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +65,8 @@ def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_r
             [line] = [l for l in serve.lines if l.startswith(f"[serve]   {model}: FAILED TO LOAD:")]
             assert fragment in line, line
         assert f"{len(broken)} failed to load" in output
+        for line in readme_load_failure_example():   # the README quotes what users see
+            assert line in serve.lines, f"README line not in the output: {line}\n{output}"
         x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
         with httpclient.InferenceServerClient(serve.ports.http_url) as client:
             assert client.is_server_ready()
