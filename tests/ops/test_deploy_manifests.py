@@ -166,3 +166,16 @@ def test_overlay_pins_a_gpu_type_in_its_own_namespace():
     assert {d["metadata"].get("namespace") for d in docs} == {"trtpool-h100"}
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def test_the_readmes_images_snippet_sets_the_image_with_kubectl_alone(tmp_path):
+    readme = (DEPLOY / "README.md").read_text()
+    snippet = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": [os.path.relpath(DEPLOY / "base", overlay)], **yaml.safe_load(snippet)}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    [deployment] = [d for d in render(overlay) if d["kind"] == "Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {"REGISTRY/trtpool:24.10-py3"}
