@@ -8,6 +8,9 @@ from pathlib import Path
 
 # Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
 ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
+# Error lines tritonserver 2.51 logs at every start on a machine without a CUDA driver
+# (server.cc), whatever then fails: noise beside the real reason.
+NOT_A_CAUSE = ('"CudaDriverHelper has not been initialized."',)
 USAGE = "Usage: tritonserver"
 USAGE_HEADING = re.compile(r"^[A-Z][\w /]*:$")   # "Server:", "Memory/Device Management:"
 UNRECOGNIZED = re.compile(r"unrecognized option '(--[^'=]+)")
@@ -33,4 +36,5 @@ def log_errors(log: Path | None, own_flags: Sequence[str] = ()) -> str:
     lines = log.read_text(errors="replace").splitlines()
     if any(line.startswith(USAGE) for line in lines):
         return "\n".join(command_line_errors(lines, own_flags))
-    return "\n".join([line for line in lines if ERROR_LINE.match(line)] or lines[-20:])
+    errors = [line for line in lines if ERROR_LINE.match(line) and not line.endswith(NOT_A_CAUSE)]
+    return "\n".join(errors or lines[-20:])
