@@ -21,12 +21,8 @@ def load(version_dir: Path, decoupled: bool = False, **params: str) -> pool_conf
     return pool_config.load(config, version_dir, "cpu")
 
 
-@pytest.fixture(scope="module")
-def version_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "1"
-    folder.mkdir()
-    write_example("tiny", folder / "model.onnx")
-    return folder
+# Parameters are validated before any file is read.
+version_dir = Path("/models/tiny/1")
 
 
 @pytest.mark.parametrize("key, ceiling, decoupled", [
@@ -38,7 +34,7 @@ def version_dir(tmp_path_factory) -> Path:
     ("cancel_check_after_microseconds", 1_000_000, True),
     ("metrics_interval_ms", 60_000, False),
 ])
-def test_every_count_and_time_has_a_ceiling(version_dir, key, ceiling, decoupled):
+def test_every_count_and_time_has_a_ceiling(key, ceiling, decoupled):
     mode = "decoupled" if decoupled else "sync"
     accepted = load(version_dir, decoupled, mode=mode, **{key: str(ceiling)})
     assert ceiling in vars(accepted).values()
@@ -50,7 +46,7 @@ def test_every_count_and_time_has_a_ceiling(version_dir, key, ceiling, decoupled
                                       f"to {ceiling}")
 
 
-def test_sequence_buckets_have_a_ceiling(version_dir):
+def test_sequence_buckets_have_a_ceiling():
     assert load(version_dir, sequence_buckets="32,1048576").sequence_buckets == (32, 1_048_576)
     with pytest.raises(ConfigError, match=r"parameter 'sequence_buckets': every size in '32,1048577' must be from "
                                           r"1 to 1048576"):
@@ -63,7 +59,7 @@ def test_sequence_buckets_have_a_ceiling(version_dir):
                            "version folder of at most 255 bytes per part and 4096 in all"),
     ("/".join(["d"] * 2100) + "/m.onnx", "parameter 'model_file' is 4206 characters long"),
 ])
-def test_model_file_names_the_system_cannot_take_are_refused(version_dir, model_file, fragment):
+def test_model_file_names_the_system_cannot_take_are_refused(model_file, fragment):
     with pytest.raises(ConfigError) as refused:
         load(version_dir, model_file=model_file)
     assert fragment in str(refused.value)
@@ -79,9 +75,10 @@ def test_a_model_file_in_a_symlink_loop_is_refused(tmp_path):
     assert f"name a file inside the model's version folder '{version_dir}'" in str(refused.value)
 
 
-def test_explicit_contexts_must_fit_in_free_memory(version_dir):
+def test_explicit_contexts_must_fit_in_free_memory(tmp_path):
     """tiny with a profile up to batch 2^30: 16 FP32 in and 4 out per row make 80 GiB a context,
     more than this host has free; refused before any context is made."""
+    write_example("tiny", tmp_path / "model.onnx")
     rows = 2 ** 30
     each = rows * (16 + 4) * 4
     config = {"name": "tiny", "max_batch_size": rows,
@@ -92,7 +89,7 @@ def test_explicit_contexts_must_fit_in_free_memory(version_dir):
     free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert free < each, "this host could hold such a context"
     with pytest.raises(ConfigError) as refused:
-        ModelInstance(config, version_dir, "cpu")
+        ModelInstance(config, tmp_path, "cpu")
     message = str(refused.value)
     assert message.startswith(f"parameter 'contexts': 2 contexts of {each:,} bytes each need {2 * each:,} bytes, "
                               "but cpu has ")
