@@ -4,6 +4,7 @@
     shape the runtime rejects (inside the profiles)    HTTP 400, gRPC INVALID_ARGUMENT, context not rebuilt
     a full decoupled queue ('overloaded')              HTTP 503, gRPC UNAVAILABLE
     a front whose target is not ready                  HTTP 503, gRPC UNAVAILABLE, the target named
+    Triton's own refusal (rank, dtype) on a stream      a message without a code (Triton 2.51)
 
 through sync, pipelined, decoupled (gRPC streaming, with the `triton_grpc_error`
 header that makes Triton 24.08+ end a stream with the error's code; without it a
@@ -189,3 +190,21 @@ def test_a_front_whose_target_is_not_ready_is_unavailable(served, protocol):
         client.infer("absent_dec_unary", [make("INPUT0", np.ones((1, 16), np.float32), "FP32")])
     assert caught.value.status() == expected_status(protocol, "UNAVAILABLE"), caught.value
     assert "model 'absent_dec' (this front's forward_to target) is not ready" in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("x, fragment", [
+    (np.zeros((2, RESHAPE_WIDTH, 1), np.float32), "unexpected shape for input 'X'"),
+    (np.zeros((2, RESHAPE_WIDTH), np.float64), "inference input 'X' data-type is 'FP64'"),
+])
+def test_tritons_own_checks_on_a_stream_carry_no_code(served, x, fragment):
+    """Triton 2.51 refuses a wrong rank or dtype before the model sees the request; on a stream that
+    error is a message only, even with the triton_grpc_error header (status() None), and the stream
+    goes on: a good request after it is answered."""
+    good = x_of_width(RESHAPE_WIDTH, seed=5)
+    with StreamClient(served.server.grpc_url, status_codes=True) as stream:
+        stream.send("reshape_dec", {"X": x}, "bad")
+        stream.send("reshape_dec", {"X": good}, "good")
+        answers = stream.collect(2, timeout=30)
+    [error] = answers.errors
+    assert error.status() is None and fragment in str(error), error
+    np.testing.assert_array_equal(answers.outputs["good"]["Y"], reshape_reference(good))
