@@ -63,7 +63,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
 
 
 def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
-    """An explicit `contexts` must fit in the free memory of its device (the host's for "cpu")
+    """`contexts` contexts must fit in the free memory of their device (the host's for "cpu")
     before a single one is allocated."""
     each = max(1, runtime.context_memory_bytes())
     free = runtime.free_memory_bytes()
@@ -95,10 +95,10 @@ class ModelInstance:
         )
 
     def _size(self) -> int:
-        if self.cfg.contexts is None:
-            return auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
-        check_fits(self.runtime, self.cfg.contexts, self.cfg.device)
-        return self.cfg.contexts
+        """The explicit count or auto's; either must fit (auto's floor of 1 may not)."""
+        size = self.cfg.contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
+        check_fits(self.runtime, size, self.cfg.device)
+        return size
 
     def _ceiling(self) -> int:
         """The mode's measured useful number (a context per sub-batch at least); on

@@ -75,22 +75,24 @@ def test_a_model_file_in_a_symlink_loop_is_refused(tmp_path):
     assert f"name a file inside the model's version folder '{version_dir}'" in str(refused.value)
 
 
-def test_explicit_contexts_must_fit_in_free_memory(tmp_path):
+@pytest.mark.parametrize("contexts, count", [("2", 2), ("auto", 1)])
+def test_contexts_must_fit_in_free_memory(tmp_path, contexts, count):
     """tiny with a profile up to batch 2^30: 16 FP32 in and 4 out per row make 80 GiB a context,
-    more than this host has free; refused before any context is made."""
+    more than this host has free; refused before any context is made, for auto (whose floor is
+    one context) as for an explicit count."""
     write_example("tiny", tmp_path / "model.onnx")
     rows = 2 ** 30
     each = rows * (16 + 4) * 4
     config = {"name": "tiny", "max_batch_size": rows,
               "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
               "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-              "parameters": {"contexts": {"string_value": "2"},
+              "parameters": {"contexts": {"string_value": contexts},
                              "profile": {"string_value": f"INPUT0=1x16:1x16:{rows}x16"}}}
     free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert free < each, "this host could hold such a context"
     with pytest.raises(ConfigError) as refused:
         ModelInstance(config, tmp_path, "cpu")
     message = str(refused.value)
-    assert message.startswith(f"parameter 'contexts': 2 contexts of {each:,} bytes each need {2 * each:,} bytes, "
+    assert message.startswith(f"parameter 'contexts': {count} contexts of {each:,} bytes each need {count * each:,} bytes, "
                               "but cpu has ")
     assert message.endswith(" free; not even one fits: make the profile's largest shapes smaller")
