@@ -32,6 +32,7 @@ from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.repository import ModelState, model_states
 from trtpool_ops.server_log import log_errors
+from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
 from trtpool_ops.stubs import dead_stub_count
 from trtpool_ops.watchdog import ON_DEAD_STUB, Watchdog
 
@@ -165,6 +166,17 @@ def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen
 
 
 def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
+    prefix = own_prefix(passthrough)
+    if prefix:
+        passthrough = [*passthrough, prefix_flag(prefix)]
+    try:
+        return run_server(args, passthrough)
+    finally:
+        if prefix and remove_regions(prefix):
+            say("removed the shared-memory regions tritonserver left in /dev/shm")
+
+
+def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
                            args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
     command = tritonserver_command(find_tritonserver(args.tritonserver), options)
@@ -189,8 +201,8 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
             return 0
         if process.poll() is None:
             say(f"tritonserver not up after {args.start_timeout:g} s")
-            kill_group(process)
-            process.wait()
+        kill_group(process)   # the server, or stubs it left
+        process.wait()
         say(f"tritonserver exited with status {process.returncode} during start-up")
         own_flags = [flag for action in parser()._actions for flag in action.option_strings]
         errors = log_errors(args.log, own_flags)

@@ -17,6 +17,7 @@ with --on-dead-stub=exit stops the server and exits 3 for a supervisor.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from tritonclient.utils import InferenceServerException
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.repository import add_example
 from tests.harness.serve_command import ServeCommand, trtpool_serve
+from tests.harness.server import SHM
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import read_config, write_config
@@ -155,8 +157,13 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
         assert_answers_correct([(0, *infer(serve.ports.grpc_url, seed)) for seed in range(5)])
         assert all(not isinstance(infer(serve.ports.grpc_url, seed)[1], str) for seed in range(5))
         assert health(serve.ports.grpc_url)[0] == 0
+        [prefix] = re.findall(r"shm-region-prefix-name=(\S+)", serve.output())
+        assert sorted(SHM.glob(prefix + "*")), "trtpool-serve's prefix names the stubs' regions"
     finally:
         code = serve.stop()
+    # The unclean exit left the regions; trtpool-serve removed them.
+    assert not sorted(SHM.glob(prefix + "*"))
+    assert "[serve] removed the shared-memory regions tritonserver left in /dev/shm" in serve.output()
     assert code == 1 and LEAKED_MODEL_EXIT in log.read_text(), "the old tiny was freed after all?"
     # The terminal says why it waits and what the status means.
     assert "[serve] 2 stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole 3 s" \
