@@ -5,8 +5,8 @@
 #   scripts/serve.sh --repo DIR [FLAGS]   your own repository; FLAGS go to trtpool-serve, and those it
 #                                         does not know to tritonserver (see .venv/bin/trtpool-serve --help)
 #
-# Examples only: MODELS="tiny resnet50 bert_base" picks the examples (only those load),
-# HTTP_PORT=8000 GRPC_PORT=8001 METRICS_PORT=8002 move the ports.
+# Examples only: MODELS="tiny resnet50 bert_base" picks the examples (only those load).
+# Both forms: HTTP_PORT=8000 GRPC_PORT=8001 METRICS_PORT=8002 move the ports (a --http-port etc. flag wins).
 # tritonserver's log goes to .triton/server.log (TRTPOOL_SERVER_LOG=FILE moves it).
 # Ctrl-C stops the server and its backend processes.
 set -euo pipefail
@@ -15,9 +15,10 @@ bash "$ROOT/scripts/setup.sh"
 export TRTPOOL_TRITONSERVER="$ROOT/.triton/bin/tritonserver"
 LOG=${TRTPOOL_SERVER_LOG:-$ROOT/.triton/server.log}
 
+PORTS=(--http-port "${HTTP_PORT:-8000}" --grpc-port "${GRPC_PORT:-8001}" --metrics-port "${METRICS_PORT:-8002}")
 for arg in "$@"; do
   case "$arg" in
-    --repo|--repo=*) exec "$ROOT/.venv/bin/trtpool-serve" --log "$LOG" "$@" ;;
+    --repo|--repo=*) exec "$ROOT/.venv/bin/trtpool-serve" "${PORTS[@]}" --log "$LOG" "$@" ;;
   esac
 done
 
@@ -29,6 +30,4 @@ echo "[serve] preparing example models in $REPO: $MODELS"
 echo "[serve] tritonserver log: $LOG"
 echo "[serve] once ready, try: $ROOT/.venv/bin/python $ROOT/scripts/client.py --url 127.0.0.1:${GRPC_PORT:-8001} --protocol grpc --model ${MODELS%% *}"
 # shellcheck disable=SC2086
-exec "$ROOT/.venv/bin/trtpool-serve" --repo "$REPO" --models $MODELS \
-  --http-port "${HTTP_PORT:-8000}" --grpc-port "${GRPC_PORT:-8001}" --metrics-port "${METRICS_PORT:-8002}" \
-  --log "$LOG" "$@"
+exec "$ROOT/.venv/bin/trtpool-serve" --repo "$REPO" --models $MODELS "${PORTS[@]}" --log "$LOG" "$@"

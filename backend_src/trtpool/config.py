@@ -3,7 +3,7 @@
     parameters [
       { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | a registered name
       { key: "model_file"      value: { string_value: "" } },       # in the version folder; default: the runtime's usual name
-      { key: "contexts"        value: { string_value: "auto" } },   # N, or auto: sized from free memory
+      { key: "contexts"        value: { string_value: "auto" } },   # N (1 to 64, what fits in memory), or auto: sized from free memory
       { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
       { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: auto's size)
       { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
@@ -49,6 +49,15 @@ KNOWN_KEYS = {
     "shrink_after_idle_seconds",
 }
 PRECISIONS = ("fp32", "fp16")
+# Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
+# typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
+MAX_CONTEXTS = 64                   # also sub_batches (one context per part) and response_threads
+MAX_QUEUE_SIZE = 65_536
+MAX_WAIT_US = 1_000_000             # batch_wait_microseconds, cancel_check_after_microseconds: 1 s
+MAX_METRICS_INTERVAL_MS = 60_000
+MAX_IDLE_S = 86_400.0               # shrink_after_idle_seconds: a day
+MAX_SEQUENCE_BUCKET = 1_048_576
+MAX_FILE_NAME, MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
 SWITCHES = ("on", "off")
 
 
@@ -106,14 +115,17 @@ def parameters_of(model_config: dict[str, Any]) -> dict[str, str]:
     return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
 
 
-def _whole_number(params: dict[str, str], key: str, default: int, minimum: int = 1) -> int:
+def _whole_number(params: dict[str, str], key: str, default: int, maximum: int, minimum: int = 1) -> int:
     text = params.get(key, "").strip() or str(default)
+    accepted = f"a whole number from {minimum} to {maximum}"
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected a whole number >= {minimum}") from None
+        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected {accepted}") from None
     if value < minimum:
-        raise ConfigError(f"parameter '{key}': {value} is too small; expected a whole number >= {minimum}")
+        raise ConfigError(f"parameter '{key}': {value} is too small; expected {accepted}")
+    if value > maximum:
+        raise ConfigError(f"parameter '{key}': {value} is too large; expected {accepted}")
     return value
 
 
@@ -137,6 +149,20 @@ def _runtime(params: dict[str, str]) -> str:
     )
 
 
+def _model_file(params: dict[str, str]) -> str:
+    """A file name the operating system can take: no NUL byte, no name past its limits."""
+    text = params.get("model_file", "").strip()
+    if "\0" in text:
+        raise ConfigError("parameter 'model_file' contains a NUL byte; expected a file name inside the model's "
+                          "version folder, such as model.onnx")
+    longest = max((len(part.encode()) for part in text.split("/")), default=0)
+    if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
+        raise ConfigError(f"parameter 'model_file' is {len(text)} characters long; expected a file name inside "
+                          f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
+                          f"{MAX_PATH} in all, such as model.onnx")
+    return text
+
+
 def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
     text = params.get(key, "").strip()
     if not text:
@@ -145,19 +171,20 @@ def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
         sizes = tuple(sorted({int(part) for part in text.split(",")}))
     except ValueError:
         raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected sizes like 32,64,128") from None
-    if sizes[0] < 1:
-        raise ConfigError(f"parameter '{key}': every size in '{text}' must be at least 1")
+    if sizes[0] < 1 or sizes[-1] > MAX_SEQUENCE_BUCKET:
+        raise ConfigError(f"parameter '{key}': every size in '{text}' must be from 1 to {MAX_SEQUENCE_BUCKET}")
     return sizes
 
 
-def _seconds(params: dict[str, str], key: str, default: float) -> float:
+def _seconds(params: dict[str, str], key: str, default: float, maximum: float) -> float:
     text = params.get(key, "").strip() or str(default)
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected a number of seconds > 0")
+    if not 0 < value <= maximum:
+        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected a number of seconds "
+                          f"above 0 and at most {maximum:g}")
     return value
 
 
@@ -175,14 +202,16 @@ def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | No
         raise ConfigError(f"parameter 'contexts' is {contexts} but '{bounds[0]}' is set too: a fixed pool takes "
                           "contexts: N alone; an elastic one min_contexts and max_contexts (or contexts: auto "
                           "as its maximum)")
-    minimum = _whole_number(params, "min_contexts", 1)
-    maximum = _whole_number(params, "max_contexts", 1) if params.get("max_contexts", "").strip() else None
+    minimum = _whole_number(params, "min_contexts", 1, MAX_CONTEXTS)
+    maximum = (_whole_number(params, "max_contexts", 1, MAX_CONTEXTS)
+               if params.get("max_contexts", "").strip() else None)
     if maximum is not None and maximum < minimum:
         raise ConfigError(f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a "
                           f"whole number >= {minimum}")
     return Elasticity(minimum, maximum,
-                      _whole_number(params, "grow_after_wait_microseconds", Elasticity.grow_after_wait_us, minimum=0),
-                      _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s))
+                      _whole_number(params, "grow_after_wait_microseconds", Elasticity.grow_after_wait_us,
+                                    MAX_WAIT_US, minimum=0),
+                      _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s, MAX_IDLE_S))
 
 
 def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:
@@ -193,7 +222,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         raise ConfigError(f"unknown parameter(s) {unknown}; trtpool accepts {sorted(KNOWN_KEYS)}")
 
     contexts_text = params.get("contexts", "").strip() or "auto"
-    contexts = None if contexts_text == "auto" else _whole_number(params, "contexts", 1)
+    contexts = None if contexts_text == "auto" else _whole_number(params, "contexts", 1, MAX_CONTEXTS)
 
     fraction_text = params.get("memory_fraction", "").strip() or "0.5"
     try:
@@ -211,7 +240,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
             f"{str(bool(decoupled)).lower()}; set decoupled: {str(mode == 'decoupled').lower()}"
         )
 
-    sub_batches = _whole_number(params, "sub_batches", 1)
+    sub_batches = _whole_number(params, "sub_batches", 1, MAX_CONTEXTS)
     if sub_batches > 1 and mode == "decoupled":
         raise ConfigError("parameter 'sub_batches' applies to sync and pipelined mode; a decoupled model's "
                           "workers already keep its contexts busy: leave it at 1")
@@ -223,20 +252,22 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         model_name=model_config.get("name", ""),
         version_dir=version_dir,
         runtime=_runtime(params),
-        model_file=params.get("model_file", "").strip(),
+        model_file=_model_file(params),
         contexts=contexts,
         memory_fraction=memory_fraction,
         mode=mode,
         profiles=profiles,
-        max_queue_size=_whole_number(params, "max_queue_size", 256),
-        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500),
-        cancel_check_after_us=_whole_number(params, "cancel_check_after_microseconds", 10_000, minimum=0),
+        max_queue_size=_whole_number(params, "max_queue_size", 256, MAX_QUEUE_SIZE),
+        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500, MAX_WAIT_US),
+        cancel_check_after_us=_whole_number(params, "cancel_check_after_microseconds", 10_000, minimum=0,
+                                            maximum=MAX_WAIT_US),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
         precision=_choice(params, "precision", PRECISIONS, "fp32"),
-        metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0),
+        metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0,
+                                           maximum=MAX_METRICS_INTERVAL_MS),
         sequence_buckets=_sizes(params, "sequence_buckets"),
-        response_threads=_whole_number(params, "response_threads", 1),
+        response_threads=_whole_number(params, "response_threads", 1, MAX_CONTEXTS),
         sub_batches=sub_batches,
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
         elastic=_elasticity(params, contexts),

@@ -117,14 +117,29 @@ class ForwardHandler:
             requested_output_names=self.output_names,
         )
         answer = None
+        try:
+            replies = await forwarded.async_exec(decoupled=True)
+        except self.pb.TritonModelException as exc:
+            return self._failed(self.pb.TritonError(str(exc)))
         # trtpool's decoupled models send one final response per request.
-        for reply in await forwarded.async_exec(decoupled=True):
+        for reply in replies:
             if reply.has_error():
-                return self.pb.InferenceResponse(error=reply.error())
+                return self._failed(reply.error())
             if reply.output_tensors():
                 answer = self.pb.InferenceResponse(output_tensors=reply.output_tensors())
-        return answer or self.pb.InferenceResponse(
-            error=self.pb.TritonError(f"model '{self.target}' sent no output"))
+        # No output and no error: the target went away with the request (an unload).
+        return answer or self._unavailable("sent no output (it was unloading or stopped)")
+
+    def _failed(self, error: Any) -> Any:
+        """The target's error, or UNAVAILABLE naming the target when it is not loaded or not ready
+        (the Python backend's BLS says so as an INTERNAL error, and Triton would answer 500)."""
+        if f"Model '{self.target}' is not ready" in error.message():
+            return self._unavailable("is not ready (not loaded, failed to load, or loading); retry later")
+        return self.pb.InferenceResponse(error=error)
+
+    def _unavailable(self, what: str) -> Any:
+        return self.pb.InferenceResponse(error=self.pb.TritonError(
+            f"model '{self.target}' (this front's forward_to target) {what}", self.pb.TritonError.UNAVAILABLE))
 
     async def __call__(self, requests: list[Any]) -> list[Any]:
         return list(await asyncio.gather(*(self._forward(r) for r in requests)))

@@ -66,6 +66,19 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
 
 
+def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
+    """`contexts` contexts must fit in the free memory of their device (the host's for "cpu")
+    before a single one is allocated."""
+    each = max(1, runtime.context_memory_bytes())
+    free = runtime.free_memory_bytes()
+    if contexts * each > free:
+        fits = free // each
+        advice = (f"expected at most {fits}, or auto" if fits else
+                  "not even one fits: make the profile's largest shapes smaller")
+        raise ConfigError(f"parameter 'contexts': {contexts} contexts of {each:,} bytes each need "
+                          f"{contexts * each:,} bytes, but {device} has {free:,} free; {advice}")
+
+
 class ModelInstance:
     def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
                  on_batch: BatchObserver | None = None) -> None:
@@ -88,9 +101,13 @@ class ModelInstance:
 
     def _size(self) -> int:
         """The most contexts at once: `contexts` or `max_contexts`, else sized from memory
-        (for an elastic pool, no fewer than min_contexts)."""
+        (for an elastic pool, no fewer than min_contexts). Those made at load (all of a fixed
+        pool, min_contexts of an elastic one) must fit; auto's floor of 1 may not."""
         size = self.cfg.most_contexts or auto_size(self.runtime, self.cfg.memory_fraction, self._ceiling())
-        return max(size, self.cfg.elastic.min_contexts) if self.cfg.elastic else size
+        elastic = self.cfg.elastic
+        size = max(size, elastic.min_contexts) if elastic else size
+        check_fits(self.runtime, elastic.min_contexts if elastic else size, self.cfg.device)
+        return size
 
     def _ceiling(self) -> int:
         """The mode's measured useful number (a context per sub-batch at least); on

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trtpool_builder.errors import BuildError
+from trtpool_builder.ort_cpu import cpu_session
 from trtpool_builder.samples import Samples
 
 Runner = Callable[[Samples], dict[str, np.ndarray]]
@@ -67,12 +68,7 @@ class AccuracyReport:
 
 
 def onnxruntime_runner(path: Path) -> Runner:
-    import onnxruntime as ort
-
-    try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own exception types for unsupported graphs
-        raise BuildError(f"ONNX Runtime cannot load '{path}': {exc}") from exc
+    session = cpu_session(str(path), f"'{path}'")
     names = [o.name for o in session.get_outputs()]
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
 

@@ -73,7 +73,9 @@ def check_loads(config: mc.ModelConfig, version_dir: Path) -> Loaded:
         if why is not None:
             if runtime in ENGINE_RUNTIMES:
                 _engine_checks(handed, path)
-                where = f"It loads where {built_for(read_sidecar(path))} runs"
+                sidecar = read_sidecar(path)
+                runtime = sidecar.module   # model.plan resolves to 'tensorrt'; the engine says which
+                where = f"It loads where {built_for(sidecar)} runs"
             else:
                 where = "It loads on a machine with a CUDA GPU"
             return Loaded([f"this machine cannot run the '{runtime}' runtime ({why}); the folder was checked "

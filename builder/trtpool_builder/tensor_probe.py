@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import onnx
 
-from trtpool_builder.errors import BuildError
+from trtpool_builder.ort_cpu import cpu_session
 from trtpool_builder.samples import Samples
 
 CHUNK = 128
@@ -37,16 +37,11 @@ def name_nodes(model: onnx.ModelProto) -> None:
 
 
 def _session(model: onnx.ModelProto, extra: Sequence[str]):
-    import onnxruntime as ort
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     declared = {o.name for o in probe.graph.output}
     probe.graph.output.extend(onnx.ValueInfoProto(name=name) for name in extra if name not in declared)
-    try:
-        return ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own exception types
-        raise BuildError(f"ONNX Runtime cannot load the graph to inspect its tensors: {exc}") from exc
+    return cpu_session(probe.SerializeToString(), "the graph to inspect its tensors")
 
 
 def probe(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples]) -> Iterator[

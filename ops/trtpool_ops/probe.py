@@ -14,6 +14,7 @@ count as dead.
 from __future__ import annotations
 
 import queue
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,19 +72,38 @@ def _unary(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceSer
     return None
 
 
+def _final(result: grpcclient.InferResult) -> bool:
+    parameter = result.get_response().parameters.get("triton_final_response")
+    return parameter is None or parameter.bool_param
+
+
 def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
-    """Decoupled models take gRPC streams only: the first response or error decides."""
+    """Decoupled models take gRPC streams only: the first response or error decides.
+
+    The stream ends only after the request's final response, and it is cancelled
+    only when that never comes (a dead stub): Triton 2.51 can keep a model whose
+    stream was cancelled around its final response UNLOADING for good, and the
+    server then never stops (an exit timeout, a shared-memory region left).
+    """
     answers: queue.Queue = queue.Queue()
+    deadline = time.monotonic() + timeout
+    received: list[InferenceServerException | None] = []   # each answer's error, None for outputs
+    finished = False
     with grpcclient.InferenceServerClient(url) as client:
-        client.start_stream(callback=lambda result, error: answers.put(error))
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
-            client.async_stream_infer(model, inputs)
-            try:
-                return answers.get(timeout=timeout)
-            except queue.Empty:
-                return InferenceServerException(f"no answer within {timeout:g} s (Deadline Exceeded)")
+            client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+            while not finished:
+                result, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+                received.append(error)
+                finished = error is not None or _final(result)
+        except queue.Empty:
+            pass
         finally:
-            client.stop_stream(cancel_requests=True)
+            client.stop_stream(cancel_requests=not finished)
+    if not received:
+        return InferenceServerException(f"no answer within {timeout:g} s (Deadline Exceeded)")
+    return received[0]
 
 
 def probe_model(url: str, model: str, timeout: float = 10.0) -> ProbeResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,15 @@ class ModelState:
 def model_states(client: grpcclient.InferenceServerClient) -> list[ModelState]:
     index = client.get_model_repository_index(as_json=True).get("models", [])
     return [ModelState(m["name"], m.get("state", ""), m.get("reason", "")) for m in index]
+
+
+def front_target(client: grpcclient.InferenceServerClient, model: str) -> str | None:
+    """The model a trtpool front forwards to (its parameter forward_to), None for any other model."""
+    try:
+        config = client.get_model_config(model, as_json=True)["config"]
+    except InferenceServerException:
+        return None
+    return config.get("parameters", {}).get("forward_to", {}).get("string_value") or None
 
 
 def reload_model(client: grpcclient.InferenceServerClient, model: str, timeout: float = 300.0) -> None:

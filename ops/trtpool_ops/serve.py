@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -30,12 +29,14 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from trtpool_ops.command import ServeOptions, tritonserver_command
+from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.repository import ModelState, model_states
+from trtpool_ops.server_log import log_errors
+from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
+from trtpool_ops.stubs import dead_stub_count
 from trtpool_ops.watchdog import ON_DEAD_STUB, Watchdog
 
 EXIT_DEAD_STUB = 3
-# Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
-ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
 
 
 def say(message: str) -> None:
@@ -60,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
                    help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB} (default: reload)")
     p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
-    p.add_argument("--tritonserver", default=os.environ.get("TRTPOOL_TRITONSERVER", "tritonserver"),
-                   help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, else from PATH)")
+    p.add_argument("--tritonserver", help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, "
+                   "else the set-up's .triton/bin/tritonserver beside this .venv, else from PATH)")
     p.add_argument("--start-timeout", type=float, default=600.0, metavar="S")
     return p
 
@@ -109,13 +110,6 @@ def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
     say(f"health   trtpool-health --url {host}:{options.grpc_port}   (a tiny request per model)")
 
 
-def log_errors(log: Path | None) -> str:
-    if log is None or not log.exists():
-        return ""
-    lines = log.read_text(errors="replace").splitlines()
-    return "\n".join([line for line in lines if ERROR_LINE.match(line)] or lines[-20:])
-
-
 def start(command: list[str], log: IO[bytes] | None) -> subprocess.Popen:
     # Its own process group: stopping it stops its stubs too.
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
@@ -140,6 +134,25 @@ def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> 
         timer.start()
 
 
+def exit_timeout(passthrough: Sequence[str]) -> str:
+    """tritonserver's --exit-timeout-secs as given (30 by default)."""
+    for i, argument in enumerate(passthrough):
+        if argument.startswith("--exit-timeout-secs="):
+            return argument.split("=", 1)[1]
+        if argument == "--exit-timeout-secs" and i + 1 < len(passthrough):
+            return passthrough[i + 1]
+    return "30"
+
+
+def say_stopping(server_pid: int, timeout: str) -> None:
+    say(f"stopping tritonserver: it drains in-flight requests, then unloads every model "
+        f"(at most --exit-timeout-secs, {timeout} s)")
+    dead = dead_stub_count(server_pid)
+    if dead:
+        say(f"{dead} stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole "
+            f"{timeout} s and then exits with status 1")
+
+
 def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen,
                    stopping: threading.Event, dead_stub: threading.Event) -> None:
     def exit_server() -> None:
@@ -153,9 +166,20 @@ def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen
 
 
 def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
+    prefix = own_prefix(passthrough)
+    if prefix:
+        passthrough = [*passthrough, prefix_flag(prefix)]
+    try:
+        return run_server(args, passthrough)
+    finally:
+        if prefix and remove_regions(prefix):
+            say("removed the shared-memory regions tritonserver left in /dev/shm")
+
+
+def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
                            args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
-    command = tritonserver_command(args.tritonserver, options)
+    command = tritonserver_command(find_tritonserver(args.tritonserver), options)
     say("tritonserver command: " + shlex.join(command))
     log = args.log.open("wb") if args.log else None
     process = start(command, log)
@@ -164,7 +188,7 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
 
     def on_signal(signum: int, _frame: object) -> None:
         stopping.set()
-        say("stopping tritonserver (draining in-flight requests)")
+        say_stopping(process.pid, exit_timeout(passthrough))
         ask_to_stop(process, signum)
 
     signal.signal(signal.SIGINT, on_signal)
@@ -177,10 +201,11 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
             return 0
         if process.poll() is None:
             say(f"tritonserver not up after {args.start_timeout:g} s")
-            kill_group(process)
-            process.wait()
+        kill_group(process)   # the server, or stubs it left
+        process.wait()
         say(f"tritonserver exited with status {process.returncode} during start-up")
-        errors = log_errors(args.log)
+        own_flags = [flag for action in parser()._actions for flag in action.option_strings]
+        errors = log_errors(args.log, own_flags)
         if errors:
             print(errors, file=sys.stderr)
         return 1
@@ -200,7 +225,12 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
     if dead_stub.is_set():
         return EXIT_DEAD_STUB
     if stopping.is_set():
-        return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL) else code
+        if code in (0, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
+            return 0
+        say(f"tritonserver exited with status {code}: a model did not unload within the exit timeout "
+            "(a dead stub, or a request never answered); its processes are stopped, nothing is left "
+            f"running. Status {code} here means an unclean stop, not a failed request")
+        return code
     say(f"tritonserver exited unexpectedly with status {code}")
     stopping.set()
     return code or 1

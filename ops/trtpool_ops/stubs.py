@@ -49,3 +49,18 @@ class StubTracker:
     def forget(self, model: str) -> None:
         """After a reload: the model's old stubs are no longer its concern."""
         self.models = {pid: m for pid, m in self.models.items() if m != model}
+
+
+def dead_stub_count(server_pid: int) -> int:
+    """Stubs that died and were never reaped (zombies keep only a 15-character name)."""
+    try:
+        children = psutil.Process(server_pid).children()
+    except psutil.Error:
+        return 0
+    count = 0
+    for child in children:
+        try:
+            count += child.status() == psutil.STATUS_ZOMBIE and STUB_NAME.startswith(child.name())
+        except psutil.Error:
+            continue
+    return count

@@ -8,7 +8,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from trtpool_ops.probe import probe_model
-from trtpool_ops.repository import model_states, reload_model
+from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
 
 
@@ -30,15 +30,25 @@ class Watchdog:
         self.exit_server = exit_server
 
     def dead_models(self) -> dict[str, str]:
-        """READY models that lost a stub or do not answer, with the reason."""
+        """READY models that lost a stub or do not answer, with the reason.
+
+        Fronts (parameter forward_to) are probed after the other models, and not at
+        all while their target is dead: a front only forwards, its probe would wait
+        on the dead target, and it answers again once the target is reloaded."""
         with grpcclient.InferenceServerClient(self.url) as client:
             ready = {s.name for s in model_states(client) if s.state == "READY"}
+            targets = {model: front_target(client, model) for model in ready}
         dead = {m: "a stub process died" for m in self.stubs.dead_models() & ready}
-        for model in sorted(ready - set(dead)):
+        for model in sorted(ready - set(dead), key=lambda m: (targets[m] is not None, m)):
+            if targets[model] in dead:
+                continue
             result = probe_model(self.url, model, self.probe_timeout)
             if not result.alive:
                 dead[model] = result.detail
-        return dead
+        # A target whose stub died while its front was probed: the target is the one to reload.
+        for model in self.stubs.dead_models() & ready:
+            dead.setdefault(model, "a stub process died")
+        return {model: reason for model, reason in dead.items() if targets[model] not in dead}
 
     def recover(self, dead: dict[str, str]) -> None:
         if self.on_dead == "exit":

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +10,9 @@ import pytest
 
 from trtpool_builder.cli import EXIT_CANNOT_RUN, accuracy_main, build_main, examples_main, model_main
 from trtpool_builder.model_folder import read_config
+from trtpool_builder.errors import BuildError
 from trtpool_builder.examples import EXAMPLES
+from trtpool_builder.ort_cpu import cpu_session
 from trtpool_builder.gpu import current_gpu
 from trtpool_builder.trt_module import is_importable
 
@@ -27,6 +31,21 @@ def test_build_then_model_then_accuracy(tiny_onnx: Path, tmp_path: Path, capsys:
         assert accuracy_main([str(tmp_path / "repo" / "tiny")]) == EXIT_CANNOT_RUN
         err = capsys.readouterr().err
         assert "cannot run engine" in err and "compute capability 8.6" in err
+
+
+@needs_rtx
+def test_build_output_carries_no_onnx_runtime_warnings(tiny_onnx: Path, tmp_path: Path) -> None:
+    """An fp16 build of tiny made ONNX Runtime print four CleanUnusedInitializersAndNodeArgs warnings
+    (hundreds for a real model) on the terminal; its errors still surface."""
+    done = subprocess.run([str(Path(sys.executable).parent / "trtpool-build"), "--onnx", str(tiny_onnx),
+                           "--output", str(tmp_path / "tiny.plan"), "--shapes", "INPUT0=1x16:4x16:32x16",
+                           "--precision", "fp16", "--trt-module", "tensorrt_rtx"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "built" in done.stdout and "fp16 conversion error" in done.stdout
+    assert "onnxruntime" not in done.stderr and "CleanUnusedInitializers" not in done.stdout + done.stderr, done.stderr
+    with pytest.raises(BuildError, match="ONNX Runtime cannot load the test's bytes: "):
+        cpu_session(b"not an onnx graph", "the test's bytes")
 
 
 def test_errors_are_one_line_with_status_2(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

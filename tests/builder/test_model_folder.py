@@ -135,7 +135,7 @@ def test_engine_for_another_machine_is_written_with_a_note(tiny_onnx: Path, tmp_
     folder = make_model_folder(tmp_path / "repo", "tiny", engine, log=notes.append)
     assert (folder / "1" / "model.plan.json").is_file()
     (note,) = notes
-    assert note.startswith("note: this machine cannot run the 'tensorrt' runtime (")
+    assert note.startswith("note: this machine cannot run the 'tensorrt_rtx' runtime (")
     assert "checked as far as it can be here" in note and "compute capability 8.9" in note
 
 

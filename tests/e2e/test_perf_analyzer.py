@@ -1,9 +1,13 @@
 """A short perf_analyzer run against a served model: it measures, without errors."""
 from __future__ import annotations
 
+import shlex
+import subprocess
+
 import pytest
 
 from tests.harness.perf import perf_analyzer
+from tests.harness.server import ROOT
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
@@ -14,3 +18,12 @@ def test_perf_analyzer_measures_tiny(served, protocol):
     assert row["p99 latency"] > 0
     stdout = row["_stdout"]
     assert "error" not in stdout.lower(), stdout
+
+
+def test_the_readmes_perf_analyzer_command_runs(served):
+    """The README's load-test line, as pasted in the checkout, on this server's gRPC port."""
+    [line] = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith(".triton/bin/perf_analyzer")]
+    command = shlex.split(line.replace("127.0.0.1:8001", served.server.grpc_url))
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Concurrency: 4, throughput:" in done.stdout, done.stdout

@@ -3,6 +3,8 @@
     bad shape trtpool catches (outside the profiles)   HTTP 400, gRPC INVALID_ARGUMENT
     shape the runtime rejects (inside the profiles)    HTTP 400, gRPC INVALID_ARGUMENT, context not rebuilt
     a full decoupled queue ('overloaded')              HTTP 503, gRPC UNAVAILABLE
+    a front whose target is not ready                  HTTP 503, gRPC UNAVAILABLE, the target named
+    Triton's own refusal (rank, dtype) on a stream      a message without a code (Triton 2.51)
 
 through sync, pipelined, decoupled (gRPC streaming, with the `triton_grpc_error`
 header that makes Triton 24.08+ end a stream with the error's code; without it a
@@ -66,13 +68,18 @@ def build_repository(repo: Path, cache: Path) -> Path:
                                      ServingOptions(mode="decoupled", contexts="1", runtime=FLAKY_RUNTIME)),
                    max_queue_size="2")
     make_front_folder(repo, "queue_dec")
+    # A front whose target does not load (contexts past the ceiling): the front loads, the target is never ready.
+    make_front_folder(repo, make_model_folder(repo, "absent_dec", example_onnx(cache, "tiny"), [TINY_PROFILE],
+                                              ServingOptions(mode="decoupled", contexts="1")).name)
+    set_parameters(repo / "absent_dec", contexts="100000")
     return repo
 
 
 @pytest.fixture(scope="module")
 def served(start_server, tmp_path_factory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("status_codes")
-    server = start_server(build_repository(base / "repo", base / "onnx"))
+    server = start_server(build_repository(base / "repo", base / "onnx"),
+                          "--exit-on-error=false", "--strict-readiness=false")
     http = httpclient.InferenceServerClient(server.http_url)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     yield Served(server, http, grpc)
@@ -173,3 +180,31 @@ def test_overloaded_on_a_stream_is_unavailable(served):
         error = stream_error(served, "queue_dec", {"INPUT0": np.ones((1, 16), np.float32)})
     assert error.status() == "StatusCode.UNAVAILABLE", error
     assert "overloaded" in str(error), error
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_front_whose_target_is_not_ready_is_unavailable(served, protocol):
+    client, make = (served.http, http_input) if protocol == "http" else (served.grpc, grpc_input)
+    assert not served.http.is_model_ready("absent_dec") and served.http.is_model_ready("absent_dec_unary")
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("absent_dec_unary", [make("INPUT0", np.ones((1, 16), np.float32), "FP32")])
+    assert caught.value.status() == expected_status(protocol, "UNAVAILABLE"), caught.value
+    assert "model 'absent_dec' (this front's forward_to target) is not ready" in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("x, fragment", [
+    (np.zeros((2, RESHAPE_WIDTH, 1), np.float32), "unexpected shape for input 'X'"),
+    (np.zeros((2, RESHAPE_WIDTH), np.float64), "inference input 'X' data-type is 'FP64'"),
+])
+def test_tritons_own_checks_on_a_stream_carry_no_code(served, x, fragment):
+    """Triton 2.51 refuses a wrong rank or dtype before the model sees the request; on a stream that
+    error is a message only, even with the triton_grpc_error header (status() None), and the stream
+    goes on: a good request after it is answered."""
+    good = x_of_width(RESHAPE_WIDTH, seed=5)
+    with StreamClient(served.server.grpc_url, status_codes=True) as stream:
+        stream.send("reshape_dec", {"X": x}, "bad")
+        stream.send("reshape_dec", {"X": good}, "good")
+        answers = stream.collect(2, timeout=30)
+    [error] = answers.errors
+    assert error.status() is None and fragment in str(error), error
+    np.testing.assert_array_equal(answers.outputs["good"]["Y"], reshape_reference(good))

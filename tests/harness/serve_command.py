@@ -23,15 +23,21 @@ class Ports(LoopbackEndpoints):
     metrics_port: int = field(default_factory=free_port)
 
 
+def environment(changes: dict[str, str | None]) -> dict[str, str]:
+    merged = {**os.environ, **changes}
+    return {key: value for key, value in merged.items() if value is not None}
+
+
 class ServeCommand:
-    def __init__(self, command: list[str], ports: Ports, env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], ports: Ports, env: dict[str, str | None] | None = None) -> None:
+        """`env` adds to (or, with None values, removes from) the test's environment."""
         self.ports = ports
         self.lines: list[str] = []
         self._new: queue.Queue[str] = queue.Queue()
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             start_new_session=True,
-            env={**os.environ, "TRTPOOL_TRITONSERVER": str(TRITONSERVER), **(env or {})})
+            env=environment({"TRTPOOL_TRITONSERVER": str(TRITONSERVER), **(env or {})}))
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -65,11 +71,11 @@ class ServeCommand:
         return self.process.wait()
 
 
-def trtpool_serve(repo: Path, log: Path, *args: str) -> ServeCommand:
+def trtpool_serve(repo: Path, log: Path, *args: str, env: dict[str, str | None] | None = None) -> ServeCommand:
     ports = Ports()
     return ServeCommand([str(TRTPOOL_SERVE), "--repo", str(repo), "--log", str(log),
                          "--http-port", str(ports.http_port), "--grpc-port", str(ports.grpc_port),
-                         "--metrics-port", str(ports.metrics_port), *args], ports)
+                         "--metrics-port", str(ports.metrics_port), *args], ports, env)
 
 
 def serve_sh(env: dict[str, str], *args: str) -> ServeCommand:

@@ -5,7 +5,9 @@ An answer is the request's outputs (by request id) or an error. A stream error
 carries no request id (ModelStreamInferResponse has only error_message), so
 errors are collected as a list. With `status_codes`, the stream asks Triton
 (24.08 and later) for gRPC status codes through the `triton_grpc_error`
-header: the first error then ends the stream with its code.
+header: the first error the model sends then ends the stream with its code.
+Triton's own refusals before the model (a wrong rank or dtype) still come
+as a message without a code (status() None), and the stream goes on.
 """
 from __future__ import annotations
 

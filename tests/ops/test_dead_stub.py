@@ -17,6 +17,7 @@ with --on-dead-stub=exit stops the server and exits 3 for a supervisor.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,10 +33,12 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from tests.harness.clients import TINY_TOLERANCE, grpc_input
+from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.repository import add_example
 from tests.harness.serve_command import ServeCommand, trtpool_serve
+from tests.harness.server import SHM
 from trtpool_builder.examples.tiny import tiny_reference
+from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import read_config, write_config
 from trtpool_ops.repository import reload_model
 
@@ -48,7 +51,8 @@ RELOADED_WITHIN_S = 20.0  # the watchdog (checking every second) has reloaded it
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> Path:
-    """tiny with two instances (two stubs), tiny_decoupled (probed over a gRPC stream), and tiny2."""
+    """tiny with two instances (two stubs), tiny_decoupled (probed over a gRPC stream), its unary front,
+    and tiny2."""
     base = tmp_path_factory.mktemp("dead_stub")
     repo, cache = base / "repo", base / "onnx"
     tiny = add_example(repo, cache, "tiny", contexts="1")
@@ -56,6 +60,7 @@ def repository(tmp_path_factory) -> Path:
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=2)
     write_config(tiny, config)
     add_example(repo, cache, "tiny", "tiny_decoupled", contexts="1", mode="decoupled")
+    make_front_folder(repo, "tiny_decoupled")
     add_example(repo, cache, "tiny", "tiny2", contexts="1")
     return repo
 
@@ -152,9 +157,19 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
         assert_answers_correct([(0, *infer(serve.ports.grpc_url, seed)) for seed in range(5)])
         assert all(not isinstance(infer(serve.ports.grpc_url, seed)[1], str) for seed in range(5))
         assert health(serve.ports.grpc_url)[0] == 0
+        [prefix] = re.findall(r"shm-region-prefix-name=(\S+)", serve.output())
+        assert sorted(SHM.glob(prefix + "*")), "trtpool-serve's prefix names the stubs' regions"
     finally:
         code = serve.stop()
+    # The unclean exit left the regions; trtpool-serve removed them.
+    assert not sorted(SHM.glob(prefix + "*"))
+    assert "[serve] removed the shared-memory regions tritonserver left in /dev/shm" in serve.output()
     assert code == 1 and LEAKED_MODEL_EXIT in log.read_text(), "the old tiny was freed after all?"
+    # The terminal says why it waits and what the status means.
+    assert "[serve] 2 stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole 3 s" \
+        in serve.output()
+    assert "[serve] tritonserver exited with status 1: a model did not unload within the exit timeout" \
+        in serve.output()
 
 
 def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp_path):
@@ -201,5 +216,41 @@ def test_the_watchdog_can_stop_the_server_for_a_supervisor_to_restart(repository
         assert serve.process.wait(RELOADED_WITHIN_S) == 3
         assert time.monotonic() - killed < RELOADED_WITHIN_S
         serve.wait_for("model tiny2: dead (a stub process died); stopping the server", timeout=5)
+    finally:
+        serve.stop()
+
+
+def probe_count(url: str, model: str) -> int:
+    with grpcclient.InferenceServerClient(url) as client:
+        [stats] = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    return int(stats["inference_stats"]["success"].get("count", 0))
+
+
+def test_the_watchdog_reloads_a_decoupled_target_and_leaves_its_front_alone(repository, tmp_path):
+    """The front is probed after its target and not while the target is dead: the target is
+    reloaded within the watch interval and a probe, and the front (never reloaded) answers again."""
+    serve = trtpool_serve(repository, tmp_path / "server.log", "--watch-interval=1", "--probe-timeout=10",
+                          EXIT_TIMEOUT)
+    try:
+        serve.wait_for("[serve] watchdog:")
+        url = serve.ports.grpc_url
+        deadline = time.monotonic() + 60
+        while probe_count(url, "tiny_decoupled_unary") < 2:   # two rounds: every stub seen alive
+            assert time.monotonic() < deadline, serve.output()
+            time.sleep(0.2)
+        [front_stub] = stubs_of(serve, repository, "tiny_decoupled_unary")
+        [stub] = stubs_of(serve, repository, "tiny_decoupled")
+        stub.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        serve.wait_for("[serve] model tiny_decoupled: dead (a stub process died); reloading it",
+                       timeout=RELOADED_WITHIN_S)
+        serve.wait_for("[serve] model tiny_decoupled: reloaded, serving again", timeout=RELOADED_WITHIN_S)
+        assert time.monotonic() - killed < RELOADED_WITHIN_S
+        x = np.random.default_rng(7).standard_normal((2, 16)).astype(np.float32)
+        with httpclient.InferenceServerClient(serve.ports.http_url) as client:
+            y = client.infer("tiny_decoupled_unary", [http_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
+        np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
+        assert "model tiny_decoupled_unary: dead" not in serve.output()
+        assert stubs_of(serve, repository, "tiny_decoupled_unary") == [front_stub]   # the same process
     finally:
         serve.stop()

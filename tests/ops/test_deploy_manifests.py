@@ -87,6 +87,15 @@ def test_pod_monitor_structure(rendered):
         assert endpoint["interval"][:-1].isdigit() and endpoint["interval"][-1] in "smh"
 
 
+def quantity(text: str) -> float:
+    """A Kubernetes quantity ("2", "500m", "8Gi") as a number."""
+    suffixes = {"m": 1e-3, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+    for suffix, factor in suffixes.items():
+        if str(text).endswith(suffix):
+            return float(str(text)[: -len(suffix)]) * factor
+    return float(text)
+
+
 def pod_spec(rendered) -> dict:
     return one(rendered, "Deployment")["spec"]["template"]["spec"]
 
@@ -98,6 +107,11 @@ def test_deployment_gpu_probes_and_draining(rendered):
     for container in (init, server):
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert container["image"] == "trtpool:24.10-py3"
+        assert set(container["resources"]["requests"]) == {"cpu", "memory"}, container["name"]
+    # The engine build asks for no more than the server: the pod's request stays the server's.
+    assert quantity(init["resources"]["requests"]["cpu"]) <= quantity(server["resources"]["requests"]["cpu"])
+    assert quantity(init["resources"]["requests"]["memory"]) <= quantity(server["resources"]["requests"]["memory"])
+    assert quantity(init["resources"]["requests"]["memory"]) <= quantity(init["resources"]["limits"]["memory"])
     args = server["args"]
     assert args[0] == "trtpool-serve" and "--strict" in args and "--address=0.0.0.0" in args
     assert "--on-dead-stub=exit" in args      # the restart policy frees a dead model's memory
@@ -152,3 +166,16 @@ def test_overlay_pins_a_gpu_type_in_its_own_namespace():
     assert {d["metadata"].get("namespace") for d in docs} == {"trtpool-h100"}
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def test_the_readmes_images_snippet_sets_the_image_with_kubectl_alone(tmp_path):
+    readme = (DEPLOY / "README.md").read_text()
+    snippet = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": [os.path.relpath(DEPLOY / "base", overlay)], **yaml.safe_load(snippet)}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    [deployment] = [d for d in render(overlay) if d["kind"] == "Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {"REGISTRY/trtpool:24.10-py3"}

@@ -1,6 +1,9 @@
 """The serve command as a user runs it: trtpool-serve on any repository, and scripts/serve.sh."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +13,13 @@ import tritonclient.http as httpclient
 
 from tests.harness.clients import TINY_TOLERANCE, http_input
 from tests.harness.repository import add_broken_models, add_example
-from tests.harness.serve_command import Ports, serve_sh, trtpool_serve
+from tests.harness.serve_command import TRTPOOL_SERVE, serve_sh, trtpool_serve
+from tests.harness.server import ROOT, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_ops.command import ServeOptions, tritonserver_command
+from trtpool_ops.locate import find_tritonserver
+
+NEWCOMER_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def test_command_line_loads_chosen_models_and_passes_flags_through():
@@ -26,6 +33,16 @@ def test_command_line_loads_chosen_models_and_passes_flags_through():
     assert "--load-model=*" in strict and "--exit-on-error=true" in strict and "--strict-readiness=true" in strict
     with pytest.raises(ValueError, match="--model-control-mode"):
         tritonserver_command("tritonserver", ServeOptions(Path("/r"), passthrough=("--model-control-mode=poll",)))
+
+
+def readme_load_failure_example() -> list[str]:
+    """The model lines of the README's example of a model that fails to load."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("An engine folder made\n  for a GPU on a CPU-only machine, for example:", 1)[1]
+    block = block.split("```", 2)[1]
+    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("[serve]   ")]
+    assert len(lines) == 2, block
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +65,8 @@ def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_r
             [line] = [l for l in serve.lines if l.startswith(f"[serve]   {model}: FAILED TO LOAD:")]
             assert fragment in line, line
         assert f"{len(broken)} failed to load" in output
+        for line in readme_load_failure_example():   # the README quotes what users see
+            assert line in serve.lines, f"README line not in the output: {line}\n{output}"
         x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
         with httpclient.InferenceServerClient(serve.ports.http_url) as client:
             assert client.is_server_ready()
@@ -66,6 +85,7 @@ def test_strict_start_up_stops_on_a_model_that_fails_to_load(mixed_repository, t
     # The reason comes from tritonserver's log, not a tail that may miss it.
     assert "failed to load 'engine_on_cpu'" in output
     assert "engines run on a GPU" in output
+    assert "CudaDriverHelper" not in output     # Triton's start-up noise on a machine without a GPU
 
 
 def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
@@ -83,17 +103,60 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
 
 
 def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_repository, tmp_path):
+    """On the ports in HTTP_PORT, GRPC_PORT and METRICS_PORT, as the examples' form."""
     repo, broken = mixed_repository
-    ports = Ports()
     serve = serve_sh({"TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")},
-                     "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
-                     f"--http-port={ports.http_port}", f"--grpc-port={ports.grpc_port}",
-                     f"--metrics-port={ports.metrics_port}")
+                     "--repo", str(repo), "--models", "tiny", "--watch-interval=0")
     try:
         serve.wait_for("[serve] ready:", timeout=300)
         assert "preparing example models" not in serve.output()
-        with grpcclient.InferenceServerClient(ports.grpc_url) as client:
+        command = serve.output().split("tritonserver command:")[1].splitlines()[0]
+        assert f"--http-port={serve.ports.http_port}" in command
+        assert f"--metrics-port={serve.ports.metrics_port}" in command
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             assert client.is_model_ready("tiny")
             assert not any(client.is_model_ready(model) for model in broken)
     finally:
         assert serve.stop() == 0
+
+
+def test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path(mixed_repository, tmp_path):
+    """A newcomer's shell: .venv/bin/trtpool-serve, no TRTPOOL_TRITONSERVER, no tritonserver on PATH."""
+    repo, _ = mixed_repository
+    assert shutil.which("tritonserver", path=NEWCOMER_PATH) is None
+    serve = trtpool_serve(repo, tmp_path / "server.log", "--models", "tiny", "--watch-interval=0",
+                          env={"TRTPOOL_TRITONSERVER": None, "PATH": NEWCOMER_PATH})
+    try:
+        serve.wait_for("[serve] ready:", timeout=300)
+        assert f"tritonserver command: {TRITONSERVER} " in serve.output()
+        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
+            assert client.is_model_ready("tiny")
+    finally:
+        assert serve.stop() == 0
+
+
+def test_without_any_tritonserver_one_line_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRTPOOL_TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", NEWCOMER_PATH)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / ".venv"))
+    with pytest.raises(ValueError) as refused:
+        find_tritonserver(None)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{tmp_path / '.triton' / 'bin' / 'tritonserver'} does not exist" in message
+    assert "PATH has none" in message and "set TRTPOOL_TRITONSERVER=" in message
+    done = subprocess.run([str(TRTPOOL_SERVE), "--repo", str(tmp_path), "--tritonserver", str(tmp_path / "nowhere")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"trtpool-serve: error: --tritonserver is '{tmp_path / 'nowhere'}', "
+                                   "which is not an executable file")
+
+
+def test_a_mistyped_flag_shows_the_unrecognized_option_first(tmp_path):
+    (tmp_path / "repo").mkdir()
+    serve = trtpool_serve(tmp_path / "repo", tmp_path / "server.log", "--watch-intreval", "1")
+    assert serve.process.wait(120) == 1
+    after_exit = serve.output().split("during start-up\n", 1)[1].splitlines()
+    assert after_exit[0].endswith("tritonserver: unrecognized option '--watch-intreval'"), after_exit
+    assert after_exit[1] == "(did you mean trtpool-serve's --watch-interval?)"
+    assert "--trace-config" not in serve.output()    # not the usage text

@@ -3,7 +3,9 @@ widen what a config can reach, does not load, and the reason says why.
 
     fronts      forward_to itself, to no model, to a sync model, to a non-trtpool
                 model, out of the repository; a decoupled front
-    model_file  an absolute path, '..' out of the version folder, a symlink out
+    model_file  an absolute path, '..' out of the version folder, a symlink out, a NUL byte,
+                a 5,000-character name, a symlink loop
+    bounds      contexts and batch_wait_microseconds past their ceilings
     runtime     module:Class (code), a name nobody registered
     profile     a fixed dimension or a rank the ONNX file contradicts
 """
@@ -38,6 +40,12 @@ REFUSED = {
     "runtime_code": ["parameter 'runtime': 'os:system' is not accepted", "never code such as module:Class"],
     "runtime_unregistered": ["parameter 'runtime': 'nonesuch'", "entry point group 'trtpool.runtimes'",
                              f"registered: {FLAKY_RUNTIME}"],
+    "contexts_huge": ["parameter 'contexts': 99999999999999999999 is too large; expected a whole number from 1 to 64"],
+    "batch_wait_huge": ["parameter 'batch_wait_microseconds': 1000000000000 is too large; expected a whole number "
+                        "from 1 to 1000000"],
+    "file_nul": ["parameter 'model_file' contains a NUL byte"],
+    "file_long": ["parameter 'model_file' is 5005 characters long"],
+    "file_loop": ["parameter 'model_file': 'loop.onnx' cannot be resolved"],
     "profile_dim": ["input 'INPUT0' dimension 1 is fixed at 16 in the model but the profile gives 17..17"],
     "profile_rank": ["input 'INPUT0' has rank 2", "the profile gives rank 3"],
 }
@@ -82,6 +90,12 @@ def build_repository(repo: Path, cache: Path) -> Path:
         repo / "tiny" / "1" / "model.onnx")
     (tiny_model(repo, cache, "file_symlink_inside", model_file="alias.onnx") / "1" / "alias.onnx").symlink_to(
         "model.onnx")
+
+    tiny_model(repo, cache, "file_nul", model_file="model\0.onnx")
+    tiny_model(repo, cache, "file_long", model_file="m" * 5000 + ".onnx")
+    (tiny_model(repo, cache, "file_loop", model_file="loop.onnx") / "1" / "loop.onnx").symlink_to("loop.onnx")
+    tiny_model(repo, cache, "contexts_huge", contexts="99999999999999999999")
+    tiny_model(repo, cache, "batch_wait_huge", mode="decoupled", batch_wait_microseconds="1000000000000")
 
     tiny_model(repo, cache, "runtime_code", runtime="os:system")
     tiny_model(repo, cache, "runtime_unregistered", runtime="nonesuch")

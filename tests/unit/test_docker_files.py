@@ -281,6 +281,13 @@ def test_build_context_keeps_what_the_dockerfile_needs():
         assert _ignored(dropped, patterns), f"{dropped} would be sent in the build context"
 
 
+def test_readme_lists_the_build_context_the_dockerignore_keeps():
+    kept = [ln.strip()[1:].rstrip("/") for ln in DOCKERIGNORE.read_text().splitlines() if ln.startswith("!")]
+    readme = " ".join((DOCKER / "README.md").read_text().split())
+    listed = re.search(r"filtered by `Dockerfile\.dockerignore`.*? down to (.*?`)\.", readme)[1]
+    assert sorted(name.rstrip("/") for name in re.findall(r"`([^`]+)`", listed)) == sorted(kept), listed
+
+
 def test_backend_source_exists():
     """The Dockerfile copies backend_src/model.py and installs pyproject.toml."""
     assert (ROOT / "pyproject.toml").is_file()

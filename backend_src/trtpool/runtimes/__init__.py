@@ -45,7 +45,11 @@ def confined(version_dir: Path, file_name: str) -> Path:
         raise ConfigError(f"parameter 'model_file': '{file_name}' is an absolute path; name a file inside "
                           f"the model's version folder '{version_dir}', such as model.onnx")
     path = version_dir / file_name
-    folder, target = version_dir.resolve(), path.resolve()
+    try:
+        folder, target = version_dir.resolve(), path.resolve()
+    except (OSError, RuntimeError) as exc:   # a symlink loop: RuntimeError before Python 3.13, OSError after
+        raise ConfigError(f"parameter 'model_file': '{file_name}' cannot be resolved ({exc}); name a file "
+                          f"inside the model's version folder '{version_dir}'") from None
     if not target.is_relative_to(folder):
         raise ConfigError(f"parameter 'model_file': '{file_name}' resolves to '{target}', outside the model's "
                           f"version folder '{folder}'; the model file must lie inside it")

@@ -1,0 +1,88 @@
+"""Probed models still let the server stop: SIGINT, then gone within seconds, exit 0, no region left.
+
+Triton 2.51 keeps a decoupled model UNLOADING for good once a gRPC stream was
+cancelled around its final response, and its exit then waits out the exit
+timeout and returns 1 with the model's shared-memory region left in /dev/shm.
+The liveness probe (trtpool-health, trtpool-serve's watchdog) cancelled its
+stream after every answer, and wedged the server in about one run of three
+after 21 probes. Here every mode is probed many times, by the watchdog, by
+trtpool-health and in process, and by a plain stream; then the server must stop cleanly.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.harness.clients import TINY_TOLERANCE
+from tests.harness.repository import add_example
+from tests.harness.serve_command import trtpool_serve
+from tests.harness.server import SHM
+from tests.harness.streams import run_on_stream
+from trtpool_builder.examples.tiny import tiny_reference
+from trtpool_builder.front import make_front_folder
+from trtpool_ops.health import check
+
+TRTPOOL_HEALTH = Path(sys.executable).parent / "trtpool-health"
+MODELS = ("tiny", "tiny_pipelined", "tiny_decoupled", "tiny_decoupled_unary")
+PROBES = 25             # in-process rounds of trtpool-health's check, every model each
+WATCHDOG_ROUNDS = 10    # the watchdog's probes of the decoupled model, at least
+STOPPED_WITHIN_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("shutdown")
+    repo, cache = base / "repo", base / "onnx"
+    add_example(repo, cache, "tiny", contexts="1")
+    add_example(repo, cache, "tiny", "tiny_pipelined", contexts="1", mode="pipelined")
+    add_example(repo, cache, "tiny", "tiny_decoupled", contexts="1", mode="decoupled")
+    make_front_folder(repo, "tiny_decoupled")
+    return repo
+
+
+def successes(url: str, model: str) -> int:
+    with grpcclient.InferenceServerClient(url) as client:
+        [stats] = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    return int(stats["inference_stats"]["success"].get("count", 0))
+
+
+def test_probed_models_let_the_server_stop_cleanly(repository, tmp_path):
+    prefix = f"trtpool_shutdown_{uuid.uuid4().hex[:12]}_"
+    log = tmp_path / "server.log"
+    serve = trtpool_serve(repository, log, "--watch-interval=0.2", "--probe-timeout=30",
+                          f"--backend-config=python,shm-region-prefix-name={prefix}")
+    try:
+        serve.wait_for("[serve] watchdog:", timeout=300)
+        url = serve.ports.grpc_url
+        assert sorted(SHM.glob(prefix + "*")), "the stubs' regions carry the prefix"
+        for _ in range(3):
+            done = subprocess.run([str(TRTPOOL_HEALTH), "--url", url], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert all(f"{model}: alive (answered)" in done.stdout for model in MODELS), done.stdout
+        for _ in range(PROBES):
+            results = check(url, MODELS, timeout=30)
+            assert all(r.alive and r.detail == "answered" for r in results), results
+        x = np.random.default_rng(0).standard_normal((3, 1, 16)).astype(np.float32)
+        answers = run_on_stream(url, "tiny_decoupled", {f"r{i}": {"INPUT0": x[i]} for i in range(3)})
+        for i in range(3):
+            np.testing.assert_allclose(answers.outputs[f"r{i}"]["OUTPUT0"], tiny_reference(x[i]), **TINY_TOLERANCE)
+        deadline = time.monotonic() + 120
+        probed = 3 + PROBES + WATCHDOG_ROUNDS + 3
+        while successes(url, "tiny_decoupled") < probed and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert successes(url, "tiny_decoupled") >= probed
+    finally:
+        started = time.monotonic()
+        code = serve.stop(timeout=120)
+        took = time.monotonic() - started
+    assert code == 0, serve.output()
+    assert took < STOPPED_WITHIN_S, f"stopping took {took:.1f} s"
+    assert "Exit timeout expired" not in log.read_text()
+    assert not sorted(SHM.glob(prefix + "*"))
