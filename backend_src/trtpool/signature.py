@@ -21,7 +21,7 @@ STRING = np.dtype(object)
 
 # Triton's data types by numpy dtype; also the names config.pbtxt uses. Every one
 # tritonserver 2.51 carries to and from a Python-based backend (a plain Python-backend
-# model echoes each, tests/e2e/test_dtypes.py).
+# model echoes each: tests/conformance/test_triton_types.py).
 TRITON_DTYPES: dict[np.dtype, str] = {
     np.dtype(np.bool_): "TYPE_BOOL",
     np.dtype(np.uint8): "TYPE_UINT8",

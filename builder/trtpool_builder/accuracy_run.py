@@ -22,7 +22,7 @@ from trtpool_builder.instance_runner import instance_runner
 from trtpool_builder.model_folder import ENGINE_SUFFIXES, model_config, read_config
 from trtpool_builder.onnx_io import io_specs, load_graph
 from trtpool_builder.profiles import resolve_profiles
-from trtpool_builder.samples import Samples, batches, load_samples, random_samples
+from trtpool_builder.samples import Samples, load_samples, random_samples
 
 
 class EngineNotRunnable(TrtpoolError):
@@ -75,7 +75,7 @@ def _feeds(reference: Path, inputs_path: Path | None, shapes: str | None,
     """Given samples, else random ones at the opt shapes of --shapes or the model's first profile."""
     specs, _ = io_specs(load_graph(reference))
     if inputs_path is not None:
-        return list(batches(load_samples(inputs_path, specs), 8))
+        return load_samples(inputs_path, specs).feeds()
     profiles = resolve_profiles([shapes] if shapes else known_profiles[:1], specs)
     return [random_samples(specs, profiles[0])]
 

@@ -35,7 +35,7 @@ from trtpool_builder.errors import BuildError
 from trtpool_builder.fp16_emulation import emulate_fp16
 from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, skip_fp16_round_trips
 from trtpool_builder.onnx_io import save_model
-from trtpool_builder.samples import Samples, batches
+from trtpool_builder.samples import Samples, SampleSet
 from trtpool_builder.tensor_probe import name_nodes
 from trtpool_builder.trt_module import is_importable
 
@@ -120,19 +120,23 @@ def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[st
                          "the fp16 graph emulated on ONNX Runtime (float16 tensors, float32 arithmetic)")
 
 
-def _quantize_modelopt(source: Path, dest: Path, mode: str, samples: Samples) -> None:
+def _quantize_modelopt(source: Path, dest: Path, mode: str, samples: SampleSet) -> None:
     from modelopt.onnx.quantization import quantize
 
-    quantize(onnx_path=str(source), quantize_mode=mode, calibration_data=samples,
+    if not samples.rows_only:
+        raise ConfigError("ModelOpt takes calibration samples as rows of a batch (every array the input's "
+                          "rank, its first axis the batch); give them so, or uninstall nvidia-modelopt to "
+                          "calibrate int8 with ONNX Runtime, which takes any form")
+    quantize(onnx_path=str(source), quantize_mode=mode, calibration_data=samples.arrays,
              calibration_eps=["cpu"], output_path=str(dest))
 
 
-def _quantize_onnxruntime(source: Path, dest: Path, samples: Samples) -> None:
+def _quantize_onnxruntime(source: Path, dest: Path, samples: SampleSet) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self._batches = batches(samples, 8)
+            self._batches = iter(samples.feeds())
 
         def get_next(self) -> Samples | None:
             return next(self._batches, None)
@@ -158,7 +162,7 @@ def _quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
-def prepare(source: Path, precision: str, legacy: bool, samples: Samples | None,
+def prepare(source: Path, precision: str, legacy: bool, samples: SampleSet | None,
             workdir: Path, feeds: Sequence[Samples] = ()) -> PreparedModel:
     """The ONNX file to parse for `precision`, converted or quantized into `workdir` when needed.
 

@@ -256,10 +256,10 @@ def test_growth_stops_before_the_device_runs_out(tiny_dir):
 @pytest.mark.parametrize("params, message", [
     ({"contexts": "4", "max_contexts": "8"}, "parameter 'contexts' is 4 but 'max_contexts' is set too"),
     ({"min_contexts": "3", "max_contexts": "2"}, "parameter 'max_contexts': 2 is below min_contexts 3"),
-    ({"min_contexts": "0"}, "parameter 'min_contexts': 0 is too small; expected a whole number >= 1"),
+    ({"min_contexts": "0"}, "parameter 'min_contexts': 0 is too small; expected a whole number from 1 to 64"),
     ({"max_contexts": "many"}, "parameter 'max_contexts': 'many' is not an integer"),
     ({"min_contexts": "1", "grow_after_wait_microseconds": "-1"},
-     "parameter 'grow_after_wait_microseconds': -1 is too small; expected a whole number >= 0"),
+     "parameter 'grow_after_wait_microseconds': -1 is too small; expected a whole number from 0 to 1000000"),
     ({"min_contexts": "1", "shrink_after_idle_seconds": "0"},
      "parameter 'shrink_after_idle_seconds': '0' is not accepted; expected a number of seconds > 0"),
     ({"shrink_after_idle_seconds": "5"}, "parameter 'shrink_after_idle_seconds' applies to an elastic pool"),
