@@ -20,14 +20,14 @@ def test_folder_of_npz_files_is_concatenated_and_cast(tmp_path: Path) -> None:
     for i in range(3):
         np.savez(tmp_path / f"part{i}.npz", input_ids=np.full((2, 5), i, np.int32),
                  attention_mask=np.ones((2, 5), np.int64))
-    samples = load_samples(tmp_path, [IDS, MASK])
+    samples = load_samples(tmp_path, [IDS, MASK]).arrays
     assert samples["input_ids"].shape == (6, 5) and samples["input_ids"].dtype == np.int64
     assert [len(b["attention_mask"]) for b in batches(samples, 4)] == [4, 2]
 
 
 def test_npy_only_for_single_input_models(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.zeros((3, 16), np.float64))
-    assert load_samples(tmp_path / "x.npy", [X])["x"].dtype == np.float32
+    assert load_samples(tmp_path / "x.npy", [X]).arrays["x"].dtype == np.float32
     with pytest.raises(ConfigError, match="use a .npz file with one array per input"):
         load_samples(tmp_path / "x.npy", [IDS, MASK])
 
@@ -39,7 +39,7 @@ def test_npy_only_for_single_input_models(tmp_path: Path) -> None:
     ({"input_ids": np.zeros((2, 5), np.float32), "attention_mask": np.zeros((2, 5), np.int64)},
      r"array 'input_ids' is float32, the model's input is int64"),
     ({"input_ids": np.zeros((2,), np.int64), "attention_mask": np.zeros((2, 5), np.int64)},
-     r"array 'input_ids' has shape \[2\], the model's input has rank 2"),
+     r"array 'input_ids' has shape \[2\]; the model's input has rank 2"),
     ({"input_ids": np.zeros((3, 5), np.int64), "attention_mask": np.zeros((2, 5), np.int64)},
      r"different sample counts"),
 ])

@@ -261,7 +261,7 @@ def test_growth_stops_before_the_device_runs_out(tiny_dir):
     ({"min_contexts": "1", "grow_after_wait_microseconds": "-1"},
      "parameter 'grow_after_wait_microseconds': -1 is too small; expected a whole number from 0 to 1000000"),
     ({"min_contexts": "1", "shrink_after_idle_seconds": "0"},
-     "parameter 'shrink_after_idle_seconds': '0' is not accepted; expected a number of seconds > 0"),
+     "parameter 'shrink_after_idle_seconds': '0' is not accepted; expected a number of seconds above 0 and at most 86400"),
     ({"shrink_after_idle_seconds": "5"}, "parameter 'shrink_after_idle_seconds' applies to an elastic pool"),
 ])
 def test_bad_elastic_parameters_are_named(tiny_dir, params, message):
