@@ -44,11 +44,8 @@ from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
 # name: (contexts, mode, extra parameters)
 VARIANTS = {
     "sync_c1": (1, "sync", {}),
-    "sync_c2_s2": (2, "sync", {"sub_batches": "2"}),
-    "sync_c3_s3": (3, "sync", {"sub_batches": "3"}),
     "pipe_c1": (1, "pipelined", {}),
     "pipe_c2": (2, "pipelined", {}),
-    "pipe_c2_s2": (2, "pipelined", {"sub_batches": "2"}),
     "pipe_c4": (4, "pipelined", {}),
     "pipe_c1_t4": (1, "pipelined", {"response_threads": "4"}),
     "pipe_c2_t4": (2, "pipelined", {"response_threads": "4"}),

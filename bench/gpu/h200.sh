@@ -24,9 +24,6 @@
 #   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
 #             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
 #   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
-#   ceiling-split  the same for sync with sub-batches (2 and 3 parts on as many contexts) beside
-#             sync and pipelined, batch-32 clients on each sync variant, and a py-spy profile
-#             (native frames too) of the one-context sync stub
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -177,13 +174,6 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       # The record: the variants the first two runs kept apart, with the final code.
       python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
-      ;;
-    ceiling-split)
-      python3 bench/ceiling.py --runtime torch --precision fp16 \
-        --variants sync_c1,sync_c2_s2,sync_c3_s3,pipe_c2,pipe_c2_s2 --nulls null,null_gpuin \
-        --batch32 sync_c1,sync_c2_s2,best_pipelined \
-        --profile "$OUT/ceiling_sync_profile.txt" --profile-variant sync_c1 --native \
-        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
