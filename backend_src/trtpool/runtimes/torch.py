@@ -59,10 +59,11 @@ import torch
 from onnx import TensorProto
 
 from trtpool import cuda, onnx_signature
-from trtpool.buffers import HostBuffers, gather
+from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
+from trtpool.host_upload import HostUploader
 from trtpool.onnx_signature import DeclaredTensor
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
@@ -295,6 +296,7 @@ class TorchRuntime(Runtime):
         if precision == "fp32":
             _use_ieee_fp32()
         self.module = convert(model, self.device, precision)
+        self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.capture_lock = threading.Lock()  # one capture at a time in the process
         self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
@@ -376,6 +378,7 @@ class TorchRuntime(Runtime):
         return free
 
     def close(self) -> None:
+        self.uploader.close()
         self.module = None
         torch.cuda.empty_cache()
 
@@ -500,9 +503,8 @@ class TorchContext(ExecutionContext):
                 region[offset:offset + rows].copy_(part)
                 offset += rows
             return
-        staged = gather(parts, self.staging.view(name, shape))
         target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
-        cuda.memcpy_htod_async(target.data_ptr(), staged, staged.nbytes, self._stream)
+        self._runtime.uploader.upload(parts, self.staging.view(name, shape), target.data_ptr(), self._stream)
         if target is not region:
             region.copy_(target)
 
