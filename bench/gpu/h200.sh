@@ -24,6 +24,12 @@
 #   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
 #             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
 #   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
+#   host-path bench/host_path.py (issue 23), one run: in-process batch 32 with host inputs at
+#             1/2/4 contexts; sync 1 ctx, pipelined 2 and 4 ctx and the null model served to
+#             batch-32 clients over system shm and batch-1 clients over plain gRPC, the same
+#             variants over CUDA shm beside them; Triton's per-stage times on every point; a
+#             py-spy profile (native frames) of the best system-shm stub -> host_path.json,
+#             host_path_profile.txt
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -174,6 +180,10 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       # The record: the variants the first two runs kept apart, with the final code.
       python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
+      ;;
+    host-path)
+      python3 bench/host_path.py --runtime torch --precision fp16 --profile "$OUT/host_path_profile.txt" --native \
+        --out "$OUT/host_path.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
