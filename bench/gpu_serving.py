@@ -94,7 +94,7 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
             batch: int = 1, streaming: bool = False, shm: str = "none", inputs: tuple[str, ...] = (),
             interval_ms: int = 1500) -> dict:
     extra = ["-b", str(batch), "--shared-memory", shm]
-    if shm != "none":  # perf_analyzer's default (100 KB) is under a batch-32 ResNet-50's logits
+    if shm == "cuda":
         extra += ["--output-shared-memory-size", str(64 << 20)]
     if streaming:
         extra.append("--streaming")
