@@ -30,7 +30,9 @@ a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
-Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
+Host inputs reach the device buffers through the pinned staging in slices
+(trtpool.host_upload, one uploader shared by the contexts); GPU inputs are
+copied device to device. Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
 non-batch dimension is right only for models that mask it (attention_mask 0
