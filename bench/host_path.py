@@ -23,7 +23,7 @@ record's headline keys, and the ratios the issue sets goals for:
 
     python bench/host_path.py --runtime torch --precision fp16 --out bench/results/h200/host_path.json
     .venv/bin/python bench/host_path.py --runtime onnxruntime --image-size 64 --concurrency 16 \\
-        --variants sync_c1,pipe_c2 --out bench/results/host_path_cpu.json
+        --variants sync_c1,pipe_c2 --interval-ms 4000 --stability 50 --out bench/results/host_path_cpu.json
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def ratio(top: float | None, bottom: float | None) -> float | None:
 
 def served(server: TritonServer, variants: list[str], args) -> dict:
     """Every measurement of the served section, by transport and client batch."""
-    common = {"inputs": INPUTS[args.example], "interval_ms": args.interval_ms}
+    common = {"inputs": INPUTS[args.example], "interval_ms": args.interval_ms, "stability": args.stability}
     report: dict = {"system_shm_b32": {}, "grpc_b1": {}}
     for name in variants:
         report["system_shm_b32"][name] = measure(server, name, concurrency=B32_CLIENTS, batch=32, shm="system",
@@ -108,6 +108,8 @@ def headline(report: dict, variants: list[str]) -> dict:
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--interval-ms", type=int, default=1500, help="perf_analyzer's measurement window")
+    parser.add_argument("--stability", type=int, help="perf_analyzer's stability percentage from the start "
+                        "(default: its own 10, then 25 with longer windows); for a loaded machine")
     parser.add_argument("--profile-clients", choices=("b32_system_shm", "b1_grpc"), default="b32_system_shm",
                         help="the load the profile is taken under")
     parser.add_argument("--variants", default="sync_c1,pipe_c2,pipe_c4", help=f"of {', '.join(VARIANTS)}")
