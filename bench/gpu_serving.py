@@ -112,7 +112,8 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     try:
         try:
             [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1),
-                                  interval_ms=interval_ms, max_trials=4, extra=tuple(extra))
+                                  interval_ms=interval_ms, max_trials=4 if stability is None else 8,
+                                  extra=tuple(extra))
         except PerfAnalyzerFailed as exc:
             if "stable measurement" not in str(exc) or rate is not None or stability is not None:
                 raise
