@@ -29,8 +29,10 @@
 #             batch-32 clients over system shm and batch-1 clients over plain gRPC, the same
 #             variants over CUDA shm beside them; Triton's per-stage times on every point; a
 #             py-spy profile (native frames) of the best system-shm stub -> host_path.json,
-#             host_path_profile.txt; before it bench/host_copies.py: a batch of 32 host images
-#             into the device, gathered in one piece vs in slices, by CUDA events -> host_copies.json
+#             host_path_profile.txt
+#   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
+#             gathered in one piece vs in slices, by CUDA events; submit/complete through the
+#             torch runtime -> host_copies.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -182,9 +184,11 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
       ;;
-    host-path)
+    host-copies)
       python3 bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
         --output "$OUT/host_copies.json" 2>&1 | tail -n 6
+      ;;
+    host-path)
       python3 bench/host_path.py --runtime torch --precision fp16 --profile "$OUT/host_path_profile.txt" --native \
         --out "$OUT/host_path.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
       ;;
