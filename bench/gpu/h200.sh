@@ -30,6 +30,11 @@
 #             variants over CUDA shm beside them; Triton's per-stage times on every point; a
 #             py-spy profile (native frames) of the best system-shm stub -> host_path.json,
 #             host_path_profile.txt
+#   cuda-shm-ab  bench/code_ab.py (issue 23): this code against an earlier revision, served in
+#             turn (ABBA, 2 rounds), batch-32 clients over CUDA shm, pipelined 2 contexts. The
+#             earlier code travels in .whl/ (carried): before the call, here,
+#             mkdir -p .whl/base-REV && git archive REV backend_src/trtpool | tar -x -C .whl/base-REV
+#             -> cuda_shm_ab.json
 #   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
 #             gathered in one piece vs in slices, by CUDA events; submit/complete through the
 #             torch runtime -> host_copies.json
@@ -183,6 +188,13 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       # The record: the variants the first two runs kept apart, with the final code.
       python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
+      ;;
+    cuda-shm-ab)
+      base=$(ls -d .whl/base-* 2>/dev/null | head -n 1)
+      [ -n "$base" ] || { echo "NO EARLIER CODE: make .whl/base-REV first (see the header)"; exit 7; }
+      python3 bench/code_ab.py --base-dir "$base" --runtime torch --precision fp16 --example resnet50 \
+        --shm cuda --batch 32 --concurrency 8 --mode pipelined --contexts 2 --rounds 2 --interval-ms 1500 \
+        --out "$OUT/cuda_shm_ab.json" 2>&1 | grep -v '^[IWE]12' | tail -n 8
       ;;
     host-copies)
       python3 bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
