@@ -48,7 +48,7 @@ from trtpool_builder.examples import write_example  # noqa: E402
 def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace) -> dict:
     """One server whose stubs start in `workdir`, measured once."""
     harness.DOUBLES = workdir  # the stub's working directory, first on its import path
-    server = harness.TritonServer(repo, scratch / "server.log").start()
+    server = harness.TritonServer(repo, scratch / "server.log").start(timeout=600)  # a GPU model loads slowly
     try:
         load = {"concurrency": args.concurrency, "batch": args.batch, "shm": args.shm, "inputs": INPUTS[args.example]}
         measure(server, "model", **load)  # warm-up, not counted
