@@ -3,7 +3,7 @@
 A batch's host parts (numpy views of the tensors Triton handed the stub) are
 copied once into the context's pinned staging buffer and from there to the
 device by DMA. Done as one gather then one copy, the two run one after the
-other on one core: a ResNet-50 batch of 32 (19 MB in fp32) is about 3 ms of
+other on one core: a ResNet-50 batch of 32 (19 MB in fp32) is milliseconds of
 memcpy before the DMA even starts. Here the batch is cut into row slices:
 a few threads gather the slices at once (numpy copies without the GIL), and
 each slice's DMA is queued, in order, as soon as that slice is in place, so
@@ -55,7 +55,8 @@ def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarr
 
 class HostUploader:
     """Gathers host parts into pinned staging and queues their copy to the device.
-    One per runtime, shared by its contexts (thread-safe)."""
+    One per runtime, shared by its contexts (thread-safe). `threads` counts the
+    caller's: threads - 1 more are started, on first use."""
 
     def __init__(self, threads: int | None = None, slice_bytes: int = SLICE_BYTES) -> None:
         threads = default_threads() if threads is None else threads
