@@ -23,7 +23,7 @@ record's headline keys, and the ratios the issue sets goals for:
 
     python bench/host_path.py --runtime torch --precision fp16 --out bench/results/h200/host_path.json
     .venv/bin/python bench/host_path.py --runtime onnxruntime --image-size 64 --concurrency 16 \\
-        --variants sync_c1,pipe_c2 --interval-ms 4000 --stability 100 --out bench/results/host_path_cpu.json
+        --variants sync_c1,pipe_c2 --interval-ms 4000 --stability 50 --out bench/results/host_path_cpu.json
 """
 from __future__ import annotations
 
