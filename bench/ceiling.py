@@ -44,11 +44,8 @@ from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
 # name: (contexts, mode, extra parameters)
 VARIANTS = {
     "sync_c1": (1, "sync", {}),
-    "sync_c2_s2": (2, "sync", {"sub_batches": "2"}),
-    "sync_c3_s3": (3, "sync", {"sub_batches": "3"}),
     "pipe_c1": (1, "pipelined", {}),
     "pipe_c2": (2, "pipelined", {}),
-    "pipe_c2_s2": (2, "pipelined", {"sub_batches": "2"}),
     "pipe_c4": (4, "pipelined", {}),
     "pipe_c1_t4": (1, "pipelined", {"response_threads": "4"}),
     "pipe_c2_t4": (2, "pipelined", {"response_threads": "4"}),
@@ -80,14 +77,14 @@ def add_null_model(repo: Path, like: str, name: str, **parameters: str) -> None:
     write_config(repo / name, config)
 
 
-def inprocess_best(args, onnx: Path, scratch: Path) -> dict:
+def inprocess_best(args, onnx: Path, scratch: Path, contexts: str = "1,2,4") -> dict:
     """bench/inprocess.py at batch 32 with 1, 2 and 4 contexts, inputs on the host and on the GPU."""
     runs = {}
     for where in (("host", "device") if args.runtime == "torch" else ("host",)):
         out = scratch / f"inprocess_{where}.json"
         subprocess.run([sys.executable, str(ROOT / "bench" / "inprocess.py"), "--runtime", args.runtime,
                         "--model", args.example, "--onnx", str(onnx), "--precision", args.precision,
-                        "--contexts", "1,2,4", "--batches", "32", "--seconds", "2", "--inputs", where,
+                        "--contexts", contexts, "--batches", "32", "--seconds", "2", "--inputs", where,
                         "--image-size", str(args.image_size),
                         "--output", str(out)], check=True)
         runs[where] = [{k: r[k] for k in ("contexts", "batch", "items_per_s")}
@@ -103,9 +100,10 @@ def stub_pid(model: str) -> int | None:
     return int(pids[0]) if pids else None
 
 
-def profiled(server: TritonServer, model: str, args, out: Path) -> dict:
-    """A batch-1 CUDA-shm measurement while py-spy samples the model's stub (all
-    threads; with --native, the C/C++ frames too: the stub's own IPC and copies)."""
+def profiled(server: TritonServer, model: str, args, out: Path, **load) -> dict:
+    """A measurement (by default batch-1 clients over args.shm) while py-spy samples the
+    model's stub (all threads; with --native, the C/C++ frames too: the stub's own IPC
+    and copies)."""
     pid = stub_pid(model)
     if pid is None or shutil.which("py-spy") is None:
         return {"error": "no stub process or no py-spy"}
@@ -114,25 +112,32 @@ def profiled(server: TritonServer, model: str, args, out: Path) -> dict:
                                  "--rate", "200", "--duration", "12", "--pid", str(pid), "--output", str(out)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(1)
-    result = measure(server, model, concurrency=args.concurrency, shm=args.shm, inputs=INPUTS[args.example])
+    load = {"concurrency": args.concurrency, "shm": args.shm, **load}
+    result = measure(server, model, inputs=INPUTS[args.example], **load)
     _, err = recorder.communicate(timeout=60)
     return {"model": model, "measurement": result, "profile": str(out), "py_spy": err[-500:]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The options ceiling.py and host_path.py share: the model, the batch-1 clients, the profile."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runtime", choices=("torch", "onnxruntime"), default="torch")
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--example", choices=tuple(INPUTS), default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--concurrency", type=int, default=64, help="batch-1 clients")
+    parser.add_argument("--profile", type=Path, help="write a py-spy profile (raw stacks) of a stub here")
+    parser.add_argument("--native", action="store_true", help="profile native frames too")
+    return parser
+
+
+def main() -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--nulls", default=",".join(NULLS))
     parser.add_argument("--batch32", default="sync_c1,best_pipelined",
                         help="variants measured with batch-32 clients; best_pipelined: the best pipelined one")
-    parser.add_argument("--profile", type=Path, help="write a py-spy profile (raw stacks) of a stub here")
     parser.add_argument("--profile-variant", default="best_pipelined", help="a variant, best or best_pipelined")
-    parser.add_argument("--native", action="store_true", help="profile native frames too")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ceiling.json")
     args = parser.parse_args()
     args.shm = "cuda" if args.runtime == "torch" else "none"

@@ -12,15 +12,25 @@ in the same folder: BatchRunner.run over 16 batch-1 requests of the model,
 microseconds per run (no server, no pb_utils).
 
     .venv/bin/python bench/code_ab.py --base HEAD~1 --rounds 6 --out bench/results/cpu_code_ab.json
+
+Where there is no git (a GPU machine given a copy of the tree), --base-dir names
+a folder holding the earlier revision's backend_src/trtpool instead (made here
+with `git archive REV backend_src/trtpool | tar -x -C DIR`); --runtime torch,
+--shm cuda and --batch serve and load the model as the GPU stages do:
+
+    python bench/code_ab.py --base-dir .whl/base-REV --runtime torch --example resnet50 --shm cuda \
+        --batch 32 --concurrency 8 --mode pipelined --contexts 2 --rounds 2 --out cuda_shm_ab.json
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import tests.harness.server as harness  # noqa: E402
-from bench.gpu_serving import add_model, measure  # noqa: E402
+from bench.gpu_serving import INPUTS, add_model, example_options, measure  # noqa: E402
 from bench.paired import arguments, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
@@ -38,10 +48,11 @@ from trtpool_builder.examples import write_example  # noqa: E402
 def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace) -> dict:
     """One server whose stubs start in `workdir`, measured once."""
     harness.DOUBLES = workdir  # the stub's working directory, first on its import path
-    server = harness.TritonServer(repo, scratch / "server.log").start()
+    server = harness.TritonServer(repo, scratch / "server.log").start(timeout=600)  # a GPU model loads slowly
     try:
-        measure(server, "model", concurrency=args.concurrency)  # warm-up, not counted
-        return measure(server, "model", concurrency=args.concurrency, interval_ms=args.interval_ms)
+        load = {"concurrency": args.concurrency, "batch": args.batch, "shm": args.shm, "inputs": INPUTS[args.example]}
+        measure(server, "model", **load)  # warm-up, not counted
+        return measure(server, "model", interval_ms=args.interval_ms, **load)
     finally:
         server.stop()
 
@@ -83,9 +94,33 @@ def imported_from(workdir: Path) -> str:
     return found.stdout.strip()
 
 
+@contextlib.contextmanager
+def earlier_code(args: argparse.Namespace, scratch: Path) -> Iterator[tuple[str, Path]]:
+    """The earlier revision's name and its trtpool package: --base-dir as given, or a
+    git worktree of --base for as long as the comparison runs."""
+    if args.base_dir:
+        yield args.base_dir.resolve().name, (args.base_dir / "backend_src" / "trtpool").resolve()
+        return
+    revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    worktree = scratch / "base"
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), revision], cwd=ROOT, check=True,
+                   capture_output=True)
+    try:
+        yield revision, worktree / "backend_src" / "trtpool"
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+
+
 def main() -> None:
     parser = arguments(__doc__, "cpu_code_ab.json", concurrency=16)
-    parser.add_argument("--base", help="the git revision to serve against this checkout (required)")
+    parser.add_argument("--base", help="the git revision to serve against this checkout")
+    parser.add_argument("--base-dir", type=Path, help="or a folder holding that revision's backend_src/trtpool")
+    parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime")
+    parser.add_argument("--precision", default="fp16", help="torch: fp16 or fp32")
+    parser.add_argument("--image-size", type=int, default=224, help="resnet50")
+    parser.add_argument("--shm", choices=("none", "system", "cuda"), default="none")
+    parser.add_argument("--batch", type=int, default=1, help="the clients' batch")
     parser.add_argument("--contexts", type=int, default=1)
     parser.add_argument("--mode", default="sync")
     parser.add_argument("--time-runner", type=Path, help=argparse.SUPPRESS)  # the in-process timing, in a child
@@ -93,23 +128,19 @@ def main() -> None:
     if args.time_runner:
         print(f"{time_runner(args.time_runner):.1f}")
         return
-    if not args.base:
-        parser.error("--base is required")
-    args.runtime, args.precision = "onnxruntime", "fp32"
-    revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+    if bool(args.base) == bool(args.base_dir):
+        parser.error("give one of --base (a git revision) and --base-dir (a folder)")
+    if args.runtime == "onnxruntime":
+        args.precision = "fp32"  # the file's own types
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        worktree = scratch / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), revision], cwd=ROOT, check=True,
-                       capture_output=True)
-        try:
+        with earlier_code(args, scratch) as (revision, package):
             base_dir = scratch / "base_workdir"
             base_dir.mkdir()
-            (base_dir / "trtpool").symlink_to(worktree / "backend_src" / "trtpool")
+            (base_dir / "trtpool").symlink_to(package)
             workdirs = {"checkout": harness.DOUBLES, revision: base_dir}
             sources = {name: imported_from(workdir) for name, workdir in workdirs.items()}
-            onnx = write_example(args.example, scratch / "model.onnx")
+            onnx = write_example(args.example, scratch / "model.onnx", **example_options(args.example, args))
             tiny_dir = scratch / "tiny" / "1"
             tiny_dir.mkdir(parents=True)
             write_example("tiny", tiny_dir / "model.onnx")
@@ -122,10 +153,9 @@ def main() -> None:
                     rows[name][-1]["runner_us_per_16"] = round(timed_in(workdirs[name], tiny_dir), 1)
                     print(f"round {round_index} {name}: {rows[name][-1].get('infer_per_s')} infer/s, "
                           f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests", flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
     record = {"benchmark": "code_ab", **provenance(), "base": revision, "sources": sources,
-              "example": args.example, "contexts": args.contexts, "mode": args.mode,
+              "example": args.example, "runtime": args.runtime, "precision": args.precision, "shm": args.shm,
+              "batch": args.batch, "contexts": args.contexts, "mode": args.mode,
               "concurrency": args.concurrency, "rounds": rows,
               "checkout_over_base_throughput": compared(rows["checkout"], rows[revision], "infer_per_s",
                                                         faster="rounds_checkout_faster"),

@@ -3,8 +3,7 @@
 One server holds trtpool (sync, pipelined) and bench/naive_model.py over the
 same ONNX file (the ResNet-50-shaped example at 3x64x64); perf_analyzer over
 gRPC at one concurrency measures trtpool and the naive model in turn, the order
-swapped every round (bench/paired.py), once for each trtpool mode (`sync_split`:
-sync with each lone batch run as one sub-batch per context). Then, with the
+swapped every round (bench/paired.py), once for each trtpool mode. Then, with the
 server stopped, the batching ceiling: trtpool's sync runtime driven in process
 at batch 1..16 against the naive model's own loop (a default ONNX Runtime
 session, fresh arrays, one request at a time). Its best over the naive loop is
@@ -29,14 +28,11 @@ sys.path.insert(0, str(ROOT))
 from bench.cpu_serving import MODELS, build_repository, inprocess_throughput  # noqa: E402
 from bench.paired import alternate, arguments, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
-from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool import config as pool_config  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config  # noqa: E402
-
-SYNC_SPLIT = "trtpool_sync_split"
+from trtpool_builder.model_folder import read_config  # noqa: E402
 
 
 def ratios(rows: dict[str, list[dict]], first: str, second: str) -> dict:
@@ -84,7 +80,7 @@ def main() -> None:
     parser = arguments(__doc__, "cpu_vs_naive.json", concurrency=16)
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--contexts", type=int, default=2)
-    parser.add_argument("--modes", default="sync,sync_split,pipelined")
+    parser.add_argument("--modes", default="sync,pipelined")
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
     args = parser.parse_args()
     record = {"benchmark": "cpu_vs_naive", **provenance(),
@@ -95,16 +91,12 @@ def main() -> None:
         onnx = write_example("resnet50", base / "resnet50.onnx", image_size=args.image_size)
         profiles = get_example("resnet50").serving_profiles(image_size=args.image_size)
         build_repository(base / "repo", onnx, profiles, args.contexts)
-        split = make_model_folder(base / "repo", SYNC_SPLIT, onnx, profiles,
-                                  ServingOptions(contexts=str(args.contexts), instance_kind="cpu"))
-        set_parameters(split, sub_batches=str(args.contexts))
-        models = {**MODELS, "sync_split": SYNC_SPLIT}
         server = TritonServer(base / "repo", base / "server.log").start()
         try:
             for mode in args.modes.split(","):
-                rows = alternate(server, (models[mode], MODELS["naive"]), args.rounds, args.concurrency,
+                rows = alternate(server, (MODELS[mode], MODELS["naive"]), args.rounds, args.concurrency,
                                  args.interval_ms)
-                record["modes"][mode] = {"rows": rows, "over_naive": ratios(rows, models[mode], MODELS["naive"])}
+                record["modes"][mode] = {"rows": rows, "over_naive": ratios(rows, MODELS[mode], MODELS["naive"])}
                 print(mode, record["modes"][mode]["over_naive"], flush=True)
         finally:
             server.stop()

@@ -92,7 +92,9 @@ def server_breakdown(before: dict[str, int], after: dict[str, int]) -> dict[str,
 
 def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,
             batch: int = 1, streaming: bool = False, shm: str = "none", inputs: tuple[str, ...] = (),
-            interval_ms: int = 1500) -> dict:
+            interval_ms: int = 1500, stability: int | None = None) -> dict:
+    """One perf_analyzer point with Triton's per-stage times. `stability`: perf_analyzer's
+    criterion (percent) from the start, for a machine too noisy for its default (recorded)."""
     extra = ["-b", str(batch), "--shared-memory", shm]
     if shm == "cuda":
         extra += ["--output-shared-memory-size", str(64 << 20)]
@@ -103,13 +105,17 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
         # Open-loop load: asynchronous requests at a fixed rate, looser stability.
         extra += ["--request-rate-range", f"{rate:.1f}", "--async", "--stability-percentage", "30"]
     result: dict = {}
+    if stability is not None:
+        extra += ["--stability-percentage", str(stability)]
+        result["stability_percentage"] = stability
     before = server_counters(server, model)
     try:
         try:
             [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1),
-                                  interval_ms=interval_ms, max_trials=4, extra=tuple(extra))
+                                  interval_ms=interval_ms, max_trials=4 if stability is None else 8,
+                                  extra=tuple(extra))
         except PerfAnalyzerFailed as exc:
-            if "stable measurement" not in str(exc) or rate is not None:
+            if "stable measurement" not in str(exc) or rate is not None or stability is not None:
                 raise
             # Once more with longer windows and a looser stability criterion (recorded).
             result["stability_percentage"] = 25

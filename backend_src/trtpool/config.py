@@ -15,7 +15,6 @@
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
       { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
       { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
-      { key: "sub_batches"     value: { string_value: "1" } },         # sync, pipelined: a lone batch runs as up to N parts on N contexts
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
       { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
@@ -44,14 +43,14 @@ MODES = ("sync", "pipelined", "decoupled")
 KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
-    "metrics_interval_ms", "sequence_buckets", "response_threads", "sub_batches", "cuda_graphs",
+    "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
     "shrink_after_idle_seconds",
 }
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
 # typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
-MAX_CONTEXTS = 64                   # also sub_batches (one context per part) and response_threads
+MAX_CONTEXTS = 64                   # also response_threads
 MAX_QUEUE_SIZE = 65_536
 MAX_WAIT_US = 1_000_000             # batch_wait_microseconds, cancel_check_after_microseconds: 1 s
 MAX_METRICS_INTERVAL_MS = 60_000
@@ -90,7 +89,6 @@ class PoolConfig:
     metrics_interval_ms: int = 1000  # how often trtpool's metrics reach Triton; 0: after every batch
     sequence_buckets: tuple[int, ...] | None = None  # the torch runtime's padding of dynamic dims
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
-    sub_batches: int = 1          # sync and pipelined: a lone batch runs as up to this many parts, one per context
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
     elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
 
@@ -240,11 +238,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
             f"{str(bool(decoupled)).lower()}; set decoupled: {str(mode == 'decoupled').lower()}"
         )
 
-    sub_batches = _whole_number(params, "sub_batches", 1, MAX_CONTEXTS)
-    if sub_batches > 1 and mode == "decoupled":
-        raise ConfigError("parameter 'sub_batches' applies to sync and pipelined mode; a decoupled model's "
-                          "workers already keep its contexts busy: leave it at 1")
-
     profile_text = params.get("profile", "").strip()
     profiles = tuple(parse_profile(p) for p in profile_text.split(";") if p.strip())
 
@@ -268,7 +261,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
                                            maximum=MAX_METRICS_INTERVAL_MS),
         sequence_buckets=_sizes(params, "sequence_buckets"),
         response_threads=_whole_number(params, "response_threads", 1, MAX_CONTEXTS),
-        sub_batches=sub_batches,
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
         elastic=_elasticity(params, contexts),
     )

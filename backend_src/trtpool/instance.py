@@ -91,7 +91,7 @@ class ModelInstance:
         except Exception:
             self.runtime.close()
             raise
-        self.runner = BatchRunner(self.pool, on_batch, self.cfg.sub_batches)
+        self.runner = BatchRunner(self.pool, on_batch)
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
             self.cfg.model_name, self.runtime.name, device,
@@ -110,9 +110,8 @@ class ModelInstance:
         return size
 
     def _ceiling(self) -> int:
-        """The mode's measured useful number (a context per sub-batch at least); on
-        the CPU, no more than cores (contention)."""
-        ceiling = max(AUTO_CONTEXTS[self.cfg.mode], self.cfg.sub_batches)
+        """The mode's measured useful number; on the CPU, no more than cores (contention)."""
+        ceiling = AUTO_CONTEXTS[self.cfg.mode]
         return min(ceiling, os.cpu_count() or 1) if self.cfg.device == "cpu" else ceiling
 
     def close(self) -> None:

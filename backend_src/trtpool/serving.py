@@ -57,15 +57,10 @@ class BatchPlanner:
     """The one batching rule, shared by the runner and the decoupled scheduler:
     requests of one shape key join one batch when some optimization profile
     admits the combined batch; a group is split only above the largest batch
-    any profile takes for its shapes (or where the profiles leave a gap).
+    any profile takes for its shapes (or where the profiles leave a gap)."""
 
-    With ``sub_batches`` N > 1 each such batch then runs as up to N parts of
-    near-equal size (each still admitted by a profile), one per context: while
-    the GPU computes one part, the host places the next or answers the last."""
-
-    def __init__(self, signature: Signature, sub_batches: int = 1) -> None:
+    def __init__(self, signature: Signature) -> None:
         self.signature = signature
-        self.sub_batches = sub_batches
 
     def _with_batch(self, shapes: dict[str, tuple[int, ...]], batch: int) -> dict[str, tuple[int, ...]]:
         return {name: (batch, *shape[1:]) for name, shape in shapes.items()}
@@ -107,24 +102,7 @@ class BatchPlanner:
                 pending.append(item)
                 rows += item.batch
             chunks += self._admitted(pending)
-        # A lone batch is divided; several already keep several contexts busy.
-        return self._divided(chunks[0]) if len(chunks) == 1 else chunks
-
-    def _divided(self, chunk: list[Item]) -> list[list[Item]]:
-        """The chunk as up to `sub_batches` consecutive parts of near-equal batch,
-        or whole where a part would fall outside every profile."""
-        count = min(self.sub_batches, len(chunk))
-        if count < 2:
-            return [chunk]
-        total = sum(item.batch for item in chunk)
-        parts: list[list[Item]] = [[]]
-        done = 0
-        for item in chunk:
-            if parts[-1] and done >= total * len(parts) / count:
-                parts.append([])
-            parts[-1].append(item)
-            done += item.batch
-        return parts if all(self.fits(part) for part in parts) else [chunk]
+        return chunks
 
     def _admitted(self, items: list[Item]) -> list[list[Item]]:
         chunks = []
@@ -138,10 +116,10 @@ class BatchPlanner:
 class BatchRunner:
     """Runs requests on the context pool: one batch per chunk the planner makes."""
 
-    def __init__(self, pool: ContextPool, on_batch: BatchObserver | None = None, sub_batches: int = 1) -> None:
+    def __init__(self, pool: ContextPool, on_batch: BatchObserver | None = None) -> None:
         self.pool = pool
         self.signature = pool.runtime.signature
-        self.planner = BatchPlanner(self.signature, sub_batches)
+        self.planner = BatchPlanner(self.signature)
         self._on_batch = on_batch or (lambda size: None)
         self._executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="trtpool-chunk")
 
@@ -162,8 +140,7 @@ class BatchRunner:
         if len(chunks) == 1:
             self.run_chunk(chunks[0], emit, fail, detach)
         else:
-            # Parts of one large batch run on several contexts at once: one thread
-            # each, so that one part's host work overlaps another's device work.
+            # Parts of one large batch run on several contexts at once.
             for future in [self._executor.submit(self.run_chunk, c, emit, fail, detach) for c in chunks]:
                 future.result()
 

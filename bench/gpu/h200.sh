@@ -24,12 +24,23 @@
 #   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
 #             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
 #   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
-#   ceiling-split  the same for sync with sub-batches (2 and 3 parts on as many contexts) beside
-#             sync and pipelined, batch-32 clients on each sync variant, and a py-spy profile
-#             (native frames too) of the one-context sync stub
 #   elastic   bench/elastic.py: BERT-base (sequence 128) batch-1 clients 1 -> 16 -> 1 on an elastic
 #             pool of 1..4 contexts (context count, GPU memory, answers/s every second), then
 #             beside a fixed pool of 4 in perf_analyzer rounds (ABBA); writes elastic.json
+#   host-path bench/host_path.py (issue 23), one run: in-process batch 32 with host inputs at
+#             1/2/4 contexts; sync 1 ctx, pipelined 2 and 4 ctx and the null model served to
+#             batch-32 clients over system shm and batch-1 clients over plain gRPC, the same
+#             variants over CUDA shm beside them; Triton's per-stage times on every point; a
+#             py-spy profile (native frames) of the best system-shm stub -> host_path.json,
+#             host_path_profile.txt
+#   cuda-shm-ab  bench/code_ab.py (issue 23): this code against an earlier revision, served in
+#             turn (ABBA, 2 rounds), batch-32 clients over CUDA shm, pipelined 2 contexts. The
+#             earlier code travels in .whl/ (carried): before the call, here,
+#             mkdir -p .whl/base-REV && git archive REV backend_src/trtpool | tar -x -C .whl/base-REV
+#             -> cuda_shm_ab.json
+#   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
+#             gathered in one piece vs in slices, by CUDA events; submit/complete through the
+#             torch runtime -> host_copies.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -181,12 +192,20 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/ceiling.py --runtime torch --precision fp16 --variants sync_c1,pipe_c1,pipe_c2,pipe_c4 \
         --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
       ;;
-    ceiling-split)
-      python3 bench/ceiling.py --runtime torch --precision fp16 \
-        --variants sync_c1,sync_c2_s2,sync_c3_s3,pipe_c2,pipe_c2_s2 --nulls null,null_gpuin \
-        --batch32 sync_c1,sync_c2_s2,best_pipelined \
-        --profile "$OUT/ceiling_sync_profile.txt" --profile-variant sync_c1 --native \
-        --out "$OUT/ceiling.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+    cuda-shm-ab)
+      base=$(ls -d .whl/base-* 2>/dev/null | head -n 1)
+      [ -n "$base" ] || { echo "NO EARLIER CODE: make .whl/base-REV first (see the header)"; exit 7; }
+      python3 bench/code_ab.py --base-dir "$base" --runtime torch --precision fp16 --example resnet50 \
+        --shm cuda --batch 32 --concurrency 8 --mode pipelined --contexts 2 --rounds 2 --interval-ms 1500 \
+        --out "$OUT/cuda_shm_ab.json" 2>&1 | grep -v '^[IWE]12' | tail -n 8
+      ;;
+    host-copies)
+      python3 bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
+        --output "$OUT/host_copies.json" 2>&1 | tail -n 6
+      ;;
+    host-path)
+      python3 bench/host_path.py --runtime torch --precision fp16 --profile "$OUT/host_path_profile.txt" --native \
+        --out "$OUT/host_path.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
       ;;
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \

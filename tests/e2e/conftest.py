@@ -14,8 +14,7 @@ from tests.harness.server import TritonServer
 
 GOOD_MODELS = ("tiny", "tiny_flaky", "tiny_autocomplete", "resnet50", "bert_base", "tiny_decoupled",
                "tiny_decoupled_unary", "tiny_decoupled_flaky", "tiny_small_queue", "tiny_pipelined",
-               "tiny_pipelined_flaky", "sequence_sync", "sequence_sync_split", "sequence_pipelined",
-               "sequence_decoupled")
+               "tiny_pipelined_flaky", "sequence_sync", "sequence_pipelined", "sequence_decoupled")
 
 
 @dataclass

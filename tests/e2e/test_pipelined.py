@@ -50,7 +50,7 @@ def infer_sequence(url: str, model: str, tokens: np.ndarray) -> dict[str, np.nda
         client.close()
 
 
-@pytest.mark.parametrize("model", ["sequence_sync", "sequence_sync_split", "sequence_pipelined"])
+@pytest.mark.parametrize("model", ["sequence_sync", "sequence_pipelined"])
 def test_concurrent_mixed_shapes_are_each_answered_right(served, model):
     """Lengths 1..64 and batches 1..4 from 16 clients at once: requests of one length
     share batches, others run apart, and each output has its own request's shape

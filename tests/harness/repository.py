@@ -58,10 +58,6 @@ def build_test_repository(repo: Path, cache: Path, large_examples: bool = True) 
     for mode in ("sync", "pipelined", "decoupled"):
         make_model_folder(repo, f"sequence_{mode}", sequence, [SEQUENCE_PROFILE],
                           ServingOptions(contexts="2", mode=mode, max_queue_delay_microseconds=QUEUE_DELAY_US))
-    # Sync with each lone batch run as two parts on two contexts.
-    set_parameters(make_model_folder(repo, "sequence_sync_split", sequence, [SEQUENCE_PROFILE],
-                                     ServingOptions(contexts="2", max_queue_delay_microseconds=QUEUE_DELAY_US)),
-                   sub_batches="2")
     # One context and a queue of two: a slow batch makes it overflow.
     set_parameters(add_example(repo, cache, "tiny", "tiny_small_queue", contexts="1", mode="decoupled",
                                runtime=FLAKY_RUNTIME), max_queue_size="2", metrics_interval_ms="0")

@@ -27,7 +27,6 @@ version_dir = Path("/models/tiny/1")
 
 @pytest.mark.parametrize("key, ceiling, decoupled", [
     ("contexts", 64, False),
-    ("sub_batches", 64, False),
     ("response_threads", 64, False),
     ("max_queue_size", 65_536, True),
     ("batch_wait_microseconds", 1_000_000, True),

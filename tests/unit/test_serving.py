@@ -204,22 +204,15 @@ def test_auto_contexts_follow_the_mode(tiny_dir, mode):
 TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as the README's build example
 
 
-@pytest.mark.parametrize("sub_batches, batches, planned", [
-    (1, [1] * 12, [12]),          # no profile takes 12 from the small one's view: the large one does
-    (1, [1] * 5, [4, 1]),         # 5 falls between the profiles: the largest admitted head, then the rest
-    (1, [1] * 70, [64, 4, 2]),    # split above the largest profile only
-    (1, [3, 2, 30, 1], [36]),
-    # sub_batches divide a lone batch within the profiles
-    (2, [1] * 30, [15, 15]),      # a lone batch of batch-1 requests halves
-    (3, [1] * 30, [10, 10, 10]),
-    (2, [2, 1, 1], [2, 2]),       # parts balance the rows, not the requests
-    (4, [1, 1], [1, 1]),          # no more parts than requests
-    (2, [1] * 12, [12]),          # 6 + 6 would fall between the profiles: kept whole
-    (2, [1] * 70, [64, 4, 2]),    # several batches already: none is divided
+@pytest.mark.parametrize("batches, planned", [
+    ([1] * 12, [12]),          # no profile takes 12 from the small one's view: the large one does
+    ([1] * 5, [4, 1]),         # 5 falls between the profiles: the largest admitted head, then the rest
+    ([1] * 70, [64, 4, 2]),    # split above the largest profile only
+    ([3, 2, 30, 1], [36]),
 ])
-def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, sub_batches, batches, planned):
+def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, batches, planned):
     runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
-    runner = BatchRunner(ContextPool(runtime, sub_batches), sub_batches=sub_batches)
+    runner = BatchRunner(ContextPool(runtime, 1))
     chunks = runner.planner.plan([Item(i, {}, {"INPUT0": (n, 16)}) for i, n in enumerate(batches)])
     assert [sum(item.batch for item in chunk) for chunk in chunks] == planned
     assert [item.index for chunk in chunks for item in chunk] == list(range(len(batches)))  # order kept
@@ -228,13 +221,6 @@ def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, sub_batc
     for request, result in zip(requests, run(runner, requests)):
         np.testing.assert_allclose(result["OUTPUT0"], tiny_reference(request["INPUT0"]), **TOLERANCE)
     runner.close()
-
-
-def test_sub_batches_are_refused_in_decoupled_mode(tiny_dir):
-    config = {"name": "tiny", "max_batch_size": 8, "model_transaction_policy": {"decoupled": True},
-              "parameters": {"mode": {"string_value": "decoupled"}, "sub_batches": {"string_value": "2"}}}
-    with pytest.raises(ConfigError, match="'sub_batches' applies to sync and pipelined mode"):
-        pool_config.load(config, tiny_dir, "cpu")
 
 
 def test_out_of_profile_shapes_name_the_models_profiles(tiny_dir):

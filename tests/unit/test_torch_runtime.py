@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from trtpool import config as pool_config  # noqa: E402
 from trtpool.errors import ConfigError, EngineError, InvalidInput  # noqa: E402
+from trtpool.host_upload import HostUploader  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.torch import (  # noqa: E402
     TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
@@ -443,6 +444,36 @@ def test_gpu_device_parts_go_straight_into_place_and_match_host_parts(examples):
             np.testing.assert_array_equal(device_results[output], expected)
         for output, expected in reference(examples["bert_base"], joined).items():
             assert_close(device_results[output], expected, TOLERANCE["fp32"])
+    finally:
+        context.close()
+        runtime.close()
+
+
+@gpu
+@pytest.mark.parametrize("name, seq_len", [("resnet50", None), ("bert_base", 50)])
+def test_gpu_host_parts_gathered_in_slices_by_threads_match_one_piece(examples, name, seq_len):
+    """Host requests gathered into pinned staging a few rows per slice by three threads
+    (each slice's copy queued as it lands; BERT's padded sequence through the landing
+    buffer) give the answer of the batch gathered in one piece, and the requests'
+    arrays may change once submit has returned."""
+    runtime = gpu_runtime(examples, name)
+    context = runtime.create_context(0)
+    try:
+        requests = [sample(name, n, seed=20 + n, seq_len=seq_len) for n in (1, 2, 1, 3, 1)]
+        joined = {k: np.concatenate([r[k] for r in requests]) for k in requests[0]}
+        runtime.uploader.close()
+        runtime.uploader = HostUploader(threads=1, slice_bytes=1 << 40)
+        whole = run_on(context, joined)
+        runtime.uploader = HostUploader(threads=3, slice_bytes=1)  # a slice per row
+        context.submit({k: [r[k] for r in requests] for k in requests[0]})
+        for request in requests:
+            for array in request.values():
+                array.fill(0)  # the backend reusing the request's memory after execute() returned
+        sliced = {k: v.copy() for k, v in context.complete().items()}
+        for output, expected in whole.items():
+            np.testing.assert_allclose(sliced[output], expected, rtol=1e-6, atol=1e-6)  # same graph
+        for output, expected in reference(examples[name], joined).items():
+            assert_close(sliced[output], expected, TOLERANCE["fp32"])
     finally:
         context.close()
         runtime.close()

@@ -47,11 +47,11 @@ class OnnxRuntime(Runtime):
         import onnxruntime as ort
 
         cores = os.cpu_count() or 1
-        # Batches in flight at once: in sync mode one (Triton runs one execute per
-        # instance) or its sub-batches, in the other modes one per context (an elastic
-        # pool's most).
-        # Concurrent runs share the session's intra-op pool, so each gets its share of cores.
-        in_flight = cfg.sub_batches if cfg.mode == "sync" else (cfg.most_contexts or cores)
+        # Batches in flight at once: one in sync mode (Triton runs one execute
+        # per instance), one per context in the other modes (an elastic pool's
+        # most). Concurrent runs share the session's intra-op pool, so each gets
+        # its share of cores.
+        in_flight = 1 if cfg.mode == "sync" else (cfg.most_contexts or cores)
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, cores // in_flight)
         options.inter_op_num_threads = 1

@@ -60,10 +60,11 @@ from typing import Any
 import numpy as np
 
 from trtpool import cuda, trt_api
-from trtpool.buffers import HostBuffers, gather
+from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
+from trtpool.host_upload import HostUploader
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.shapes import format_profile
 from trtpool.sidecar import BUILD_COMMAND, check_compatible, read_sidecar, rebuild_command
@@ -118,6 +119,7 @@ class TensorRTRuntime(Runtime):
             s.name: (s.dtype, max(prod(p.ranges[s.name].max) for p in self.signature.profiles))
             for s in self.signature.inputs}
         self.output_capacities, self.data_dependent = self._learn_outputs()
+        self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.infers_shapes = trt_api.raises_safely(self.trt)
         self._buckets = self._graph_buckets()
         # Why batches run without CUDA graphs, once they do.
@@ -259,6 +261,7 @@ class TensorRTRuntime(Runtime):
         return free
 
     def close(self) -> None:
+        self.uploader.close()
         self.engine = None
         self._trt_runtime = None
 
@@ -446,8 +449,7 @@ class TensorRTContext(ExecutionContext):
                 cuda.memcpy_dtod_async(device + offset, part.data_ptr(), nbytes, self._stream)
                 offset += nbytes
         else:
-            staged = gather(parts, self.staging.view(name, shape))
-            cuda.memcpy_htod_async(device, staged, staged.nbytes, self._stream)
+            self._runtime.uploader.upload(parts, self.staging.view(name, shape), device, self._stream)
         padding = (prod(run_shape) - prod(shape)) * itemsize
         if padding:
             cuda.memset_async(device + prod(shape) * itemsize, 0, padding, self._stream)

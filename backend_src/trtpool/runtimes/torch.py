@@ -30,7 +30,9 @@ a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
-Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
+Host inputs reach the device buffers through the pinned staging in slices
+(trtpool.host_upload, one uploader shared by the contexts); GPU inputs are
+copied device to device. Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
 non-batch dimension is right only for models that mask it (attention_mask 0
@@ -61,10 +63,11 @@ import torch
 from onnx import TensorProto
 
 from trtpool import cuda, onnx_signature
-from trtpool.buffers import HostBuffers, gather
+from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
+from trtpool.host_upload import HostUploader
 from trtpool.onnx_signature import DeclaredTensor
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
@@ -297,6 +300,7 @@ class TorchRuntime(Runtime):
         if precision == "fp32":
             _use_ieee_fp32()
         self.module = convert(model, self.device, precision)
+        self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.capture_lock = threading.Lock()  # one capture at a time in the process
         self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
@@ -394,6 +398,7 @@ class TorchRuntime(Runtime):
         return free
 
     def close(self) -> None:
+        self.uploader.close()
         self.module = None
         for stream in self._spare_streams:
             stream.close()
@@ -524,9 +529,8 @@ class TorchContext(ExecutionContext):
                 region[offset:offset + rows].copy_(part)
                 offset += rows
             return
-        staged = gather(parts, self.staging.view(name, shape))
         target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
-        cuda.memcpy_htod_async(target.data_ptr(), staged, staged.nbytes, self._stream)
+        self._runtime.uploader.upload(parts, self.staging.view(name, shape), target.data_ptr(), self._stream)
         if target is not region:
             region.copy_(target)
 
