@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from trtpool import cuda  # noqa: E402
-from trtpool.host_upload import SLICE_BYTES, HostUploader, default_threads  # noqa: E402
+from trtpool.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads  # noqa: E402
 from trtpool.runtimes.base import Parts  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
-UPLOADERS = {"one_piece": {"threads": 1, "slice_bytes": 1 << 62}, "sliced": {}}
+UPLOADERS = {"one_piece": ONE_PIECE, "sliced": {}}
 BATCH = 32
 
 

@@ -9,6 +9,10 @@ a few threads gather the slices at once (numpy copies without the GIL), and
 each slice's DMA is queued, in order, as soon as that slice is in place, so
 the copies to the device overlap the gather of the slices after them. A small
 batch (a few MB or less) goes in one piece on the caller's thread.
+
+The runtimes use ONE_PIECE (one gather, one copy: the path every GPU figure in
+BENCHMARKS.md was measured on) until the sliced uploader is measured on the
+GPU: `bash bench/gpu/h200.sh host-copies` times both (bench/host_copies.py).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from trtpool import cuda
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
 MAX_SLICES = 8         # enough to keep the DMA busy behind the gather; each slice costs a copy call
+ONE_PIECE = {"threads": 1, "slice_bytes": None}  # the runtimes' uploader: see the module's docstring
 
 
 def default_threads() -> int:
@@ -32,10 +37,12 @@ def default_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def row_slices(rows: int, nbytes: int, slice_bytes: int = SLICE_BYTES,
+def row_slices(rows: int, nbytes: int, slice_bytes: int | None = SLICE_BYTES,
                max_slices: int = MAX_SLICES) -> list[tuple[int, int]]:
     """[(start, stop)] rows of near-equal size covering `rows`, each about
-    `slice_bytes` or more, at most `max_slices`."""
+    `slice_bytes` or more, at most `max_slices` (None: one piece)."""
+    if slice_bytes is None:
+        return [(0, rows)]
     count = max(1, min(max_slices, rows, nbytes // max(slice_bytes, 1)))
     bounds = [rows * k // count for k in range(count + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
@@ -58,7 +65,7 @@ class HostUploader:
     One per runtime, shared by its contexts (thread-safe). `threads` counts the
     caller's: threads - 1 more are started, on first use."""
 
-    def __init__(self, threads: int | None = None, slice_bytes: int = SLICE_BYTES) -> None:
+    def __init__(self, threads: int | None = None, slice_bytes: int | None = SLICE_BYTES) -> None:
         threads = default_threads() if threads is None else threads
         self.slice_bytes = slice_bytes
         self._pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="trtpool-gather") if threads > 1 else None

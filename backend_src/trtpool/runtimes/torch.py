@@ -30,7 +30,7 @@ a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
-Host inputs reach the device buffers through the pinned staging in slices
+Host inputs reach the device buffers through the pinned staging
 (trtpool.host_upload, one uploader shared by the contexts); GPU inputs are
 copied device to device. Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
@@ -67,7 +67,7 @@ from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
-from trtpool.host_upload import HostUploader
+from trtpool.host_upload import ONE_PIECE, HostUploader
 from trtpool.onnx_signature import DeclaredTensor
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
@@ -300,7 +300,7 @@ class TorchRuntime(Runtime):
         if precision == "fp32":
             _use_ieee_fp32()
         self.module = convert(model, self.device, precision)
-        self.uploader = HostUploader()  # host inputs into the contexts' device buffers
+        self.uploader = HostUploader(**ONE_PIECE)  # host inputs into the contexts' device buffers
         self.capture_lock = threading.Lock()  # one capture at a time in the process
         self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
