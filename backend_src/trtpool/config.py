@@ -17,11 +17,14 @@
       { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
       { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
       { key: "cuda_graphs"     value: { string_value: "on" } },        # TensorRT runtime: on | off
+      { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
+      { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,7 @@ KNOWN_KEYS = {
     "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
     "metrics_interval_ms", "sequence_buckets", "response_threads", "sub_batches", "cuda_graphs",
+    "preprocess_threads", "postprocess_threads",
     "FORCE_CPU_ONLY_INPUT_TENSORS",
 }
 PRECISIONS = ("fp32", "fp16")
@@ -68,6 +72,8 @@ class PoolConfig:
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
     sub_batches: int = 1          # sync and pipelined: a lone batch runs as up to this many parts, one per context
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
+    preprocess_threads: int = 1   # process.py's preprocess workers (auto: stage_threads)
+    postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
 
 
 def instance_device(kind: str, device_id: str) -> str:
@@ -94,6 +100,18 @@ def _whole_number(params: dict[str, str], key: str, default: int, minimum: int =
     if value < minimum:
         raise ConfigError(f"parameter '{key}': {value} is too small; expected a whole number >= {minimum}")
     return value
+
+
+def stage_threads(cores: int | None = None) -> int:
+    """process.py's workers per stage when the config says auto: one per core (BENCHMARKS.md,
+    "Stage threads": Pillow's decode and resize release the GIL)."""
+    return max(1, cores or os.cpu_count() or 1)
+
+
+def _threads(params: dict[str, str], key: str) -> int:
+    if params.get(key, "").strip() in ("", "auto"):
+        return stage_threads()
+    return _whole_number(params, key, 1)
 
 
 def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default: str) -> str:
@@ -183,4 +201,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         response_threads=_whole_number(params, "response_threads", 1),
         sub_batches=sub_batches,
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
+        preprocess_threads=_threads(params, "preprocess_threads"),
+        postprocess_threads=_threads(params, "postprocess_threads"),
     )

@@ -7,6 +7,9 @@
     trtpool_batches_total{model,batch_size}        executed batches by size
     trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
     trtpool_workers_lost_total{model}              decoupled mode: worker threads that died and were replaced
+    trtpool_stage_us_total{model,stage}            with a process file: time per stage, pre | queue | engine | post
+    trtpool_stage_failures_total{model,stage}      with a process file: requests preprocess refused (pre) or
+                                                   postprocess failed (post)
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -42,6 +45,13 @@ class PoolMetrics:
         self._workers_lost = metric_family(name="trtpool_workers_lost_total",
                                            description="Decoupled worker threads that died and were replaced",
                                            kind=counter)
+        self._stage_time = metric_family(name="trtpool_stage_us_total", kind=counter, description=(
+            "Microseconds per stage of a model with a process file: pre and post (process.py, summed over "
+            "requests), queue (batches waiting for a free context), engine (contexts running)"))
+        self._stage_failures = metric_family(name="trtpool_stage_failures_total", kind=counter, description=(
+            "Requests that process.py's preprocess refused (pre) or whose postprocess failed (post)"))
+        self._stage_ns: Counter[str] = Counter()
+        self._stage_failed: Counter[str] = Counter()
         self._metrics: dict[tuple, Any] = {}
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
@@ -70,6 +80,13 @@ class PoolMetrics:
         with self._counts_lock:
             self._request_wait_us += wait_ns // 1000
 
+    def record_stage(self, stage: str, ns: int, ok: bool) -> None:
+        """One request's pre or post stage (trtpool.stages)."""
+        with self._counts_lock:
+            self._stage_ns[stage] += ns
+            if not ok:
+                self._stage_failed[stage] += 1
+
     def record_worker_lost(self) -> None:
         with self._counts_lock:
             self._lost_workers += 1
@@ -85,6 +102,7 @@ class PoolMetrics:
             return
         with self._counts_lock:
             batch_sizes, request_wait_us, lost = dict(self._batch_sizes), self._request_wait_us, self._lost_workers
+            stage_ns, stage_failed = dict(self._stage_ns), dict(self._stage_failed)
         with self._flush_lock:
             for index, context in list(stats.contexts.items()):
                 label = str(index)
@@ -96,6 +114,12 @@ class PoolMetrics:
                 self._advance(self._batches, count, batch_size=str(size))
             self._advance(self._request_wait, request_wait_us)
             self._advance(self._workers_lost, lost)
+            if stage_ns:  # only a model with a process file has stages
+                stage_ns.update(queue=stats.wait_ns, engine=sum(c.busy_ns for c in stats.contexts.values()))
+                for stage, ns in stage_ns.items():
+                    self._advance(self._stage_time, ns // 1000, stage=stage)
+                for stage, count in stage_failed.items():
+                    self._advance(self._stage_failures, count, stage=stage)
 
     def close(self) -> None:
         self._stop.set()
