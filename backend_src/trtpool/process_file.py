@@ -50,11 +50,14 @@ def _engine_faces(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
 
 
 def engine_faces(version_dir: Path) -> tuple[str, ...]:
-    """engine_faces read without running the file (auto-complete runs before the model loads):
-    which of preprocess and postprocess process.py defines at its top level."""
+    """The version folder's engine faces, read without running its process.py (auto-complete
+    runs before the model loads)."""
     path = Path(version_dir) / PROCESS_FILE
-    if not path.is_file():
-        return SECTIONS
+    return faces_of_file(path) if path.is_file() else SECTIONS
+
+
+def faces_of_file(path: Path) -> tuple[str, ...]:
+    """Which of preprocess and postprocess a process file defines at its top level, as engine faces."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError as exc:

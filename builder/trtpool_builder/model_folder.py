@@ -3,6 +3,7 @@
     <repo>/<name>/config.pbtxt
     <repo>/<name>/1/model.onnx                      (ONNX Runtime), or
     <repo>/<name>/1/model.plan + model.plan.json    (TensorRT engine and its sidecar)
+    <repo>/<name>/1/process.py + its files          (optional: pre/post-processing, process_folder.py)
 
 config.pbtxt is written from Triton's own protobuf classes, and the folder is
 first assembled in a temporary place (a link to the model file, its sidecar,
@@ -31,6 +32,7 @@ from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec, is_batched
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
+from trtpool_builder.process_folder import ProcessOptions, apply_face, engine_sections, place_files
 from trtpool_builder.scalars import describe_lifted, lift_scalars
 from trtpool_builder.profiles import opt_batch, resolve_profiles
 
@@ -161,20 +163,24 @@ def _place(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
-def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int) -> Loaded:
+def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int,
+                  process: ProcessOptions | None = None) -> Loaded:
     """Load the folder-to-be from a temporary place; the server's error if it would not load.
 
-    Its outputs are left out of the staged config (the server takes undeclared
+    The engine's outputs are left out of the staged config (the server takes undeclared
     outputs from the model) so that they can be written as the runtime reports them."""
     staged = mc.ModelConfig()
     staged.CopyFrom(config)
-    del staged.output[:]
+    if "output" in engine_sections(process):
+        del staged.output[:]
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
         version_dir = Path(staging) / str(version)
         version_dir.mkdir()
         os.symlink(model_file.resolve(), version_dir / file_name)
         if file_name == "model.plan":
             write_sidecar(version_dir / file_name, read_sidecar(model_file))
+        if process is not None:
+            place_files(process, version_dir)
         write_config(Path(staging), staged)
         try:
             return check_loads(staged, version_dir)
@@ -186,12 +192,13 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
 
 def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
                       options: ServingOptions = ServingOptions(), version: int = 1,
-                      log: Callable[[str], None] = print) -> Path:
+                      log: Callable[[str], None] = print, process: ProcessOptions | None = None) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
     `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
     with dynamic dimensions; an engine's profiles come from its sidecar. The
     folder is written only if trtpool loads it (load_check); notes go to `log`.
+    `process` adds a process file and the outside face config.pbtxt declares for it.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
@@ -199,11 +206,12 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir:
         served, notes = _served_file(model_file, Path(workdir))
         signature, file_name = _signature(served, shapes)
-        loaded = _check_staged(model_config(name, signature, options), served, file_name, version)
+        loaded = _check_staged(_with_face(model_config(name, signature, options), process), served, file_name,
+                               version, process)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
-        config = model_config(name, signature, options)
-        check_agreement(as_triton_hands_it(config), loaded.signature or signature)
+        config = _with_face(model_config(name, signature, options), process)
+        check_agreement(as_triton_hands_it(config), loaded.signature or signature, engine_sections(process))
         for note in (*notes, *loaded.notes):
             log(f"note: {note}")
         folder = Path(repo) / name
@@ -213,5 +221,13 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         _place(served, dest)
         if file_name == "model.plan":
             write_sidecar(dest, read_sidecar(served))
+        if process is not None:
+            place_files(process, version_dir)
         write_config(folder, config)
     return folder
+
+
+def _with_face(config: mc.ModelConfig, process: ProcessOptions | None) -> mc.ModelConfig:
+    if process is not None:
+        apply_face(config, process)
+    return config
