@@ -24,6 +24,7 @@ from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
 from trtpool.responders import SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
+from trtpool.stages import kept
 
 
 def request_tensors(request: Any) -> dict[str, Any]:
@@ -61,7 +62,7 @@ class SyncHandler:
         stage's workers answers through the response senders after execute() returns,
         overlapping the next batch."""
         tensors, responders = self.instance.stage.before(
-            keep_after_execute([request_tensors(r) for r in requests]),
+            kept([request_tensors(r) for r in requests]),
             [SenderResponder(self.pb, request) for request in requests])
         self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
                                  lambda i, error: responders[i].fail(error), detach=True)
@@ -80,14 +81,18 @@ class PipelinedHandler:
     def __call__(self, requests: list[Any]) -> None:
         """Start the batch and return None: the requests are answered through their
         response senders. Their tensors are copied into the contexts' own buffers
-        before this returns (Triton reuses them afterwards)."""
+        before this returns (Triton reuses them afterwards), except with a process
+        file: its preprocessing reads them after, as the decoupled workers do."""
         responders = [SenderResponder(self.pb, request) for request in requests]
         tensors = [request_tensors(r) for r in requests]
-        if self.stage is not None:  # postprocess reads a request's inputs after execute() returns
-            tensors, responders = self.stage.before(keep_after_execute(tensors), responders)
-        self.pipeline.submit(tensors, responders)
+        if self.stage is None:
+            self.pipeline.submit(tensors, responders)
+        else:  # preprocessed on the stage's workers, which then start the batch
+            self.stage.before_then(kept(tensors), responders, self.pipeline.submit)
 
     def close(self) -> None:
+        if self.stage is not None:  # the batches being preprocessed reach the pipeline first
+            self.stage.close()
         self.pipeline.close()
 
 

@@ -4,16 +4,24 @@
              -> the engine's batch (the runner, any mode; the context's buffers)
              -> postprocess (post workers, one request each) -> responses
 
-The handlers hand a batch's requests and responders to ``Stage.before``: each
-request is preprocessed (a failure answers that request alone), and the rest
-come back as engine inputs with responders that postprocess before they answer.
-Postprocessing runs on the post workers, so a batch's postprocessing overlaps
-the next batch's preprocessing and compute. User code never raises into the
-instance: its exceptions become the request's error.
+The handlers hand a batch's requests and responders to the stage: each request
+is preprocessed (a failure answers that request alone), and the rest go on as
+engine inputs with responders that postprocess before they answer.
+
+    sync        ``before``: execute() preprocesses its batch, runs it, returns
+    pipelined   ``before_then``: execute() returns while its batch is preprocessed;
+                up to ``pre_threads`` batches are preprocessed at once, then each
+                is started on a context from the worker that preprocessed it
+    decoupled   ``before_each``: each request is preprocessed, then queued
+
+Postprocessing runs on the post workers in every mode, so a batch's
+postprocessing overlaps the next batch's preprocessing and compute. User code
+never raises into the instance: its exceptions become the request's error.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from trtpool.device_tensors import keep_after_execute
 from trtpool.errors import InvalidInput, ProcessError
 from trtpool.process_file import ProcessFile, Tensors
 from trtpool.responders import Responder
@@ -32,6 +41,14 @@ log = logging.getLogger("trtpool")
 # stage ("pre" or "post"), nanoseconds it took, whether it succeeded
 StageObserver = Callable[[str, int, bool], None]
 _NUMPY_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
+
+
+def kept(requests: list[Tensors]) -> list[Tensors]:
+    """Requests' tensors in memory trtpool owns, for stages that read them after execute()
+    returns: GPU tensors copied (device_tensors.keep_after_execute), host arrays that view
+    the request's shared memory copied too (TYPE_STRING arrives as a new object array)."""
+    return [{name: np.array(t) if isinstance(t, np.ndarray) and t.dtype != np.object_ else t
+             for name, t in tensors.items()} for tensors in keep_after_execute(requests)]
 
 
 def _names(inputs: Tensors) -> str:
@@ -53,6 +70,9 @@ class Stage:
         self._observe = observe or (lambda stage, ns, ok: None)
         self._file = process.path.name
         self._pre = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre")
+        # Pipelined mode's batches being preprocessed: beyond these, execute() waits.
+        self._batches = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre-batch")
+        self._batch_slots = threading.Semaphore(pre_threads)
         self._post = ThreadPoolExecutor(post_threads, thread_name_prefix="trtpool-post")
 
     # --- preprocessing ------------------------------------------------------------
@@ -110,6 +130,19 @@ class Stage:
                 engine_inputs.append(result)
                 answering.append(self.answering(responder, inputs))
         return engine_inputs, answering
+
+    def before_then(self, requests: Sequence[Tensors], responders: Sequence[Responder],
+                    then: Callable[[list[Tensors], list[Responder]], None]) -> None:
+        """``before`` on a worker, then hand the batch on (to the pipeline, which starts it on a
+        context); returns at once unless every slot holds a batch (then Triton's queue fills)."""
+        self._batch_slots.acquire()
+
+        def run() -> None:
+            try:
+                then(*self.before(requests, responders))
+            finally:
+                self._batch_slots.release()
+        self._batches.submit(run)
 
     def before_each(self, inputs: Tensors, responder: Responder,
                     then: Callable[[Tensors, Responder], None]) -> None:
@@ -178,6 +211,7 @@ class Stage:
         responder.send(final)
 
     def close(self) -> None:
+        self._batches.shutdown(wait=True)
         self._pre.shutdown(wait=True)
         self._post.shutdown(wait=True)
 
