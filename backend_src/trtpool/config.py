@@ -105,7 +105,7 @@ def _whole_number(params: dict[str, str], key: str, default: int, minimum: int =
 def stage_threads(cores: int | None = None) -> int:
     """process.py's workers per stage when the config says auto: one per core (BENCHMARKS.md,
     "Stage threads": Pillow's decode and resize release the GIL)."""
-    return max(1, cores or os.cpu_count() or 1)
+    return max(1, cores or len(os.sched_getaffinity(0)))
 
 
 def _threads(params: dict[str, str], key: str) -> int:

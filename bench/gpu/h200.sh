@@ -27,6 +27,9 @@
 #   ceiling-split  the same for sync with sub-batches (2 and 3 parts on as many contexts) beside
 #             sync and pipelined, batch-32 clients on each sync variant, and a py-spy profile
 #             (native frames too) of the one-context sync stub
+#   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
+#             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
+#             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -188,6 +191,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     latency)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --sections latency --peak 2461 \
         --out "$OUT/gpu_latency.json" 2>&1 | grep -v '^[IW]1202' | tail -n 8
+      ;;
+    pipeline)
+      python3 -c 'import PIL, tokenizers' || exit 6
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
+        --concurrency 1 16 64 --rounds 2 --seconds 15 --pre-instances 2 4 8 --client-processes 4 \
+        --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
