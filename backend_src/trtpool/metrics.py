@@ -117,6 +117,7 @@ class PoolMetrics:
             if stage_ns:  # only a model with a process file has stages
                 stage_ns.update(queue=stats.wait_ns, engine=sum(c.busy_ns for c in stats.contexts.values()))
                 for stage, ns in stage_ns.items():
+                    self._metric(self._stage_time, stage=stage)  # listed from the first flush, at 0 too
                     self._advance(self._stage_time, ns // 1000, stage=stage)
                 for stage, count in stage_failed.items():
                     self._advance(self._stage_failures, count, stage=stage)
