@@ -1,8 +1,9 @@
 """Which imaging library preprocesses resnet50_jpeg's images: Pillow or OpenCV.
 
 The same ImageNet preprocessing (shorter side to 256, center crop 224, RGB
-normalized, NCHW float32) on JPEG files of mixed sizes (tests/harness/pipelines.py),
-with one and two threads: Pillow with its JPEG draft mode (decoding at a reduced
+normalized, NCHW float32) on two sets of JPEG files, the benchmarks' mixed sizes
+(120x90 .. 1024x768, tests/harness/pipelines.py) and camera-sized photos
+(1920x1080 .. 4032x3024), with one and two threads: Pillow with its JPEG draft mode (decoding at a reduced
 DCT scale) and its antialiased bilinear resize; OpenCV's INTER_AREA (its
 antialiased resize, comparable output) and INTER_LINEAR (no antialiasing: aliased
 output when shrinking, shown for speed only). OpenCV is not a trtpool dependency:
@@ -31,6 +32,7 @@ from tests.harness.pipelines import images  # noqa: E402
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 RESIZE, CROP = 256, 224
+CAMERA = ((1920, 1080), (2592, 1944), (4032, 3024))
 
 
 def _normalized(rgb: np.ndarray) -> np.ndarray:
@@ -85,19 +87,24 @@ def main() -> int:
     args = parser.parse_args()
     if args.opencv_path:
         sys.path.insert(0, str(args.opencv_path))
-    files = [f for i, f in enumerate(images(12, seed=5)) if i % 3 != 2]  # the JPEGs
+    sets = {"mixed": [f for i, f in enumerate(images(12, seed=5)) if i % 3 != 2],  # the JPEGs
+            "camera": [f for i, f in enumerate(images(6, seed=6, sizes=CAMERA)) if i % 3 != 2]}
     variants = {"pillow_draft_bilinear": pillow, "opencv_inter_area": opencv("INTER_AREA"),
                 "opencv_inter_linear": opencv("INTER_LINEAR")}
-    results: dict[str, dict[str, list[float]]] = {name: {"1": [], "2": []} for name in variants}
+    results = {s: {name: {"1": [], "2": []} for name in variants} for s in sets}
     for round_index in range(args.rounds):  # interleaved: the machine's load hits each alike
-        for name, function in variants.items():
-            for threads in (1, 2):
-                results[name][str(threads)].append(rate(function, files, threads, args.images))
-                print(f"round {round_index} {name:22s} threads {threads} {results[name][str(threads)][-1]:7.1f} img/s",
-                      flush=True)
-    record = {**provenance(), "what": "images/s preprocessed, JPEG of mixed sizes (120x90 .. 1024x768)",
-              "images_per_s": {n: {t: {"rounds": r, "median": float(np.median(r))} for t, r in per.items()}
-                               for n, per in results.items()}}
+        for set_name, files in sets.items():
+            count = args.images if set_name == "mixed" else args.images // 4
+            for name, function in variants.items():
+                for threads in (1, 2):
+                    found = rate(function, files, threads, count)
+                    results[set_name][name][str(threads)].append(found)
+                    print(f"round {round_index} {set_name:6s} {name:22s} threads {threads} {found:7.1f} img/s",
+                          flush=True)
+    record = {**provenance(), "what": "images/s preprocessed, by file set, library and threads",
+              "sets": {"mixed": "120x90 .. 1024x768", "camera": "1920x1080 .. 4032x3024"},
+              "images_per_s": {s: {n: {t: {"rounds": r, "median": float(np.median(r))} for t, r in per.items()}
+                                   for n, per in by_name.items()} for s, by_name in results.items()}}
     write_json(args.out, record)
     return 0
 

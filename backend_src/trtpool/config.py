@@ -103,8 +103,9 @@ def _whole_number(params: dict[str, str], key: str, default: int, minimum: int =
 
 
 def stage_threads(cores: int | None = None) -> int:
-    """process.py's workers per stage when the config says auto: one per core (BENCHMARKS.md,
-    "Stage threads": Pillow's decode and resize release the GIL)."""
+    """process.py's workers per stage when the config says auto: one per core, since Pillow's
+    decode and resize release the GIL (BENCHMARKS.md, "Decode library": on the shared 2-core
+    VM a second thread measured 0.5-1.9x, noise-bound)."""
     return max(1, cores or len(os.sched_getaffinity(0)))
 
 

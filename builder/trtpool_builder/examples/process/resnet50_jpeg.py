@@ -7,8 +7,9 @@
 Standard ImageNet preprocessing with Pillow: shorter side resized to 256/224 of
 the crop, center crop, RGB scaled to [0, 1] and normalized by ImageNet's mean
 and std, as NCHW float32. Pillow was chosen by measurement (BENCHMARKS.md,
-"Decode library"): its JPEG draft mode decodes at a reduced DCT scale, and its
-antialiased resize beat OpenCV's equivalent (INTER_AREA) 2-3x on this machine.
+"Decode library"): on par with OpenCV's antialiased resize (INTER_AREA) on the
+benchmark's mixed sizes, 7x faster on camera-sized photos, which its JPEG draft
+mode decodes at a reduced DCT scale.
 The folder's process.json gives the crop size, labels.txt the class names.
 """
 from __future__ import annotations
