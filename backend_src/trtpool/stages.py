@@ -12,7 +12,8 @@ engine inputs with responders that postprocess before they answer.
     pipelined   ``before_then``: execute() returns while its batch is preprocessed;
                 up to ``pre_threads`` batches are preprocessed at once, then each
                 is started on a context from the worker that preprocessed it
-    decoupled   ``before_each``: each request is preprocessed, then queued
+    decoupled   ``before_each``: each request is preprocessed, then queued (so
+                ``max_queue_size`` bounds the requests preprocessed and waiting)
 
 Postprocessing runs on the post workers in every mode, so a batch's
 postprocessing overlaps the next batch's preprocessing and compute. User code
