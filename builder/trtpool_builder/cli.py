@@ -162,7 +162,10 @@ def examples_parser() -> argparse.ArgumentParser:
         "Generate the deterministic example models and their model folders. A second run with the "
         "same options does nothing."))
     p.add_argument("--repo", type=Path, required=True)
-    p.add_argument("--names", nargs="+", choices=sorted(EXAMPLES), default=list(EXAMPLES))
+    p.add_argument("--names", nargs="+", choices=sorted(EXAMPLES),
+                   default=[name for name, example in EXAMPLES.items() if example.process is None],
+                   help="default: the plain examples; the pipeline examples (resnet50_jpeg, bert_text: a "
+                        "process.py in front of the engine) need trtpool[pipelines] where they are built and served")
     p.add_argument("--runtime", choices=RUNTIMES, default="auto",
                    help="auto: a TensorRT engine when 'tensorrt' imports and a GPU is present, else ONNX")
     p.add_argument("--image-size", type=int, help="resnet50 and resnet50_jpeg input height and width (default 224)")
