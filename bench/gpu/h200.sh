@@ -193,7 +193,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/gpu_latency.json" 2>&1 | grep -v '^[IW]1202' | tail -n 8
       ;;
     pipeline)
-      python3 -c 'import PIL, tokenizers' || exit 6
+      python3 -c 'import PIL' || exit 6
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
         --concurrency 1 16 64 --rounds 2 --seconds 10 --pre-instances 2 4 8 --client-processes 4 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
