@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.unit.test_scheduler import RecordingResponder
+from trtpool import config as pool_config
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model_config import auto_complete, check_agreement
@@ -193,3 +194,16 @@ def test_setup_gets_the_model_config_and_its_folder(tmp_path):
             instance.stage.preprocess({"VALUES": values(-1.0, 1)})
     finally:
         instance.close()
+
+
+def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
+    def threads(**values: str) -> tuple[int, int]:
+        cfg = pool_config.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+                               tmp_path, "cpu")
+        return cfg.preprocess_threads, cfg.postprocess_threads
+
+    assert threads() == (pool_config.stage_threads(),) * 2
+    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
+    with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
+                                          r"number >= 1"):
+        threads(postprocess_threads="0")
