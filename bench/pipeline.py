@@ -7,11 +7,13 @@
     client_side  clients that preprocess themselves (same functions), send the float
                  tensor to trtpool's plain resnet50 and postprocess its logits
 
-Batch-1 clients (tritonclient gRPC threads: perf_analyzer sends a BYTES tensor
-from --input-data only as text or as raw pre-serialized tensor bytes, and cannot
-run a client's preprocessing) send real JPEG files of mixed sizes made with
+Batch-1 clients (tritonclient gRPC threads, since the client-side variant runs
+preprocessing in the client) send real JPEG files of mixed sizes made with
 Pillow, at each concurrency; the three are measured in turn, the order reversed
-every round, and compared round by round. Every answer's top-1 label is checked
+every round, and compared round by round. perf_analyzer then measures the
+in-process model and the ensemble once more at each concurrency, sending the
+same files from --input-data (a BYTES tensor's "b64" is the serialized tensor:
+each element's 4-byte little-endian length, then its bytes). Every answer's top-1 label is checked
 against the reference loop's (fp32 ONNX Runtime) for its file: the untrained
 example's top-5 scores lie close together, and fp16 on the GPU may reorder the
 lower places.
@@ -23,9 +25,12 @@ lower places.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import multiprocessing
 import shutil
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -40,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
+from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.pipelines import Reference, add_mode, as_request, images  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -286,6 +292,12 @@ def main() -> int:
                     for variant in order:
                         rows[variant].append(run(variants[variant], concurrency))
                 by_concurrency[str(concurrency)] = summary(rows)
+            input_data = Path(scratch) / "files.json"
+            input_data.write_text(json.dumps({"data": [
+                {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}}
+                for f in files]}))
+            by_perf_analyzer = {str(c): {variant: perf_row(server.grpc_url, variants[variant], c, input_data)
+                                         for variant in ("inprocess", "ensemble")} for c in args.concurrency}
             # Where the in-process model's time went, over the whole run (warm-ups and tuning included).
             stages = {stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
                       for stage in ("pre", "queue", "engine", "post")}
@@ -307,10 +319,24 @@ def main() -> int:
         "inprocess_stage_us_total": stages,
         "inprocess_busy_s": inprocess_busy_s(by_concurrency, args.seconds),
         "by_concurrency": by_concurrency,
+        "perf_analyzer": by_perf_analyzer,
     }
     write_json(args.out, record)
     print(f"wrote {args.out}")
     return 0
+
+
+def perf_row(url: str, model: str, concurrency: int, input_data: Path) -> dict:
+    try:
+        [row] = perf_analyzer(model, url, concurrency=str(concurrency), interval_ms=5000, max_trials=5,
+                              extra=("--input-data", str(input_data), "--stability-percentage", "30"))
+    except PerfAnalyzerFailed as exc:
+        return {"error": str(exc)[-500:]}
+    found = {"infer_per_s": row["Inferences/Second"], "p50_ms": row["p50 latency"] / 1000,
+             "p99_ms": row["p99 latency"] / 1000}
+    print(f"perf_analyzer {model:16s} c={concurrency:3d} {found['infer_per_s']:8.1f} infer/s "
+          f"p99 {found['p99_ms']:7.1f} ms", flush=True)
+    return found
 
 
 def inprocess_busy_s(by_concurrency: dict, seconds: float) -> float:

@@ -195,7 +195,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     pipeline)
       python3 -c 'import PIL' || exit 6
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
-        --concurrency 1 16 64 --rounds 2 --seconds 10 --pre-instances 2 4 8 --client-processes 4 \
+        --concurrency 1 16 64 --rounds 2 --seconds 8 --pre-instances 2 4 8 --client-processes 4 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
