@@ -17,6 +17,7 @@ from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler,
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import auto_complete
+from trtpool.process_file import engine_faces
 from trtpool.status_relay import tagging, untagging
 from trtpool.stub_check import check_numpy_handover
 
@@ -57,7 +58,8 @@ class TritonPythonModel:
         config = auto_complete_model_config.as_dict()
         if "forward_to" in parameters_of(config):
             return auto_complete_model_config  # a front declares its target's I/O
-        added = auto_complete(config, describe(config, _stub_version_dir()))
+        version_dir = _stub_version_dir()
+        added = auto_complete(config, describe(config, version_dir), engine_faces(version_dir))
         if "max_batch_size" in added:
             auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
         if "dynamic_batching" in added:
@@ -91,7 +93,8 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
         try:
-            self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch)
+            self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch,
+                                          self.metrics.record_stage)
         except TrtpoolError as exc:
             raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)

@@ -9,7 +9,9 @@ harness's note in tests/harness/server.py), so the earlier code is served by
 starting its server in a folder whose `trtpool` is the worktree's. Each round
 also times execute()'s own Python work in process, in a fresh Python started
 in the same folder: BatchRunner.run over 16 batch-1 requests of the model,
-microseconds per run (no server, no pb_utils).
+microseconds per run (no server, no pb_utils). The backend's entry point
+(model.py) is REVISION's too: its server gets a backend directory whose
+trtpool/model.py is the worktree's.
 
     .venv/bin/python bench/code_ab.py --base HEAD~1 --rounds 6 --out bench/results/cpu_code_ab.json
 
@@ -45,10 +47,10 @@ from bench.record import provenance, write_json  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
 
-def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace) -> dict:
+def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace, server_args: tuple[str, ...]) -> dict:
     """One server whose stubs start in `workdir`, measured once."""
     harness.DOUBLES = workdir  # the stub's working directory, first on its import path
-    server = harness.TritonServer(repo, scratch / "server.log").start(timeout=600)  # a GPU model loads slowly
+    server = harness.TritonServer(repo, scratch / "server.log", server_args).start(timeout=600)  # a GPU model loads slowly
     try:
         load = {"concurrency": args.concurrency, "batch": args.batch, "shm": args.shm, "inputs": INPUTS[args.example]}
         measure(server, "model", **load)  # warm-up, not counted
@@ -138,7 +140,15 @@ def main() -> None:
             base_dir = scratch / "base_workdir"
             base_dir.mkdir()
             (base_dir / "trtpool").symlink_to(package)
+            base_args: tuple[str, ...] = ()
+            if (package.parent / "model.py").is_file():  # the revision's model.py too (a --base-dir may lack it)
+                backends = scratch / "base_backends"
+                (backends / "trtpool").mkdir(parents=True)
+                (backends / "python").symlink_to(harness.TRITONSERVER.parent.parent / "backends" / "python")
+                (backends / "trtpool" / "model.py").symlink_to(package.parent / "model.py")
+                base_args = (f"--backend-directory={backends}",)
             workdirs = {"checkout": harness.DOUBLES, revision: base_dir}
+            server_args = {"checkout": (), revision: base_args}
             sources = {name: imported_from(workdir) for name, workdir in workdirs.items()}
             onnx = write_example(args.example, scratch / "model.onnx", **example_options(args.example, args))
             tiny_dir = scratch / "tiny" / "1"
@@ -149,7 +159,7 @@ def main() -> None:
             for round_index in range(args.rounds):
                 order = list(workdirs) if round_index % 2 == 0 else list(workdirs)[::-1]
                 for name in order:
-                    rows[name].append(served(scratch / "repo", scratch, workdirs[name], args))
+                    rows[name].append(served(scratch / "repo", scratch, workdirs[name], args, server_args[name]))
                     rows[name][-1]["runner_us_per_16"] = round(timed_in(workdirs[name], tiny_dir), 1)
                     print(f"round {round_index} {name}: {rows[name][-1].get('infer_per_s')} infer/s, "
                           f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests", flush=True)

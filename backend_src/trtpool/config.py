@@ -20,11 +20,14 @@
       { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
       { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
       { key: "cuda_graphs"     value: { string_value: "on" } },        # TensorRT runtime: on | off
+      { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
+      { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +48,12 @@ KNOWN_KEYS = {
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
     "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
-    "shrink_after_idle_seconds",
+    "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads",
 }
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
 # typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
-MAX_CONTEXTS = 64                   # also response_threads
+MAX_CONTEXTS = 64                   # also response_threads and the process.py stages' threads
 MAX_QUEUE_SIZE = 65_536
 MAX_WAIT_US = 1_000_000             # batch_wait_microseconds, cancel_check_after_microseconds: 1 s
 MAX_METRICS_INTERVAL_MS = 60_000
@@ -91,6 +94,8 @@ class PoolConfig:
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
     elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
+    preprocess_threads: int = 1   # process.py's preprocess workers (auto: stage_threads)
+    postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
 
     @property
     def most_contexts(self) -> int | None:
@@ -125,6 +130,19 @@ def _whole_number(params: dict[str, str], key: str, default: int, maximum: int, 
     if value > maximum:
         raise ConfigError(f"parameter '{key}': {value} is too large; expected {accepted}")
     return value
+
+
+def stage_threads() -> int:
+    """process.py's workers per stage when the config says auto: one per core, since Pillow's
+    decode and resize release the GIL (BENCHMARKS.md, "Decode library": on the shared 2-core
+    VM a second thread measured 0.5-1.9x, noise-bound)."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _threads(params: dict[str, str], key: str) -> int:
+    if params.get(key, "").strip() in ("", "auto"):
+        return stage_threads()
+    return _whole_number(params, key, 1, MAX_CONTEXTS)
 
 
 def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default: str) -> str:
@@ -263,4 +281,6 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         response_threads=_whole_number(params, "response_threads", 1, MAX_CONTEXTS),
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
         elastic=_elasticity(params, contexts),
+        preprocess_threads=_threads(params, "preprocess_threads"),
+        postprocess_threads=_threads(params, "postprocess_threads"),
     )

@@ -27,3 +27,7 @@ class Overloaded(TrtpoolError):
 
 class Cancelled(TrtpoolError):
     """The client cancelled the request before it ran."""
+
+
+class ProcessError(TrtpoolError):
+    """The model's process.py failed or returned what cannot be served; only that request fails."""

@@ -25,6 +25,7 @@ from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
 from trtpool.responders import SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
+from trtpool.stages import kept
 
 
 def request_tensors(request: Any) -> dict[str, Any]:
@@ -45,9 +46,11 @@ class SyncHandler:
         self.instance = instance
         self.metrics = metrics
 
-    def __call__(self, requests: list[Any]) -> list[Any]:
+    def __call__(self, requests: list[Any]) -> list[Any] | None:
         """A plain call: a coroutine would make the stub hand every execute to its
         event-loop thread and wait for it there, a thread hop per batch."""
+        if self.instance.stage is not None:
+            return self._staged(requests)
         responses: list[Any] = [None] * len(requests)
 
         def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
@@ -62,6 +65,17 @@ class SyncHandler:
         self.metrics.after_work()
         return responses
 
+    def _staged(self, requests: list[Any]) -> None:
+        """With a process file: the batch runs here, and its postprocessing on the
+        stage's workers answers through the response senders after execute() returns,
+        overlapping the next batch."""
+        tensors, responders = self.instance.stage.before(
+            kept([request_tensors(r) for r in requests]),
+            [SenderResponder(self.pb, request) for request in requests])
+        self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
+                                 lambda i, error: responders[i].fail(error), detach=True)
+        self.metrics.after_work()
+
     def close(self) -> None:
         pass
 
@@ -69,22 +83,31 @@ class SyncHandler:
 class PipelinedHandler:
     def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
+        self.stage = instance.stage
         self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
 
     def __call__(self, requests: list[Any]) -> None:
         """Start the batch and return None: the requests are answered through their
         response senders. Their tensors are copied into the contexts' own buffers
-        before this returns (Triton reuses them afterwards)."""
+        before this returns (Triton reuses them afterwards), except with a process
+        file: its preprocessing reads them after, as the decoupled workers do."""
         responders = [SenderResponder(self.pb, request) for request in requests]
-        self.pipeline.submit([request_tensors(r) for r in requests], responders)
+        tensors = [request_tensors(r) for r in requests]
+        if self.stage is None:
+            self.pipeline.submit(tensors, responders)
+        else:  # preprocessed on the stage's workers, which then start the batch
+            self.stage.before_then(kept(tensors), responders, self.pipeline.submit)
 
     def close(self) -> None:
+        if self.stage is not None:  # the batches being preprocessed reach the pipeline first
+            self.stage.close()
         self.pipeline.close()
 
 
 class DecoupledHandler:
     def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
+        self.stage = instance.stage
         cfg = instance.cfg
         self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us, cfg.cancel_check_after_us,
                                    on_wait=metrics.record_queue_wait,
@@ -97,7 +120,11 @@ class DecoupledHandler:
         KeyError when the coroutine finishes before the stub has filed its future)."""
         tensors = keep_after_execute([request_tensors(r) for r in requests])
         for request, request_inputs in zip(requests, tensors):
-            self.scheduler.submit(request_inputs, SenderResponder(self.pb, request))
+            responder = SenderResponder(self.pb, request)
+            if self.stage is None:
+                self.scheduler.submit(request_inputs, responder)
+            else:  # preprocessed on the stage's workers, then queued
+                self.stage.before_each(request_inputs, responder, self.scheduler.submit)
 
     def close(self) -> None:
         self.scheduler.close()

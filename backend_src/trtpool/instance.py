@@ -9,13 +9,15 @@ from typing import Any
 
 from trtpool import config as pool_config
 from trtpool.errors import ConfigError
-from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, check_agreement
+from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.pool import ContextPool, auto_size
+from trtpool.process_file import load_process_file
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
 from trtpool.sidecar import read_sidecar
 from trtpool.signature import Signature, is_batched
+from trtpool.stages import Stage, StageObserver
 
 log = logging.getLogger("trtpool")
 
@@ -81,17 +83,21 @@ def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
 
 class ModelInstance:
     def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
-                 on_batch: BatchObserver | None = None) -> None:
+                 on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None) -> None:
         self.cfg = pool_config.load(model_config, version_dir, device)
+        process = load_process_file(version_dir, model_config)
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
-            check_agreement(model_config, self.runtime.signature)
+            check_agreement(model_config, self.runtime.signature, process.engine_faces if process else SECTIONS)
             size = self._size()
             self.pool = ContextPool(self.runtime, size, self.cfg.elastic)
         except Exception:
             self.runtime.close()
             raise
         self.runner = BatchRunner(self.pool, on_batch)
+        self.stage = None if process is None else Stage(
+            process, self.runtime.signature, {o["name"]: o["data_type"] for o in model_config.get("output", [])},
+            self.cfg.preprocess_threads, self.cfg.postprocess_threads, on_stage)
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
             self.cfg.model_name, self.runtime.name, device,
@@ -115,5 +121,7 @@ class ModelInstance:
         return min(ceiling, os.cpu_count() or 1) if self.cfg.device == "cpu" else ceiling
 
     def close(self) -> None:
+        if self.stage is not None:
+            self.stage.close()
         self.runner.close()
         self.pool.close()

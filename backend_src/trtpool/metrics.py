@@ -13,6 +13,9 @@
     trtpool_contexts_grown_total{model}            contexts an elastic pool added under load
     trtpool_contexts_shrunk_total{model}           idle contexts an elastic pool closed
     trtpool_context_create_failures_total{model}   contexts an elastic pool could not make (out of memory ...)
+    trtpool_stage_us_total{model,stage}            with a process file: time per stage, pre | queue | engine | post
+    trtpool_stage_failures_total{model,stage}      with a process file: requests preprocess refused (pre) or
+                                                   postprocess failed (post)
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -65,6 +68,13 @@ class PoolMetrics:
                       for field, (name, text) in SIZE_GAUGES.items()}
         self._changes = {field: metric_family(name=name, description=text, kind=counter)
                          for field, (name, text) in CHANGE_COUNTERS.items()}
+        self._stage_time = metric_family(name="trtpool_stage_us_total", kind=counter, description=(
+            "Microseconds per stage of a model with a process file: pre and post (process.py, summed over "
+            "requests), queue (batches waiting for a free context), engine (contexts running)"))
+        self._stage_failures = metric_family(name="trtpool_stage_failures_total", kind=counter, description=(
+            "Requests that process.py's preprocess refused (pre) or whose postprocess failed (post)"))
+        self._stage_ns: Counter[str] = Counter()
+        self._stage_failed: Counter[str] = Counter()
         self._metrics: dict[tuple, Any] = {}
         self._gauges: dict[int, int] = {}  # id(family) -> the value last set
         self._published: dict[tuple, int] = {}
@@ -94,6 +104,13 @@ class PoolMetrics:
         with self._counts_lock:
             self._request_wait_us += wait_ns // 1000
 
+    def record_stage(self, stage: str, ns: int, ok: bool) -> None:
+        """One request's pre or post stage (trtpool.stages)."""
+        with self._counts_lock:
+            self._stage_ns[stage] += ns
+            if not ok:
+                self._stage_failed[stage] += 1
+
     def record_worker_lost(self) -> None:
         with self._counts_lock:
             self._lost_workers += 1
@@ -109,6 +126,7 @@ class PoolMetrics:
             return
         with self._counts_lock:
             batch_sizes, request_wait_us, lost = dict(self._batch_sizes), self._request_wait_us, self._lost_workers
+            stage_ns, stage_failed = dict(self._stage_ns), dict(self._stage_failed)
         with self._flush_lock:
             for index, context in list(stats.contexts.items()):
                 label = str(index)
@@ -124,6 +142,13 @@ class PoolMetrics:
                 self._set(family, getattr(stats, field))
             for field, family in self._changes.items():
                 self._advance(family, getattr(stats, field))
+            if stage_ns:  # only a model with a process file has stages
+                stage_ns.update(queue=stats.wait_ns, engine=sum(c.busy_ns for c in stats.contexts.values()))
+                for stage, ns in stage_ns.items():
+                    self._metric(self._stage_time, stage=stage)  # listed from the first flush, at 0 too
+                    self._advance(self._stage_time, ns // 1000, stage=stage)
+                for stage, count in stage_failed.items():
+                    self._advance(self._stage_failures, count, stage=stage)
 
     def close(self) -> None:
         self._stop.set()

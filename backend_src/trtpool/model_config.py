@@ -7,6 +7,9 @@ from trtpool.errors import ConfigError
 from trtpool.signature import Signature, TensorSpec
 
 DEFAULT_ONNX_MAX_BATCH = 16
+# The sections config.pbtxt shares with the model. A process file's preprocess gives
+# the model an outside face for its inputs, its postprocess one for its outputs.
+SECTIONS = ("input", "output")
 
 
 def model_dims(spec: TensorSpec, batched: bool) -> list[int]:
@@ -39,20 +42,27 @@ def completion(signature: Signature) -> dict[str, Any]:
     }
 
 
-def auto_complete(model_config: dict[str, Any], signature: Signature) -> dict[str, Any]:
+def auto_complete(model_config: dict[str, Any], signature: Signature,
+                  engine_faces: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
     """The fields auto_complete_config adds to `model_config`: only those it leaves out.
 
     model.py applies them through Triton's setters; trtpool-model applies them to
-    the dict before loading a folder, so that both load the same config."""
+    the dict before loading a folder, so that both load the same config. Only the
+    `engine_faces` sections can come from the model; the others (a process file's
+    outside face) must be declared."""
     filled = completion(signature)
     added: dict[str, Any] = {}
     if not model_config.get("max_batch_size") and filled["max_batch_size"]:
         added["max_batch_size"] = filled["max_batch_size"]
     if filled["max_batch_size"]:
         added["dynamic_batching"] = model_config.get("dynamic_batching", {})
-    for section in ("input", "output"):
-        if not model_config.get(section):
-            added[section] = filled[section]
+    for section in SECTIONS:
+        if model_config.get(section):
+            continue
+        if section not in engine_faces:
+            raise ConfigError(f"{section}: config.pbtxt declares none, and with a process file the model's "
+                              f"{section}s are what process.py takes or returns: declare them in config.pbtxt")
+        added[section] = filled[section]
     return added
 
 
@@ -61,8 +71,12 @@ def _dims_agree(config: list[int], model: list[int]) -> bool:
     return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model))
 
 
-def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
-    """Raise ConfigError naming the tensor, the field and both values on any mismatch."""
+def check_agreement(model_config: dict[str, Any], signature: Signature,
+                    engine_faces: tuple[str, ...] = SECTIONS) -> None:
+    """Raise ConfigError naming the tensor, the field and both values on any mismatch.
+
+    Sections outside `engine_faces` are a process file's outside face: config.pbtxt
+    declares them, and what process.py does with them is checked per request."""
     configured = model_config.get("max_batch_size", 0)
     if signature.batched and configured > signature.max_batch_size:
         raise ConfigError(
@@ -73,6 +87,8 @@ def check_agreement(model_config: dict[str, Any], signature: Signature) -> None:
         raise ConfigError(f"max_batch_size: config.pbtxt says {configured}, the model has no batch dimension (0)")
     batched = configured > 0
     for section, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        if section not in engine_faces:
+            continue
         by_name = {s.name: s for s in specs}
         for entry in model_config.get(section, []):
             name = entry["name"]

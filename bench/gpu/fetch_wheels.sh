@@ -2,7 +2,8 @@
 # Downloads what bench/gpu/h200.sh needs on the GPU machine, which has no network:
 #   .whl_big/   nvidia-pytriton (55 MB: tritonserver 2.51), carried alone (stage `stash`)
 #   .whl/pip/   cp312 wheels installed into the serving venv there (numpy<2 for the stub,
-#               tritonclient and its HTTP deps, onnx2torch, py-spy for profiling the stub)
+#               tritonclient and its HTTP deps, onnx2torch, py-spy for profiling the stub,
+#               Pillow and tokenizers for the pipeline examples)
 #   .whl/house/ the offline wheelhouse for scripts/setup.sh (perf_analyzer's tritonclient
 #               2.41.0, libcudart.so.12) and Debian's libb64.so.0d
 # Both folders are ignored by git and travel with `carry`. Run here, where PyPI is reachable.
@@ -21,7 +22,8 @@ fetch() {  # dest requirement...
 fetch .whl_big nvidia-pytriton==0.7.0
 # The serving venv: the image has torch, onnx, grpcio, protobuf, aiohttp, pytest, pytest-timeout.
 fetch .whl/pip numpy==1.26.4 ml_dtypes==0.5.4 tritonclient==2.73.0 python-rapidjson geventhttpclient \
-  gevent greenlet zope.event zope.interface brotli onnx2torch==1.5.15 py-spy==0.4.1
+  gevent greenlet zope.event zope.interface brotli onnx2torch==1.5.15 py-spy==0.4.1 \
+  pillow==13.0.0 tokenizers==0.23.3
 fetch .whl/house tritonclient==2.41.0 nvidia-cuda-runtime-cu12==12.9.79
 if [ ! -e .whl/house/libb64.so.0d ]; then
   cp .triton/lib/libb64.so.0d .whl/house/

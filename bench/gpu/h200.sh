@@ -41,6 +41,9 @@
 #   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
 #             gathered in one piece vs in slices, by CUDA events; submit/complete through the
 #             torch runtime -> host_copies.json
+#   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
+#             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
+#             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -215,6 +218,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/elastic.py --runtime torch --precision fp16 --example bert_base --seq-len 128 \
         --low 1 --peak 16 --max-contexts 4 --phases 20,30,45 --idle 20 --rounds 4 \
         --out "$OUT/elastic.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
+      ;;
+    pipeline)
+      python3 -c 'import PIL' || exit 6
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
+        --concurrency 1 16 64 --rounds 2 --seconds 8 --pre-instances 2 4 8 --client-processes 4 \
+        --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -115,7 +115,27 @@ def model_parser() -> argparse.ArgumentParser:
                         "profiles give the inputs one batch size, and two requests stacked on ONNX Runtime "
                         "answer as they do alone")
     p.add_argument("--version", type=int, default=1)
+    p.add_argument("--process", type=Path, metavar="FILE.py",
+                   help="the model's process file (written as <version>/process.py): preprocess(inputs), "
+                        "postprocess(outputs, inputs), setup(model_config, folder)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME:TYPE:DIMS",
+                   help="with --process defining preprocess: an input clients send, e.g. IMAGE:STRING:1")
+    p.add_argument("--output", action="append", default=[], metavar="NAME:TYPE:DIMS",
+                   help="with --process defining postprocess: an output clients get, e.g. SCORES:FP32:5")
+    p.add_argument("--with", dest="extra_files", action="append", default=[], type=Path, metavar="FILE",
+                   help="with --process: a file it reads (labels, vocabulary), placed beside it")
     return p
+
+
+def _process_options(args: argparse.Namespace):
+    from trtpool_builder.process_folder import FaceTensor, ProcessOptions
+
+    if args.process is None:
+        if args.input or args.output or args.extra_files:
+            raise ValueError("--input, --output and --with describe a process file: give --process too")
+        return None
+    return ProcessOptions(args.process, tuple(FaceTensor.parse(t) for t in args.input),
+                          tuple(FaceTensor.parse(t) for t in args.output), tuple(args.extra_files))
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -126,7 +146,8 @@ def _model(args: argparse.Namespace) -> int:
                              max_queue_delay_microseconds=args.max_queue_delay_us,
                              preferred_batch_sizes=tuple(args.preferred_batch_sizes),
                              max_batch_size=args.max_batch_size)
-    folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version)
+    folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version,
+                               process=_process_options(args))
     print(f"wrote {folder}")
     if args.unary_front:
         from trtpool_builder.front import make_front_folder
@@ -147,10 +168,13 @@ def examples_parser() -> argparse.ArgumentParser:
         "Generate the deterministic example models and their model folders. A second run with the "
         "same options does nothing."))
     p.add_argument("--repo", type=Path, required=True)
-    p.add_argument("--names", nargs="+", choices=sorted(EXAMPLES), default=list(EXAMPLES))
+    p.add_argument("--names", nargs="+", choices=sorted(EXAMPLES),
+                   default=[name for name, example in EXAMPLES.items() if example.process is None],
+                   help="default: the plain examples; the pipeline examples (resnet50_jpeg, bert_text: a "
+                        "process.py in front of the engine) need trtpool[pipelines] where they are built and served")
     p.add_argument("--runtime", choices=RUNTIMES, default="auto",
                    help="auto: a TensorRT engine when 'tensorrt' imports and a GPU is present, else ONNX")
-    p.add_argument("--image-size", type=int, help="resnet50 input height and width (default 224)")
+    p.add_argument("--image-size", type=int, help="resnet50 and resnet50_jpeg input height and width (default 224)")
     return p
 
 
@@ -158,7 +182,7 @@ def _examples(args: argparse.Namespace) -> int:
     from trtpool_builder.example_repo import make_example_folder
 
     for name in args.names:
-        options = {"image_size": args.image_size} if name == "resnet50" and args.image_size else {}
+        options = {"image_size": args.image_size} if name.startswith("resnet50") and args.image_size else {}
         made = make_example_folder(args.repo, name, args.runtime, options)
         state = "generated" if made.regenerated else "up to date"
         print(f"{made.folder}: {state} ({made.runtime})")

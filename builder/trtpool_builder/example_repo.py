@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ class ExampleFolder:
 def generator_hash() -> str:
     """Changes whenever the example generators' code changes."""
     digest = hashlib.sha256()
-    for source in sorted(Path(examples.__file__).parent.glob("*.py")):
+    for source in sorted(Path(examples.__file__).parent.rglob("*.py")):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -68,13 +69,15 @@ def make_example_folder(repo: Path, name: str, runtime: str = "auto",
     stamp_path.unlink(missing_ok=True)
     profiles = example.serving_profiles(**resolved)
     serving = ServingOptions(preferred_batch_sizes=example.preferred_batch_sizes)
-    if served == "tensorrt":
-        source = write_example(name, folder / "model.onnx", **resolved)
-        build_engine(source, model_file, BuildOptions(shapes=profiles))
-        make_model_folder(repo, name, model_file, options=serving)
-    else:
-        write_example(name, model_file, **resolved)
-        (folder / "model.onnx").unlink(missing_ok=True)
-        make_model_folder(repo, name, model_file, profiles, serving)
+    with tempfile.TemporaryDirectory(prefix="trtpool-example-") as scratch:
+        process = example.process.process_options(Path(scratch), resolved) if example.process else None
+        if served == "tensorrt":
+            source = write_example(name, folder / "model.onnx", **resolved)
+            build_engine(source, model_file, BuildOptions(shapes=profiles))
+            make_model_folder(repo, name, model_file, options=serving, process=process)
+        else:
+            write_example(name, model_file, **resolved)
+            (folder / "model.onnx").unlink(missing_ok=True)
+            make_model_folder(repo, name, model_file, profiles, serving, process=process)
     stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
     return ExampleFolder(folder, served, regenerated=True)

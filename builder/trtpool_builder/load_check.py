@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from trtpool import config as pool_config
 from trtpool.instance import ModelInstance, describe
 from trtpool.model_config import auto_complete, check_agreement
+from trtpool.process_file import engine_faces
 from trtpool.runtimes import resolve
 from trtpool.sidecar import check_compatible, read_sidecar
 from trtpool.signature import Signature
@@ -52,10 +53,10 @@ def _device(config: mc.ModelConfig, runtime: str) -> str:
     return "cpu"
 
 
-def _engine_checks(handed: dict[str, Any], engine: Path) -> None:
+def _engine_checks(handed: dict[str, Any], engine: Path, faces: tuple[str, ...]) -> None:
     """What the server checks of an engine folder, short of running it, on its own targets."""
     sidecar = read_sidecar(engine)
-    check_agreement(handed, sidecar.signature())
+    check_agreement(handed, sidecar.signature(), faces)
     for target in sidecar.target.compute_capabilities:
         check_compatible(sidecar, sidecar.module, sidecar.module_version,
                          sidecar.target.gpu_name or "the target GPU", target)
@@ -65,14 +66,15 @@ def check_loads(config: mc.ModelConfig, version_dir: Path) -> Loaded:
     """Load `version_dir` with `config` as the server would (auto-complete first, as model.py's
     auto_complete_config does); raise what it would raise."""
     handed = as_triton_hands_it(config)
-    handed.update(auto_complete(handed, describe(handed, version_dir)))
+    faces = engine_faces(version_dir)
+    handed.update(auto_complete(handed, describe(handed, version_dir), faces))
     runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)
     if runtime in GPU_RUNTIMES and device != "cpu":
         why = why_not_here(path) if runtime in ENGINE_RUNTIMES else gpu_status()[1] or None
         if why is not None:
             if runtime in ENGINE_RUNTIMES:
-                _engine_checks(handed, path)
+                _engine_checks(handed, path, faces)
                 sidecar = read_sidecar(path)
                 runtime = sidecar.module   # model.plan resolves to 'tensorrt'; the engine says which
                 where = f"It loads where {built_for(sidecar)} runs"

@@ -3,6 +3,7 @@
     <repo>/<name>/config.pbtxt
     <repo>/<name>/1/model.onnx                      (ONNX Runtime), or
     <repo>/<name>/1/model.plan + model.plan.json    (TensorRT engine and its sidecar)
+    <repo>/<name>/1/process.py + its files          (optional: pre/post-processing, process_folder.py)
 
 config.pbtxt is written from Triton's own protobuf classes, and the folder is
 first assembled in a temporary place (a link to the model file, its sidecar,
@@ -33,6 +34,7 @@ from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
+from trtpool_builder.process_folder import ProcessOptions, apply_face, engine_sections, place_files
 from trtpool_builder.served_copy import repair_for_serving
 from trtpool_builder.profiles import opt_batch, resolve_profiles
 
@@ -173,21 +175,24 @@ def _place(source: Path, dest: Path) -> None:
 
 
 def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int,
-                  user_file: Path) -> Loaded:
+                  user_file: Path, process: ProcessOptions | None = None) -> Loaded:
     """Load the folder-to-be from a temporary place; the server's error if it would not load,
     naming `user_file` (what the user gave) rather than the staged link to `model_file`.
 
-    Its outputs are left out of the staged config (the server takes undeclared
+    The engine's outputs are left out of the staged config (the server takes undeclared
     outputs from the model) so that they can be written as the runtime reports them."""
     staged = mc.ModelConfig()
     staged.CopyFrom(config)
-    del staged.output[:]
+    if "output" in engine_sections(process):
+        del staged.output[:]
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
         version_dir = Path(staging) / str(version)
         version_dir.mkdir()
         os.symlink(model_file.resolve(), version_dir / file_name)
         if file_name == "model.plan":
             write_sidecar(version_dir / file_name, read_sidecar(model_file))
+        if process is not None:
+            place_files(process, version_dir)
         write_config(Path(staging), staged)
         try:
             return check_loads(staged, version_dir)
@@ -200,12 +205,13 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
 
 def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
                       options: ServingOptions = ServingOptions(), version: int = 1,
-                      log: Callable[[str], None] = print) -> Path:
+                      log: Callable[[str], None] = print, process: ProcessOptions | None = None) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
     `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
     with dynamic dimensions; an engine's profiles come from its sidecar. The
     folder is written only if trtpool loads it (load_check); notes go to `log`.
+    `process` adds a process file and the outside face config.pbtxt declares for it.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
@@ -214,11 +220,12 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
             naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
         served, notes = _served_file(model_file, Path(workdir))
         signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
-        loaded = _check_staged(model_config(name, signature, options), served, file_name, version, model_file)
+        loaded = _check_staged(_with_face(model_config(name, signature, options), process), served, file_name,
+                               version, model_file, process)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
-        config = model_config(name, signature, options)
-        check_agreement(as_triton_hands_it(config), loaded.signature or signature)
+        config = _with_face(model_config(name, signature, options), process)
+        check_agreement(as_triton_hands_it(config), loaded.signature or signature, engine_sections(process))
         for note in (*notes, *loaded.notes):
             log(f"note: {note}")
         folder = Path(repo) / name
@@ -228,5 +235,13 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         _place(served, dest)
         if file_name == "model.plan":
             write_sidecar(dest, read_sidecar(served))
+        if process is not None:
+            place_files(process, version_dir)
         write_config(folder, config)
     return folder
+
+
+def _with_face(config: mc.ModelConfig, process: ProcessOptions | None) -> mc.ModelConfig:
+    if process is not None:
+        apply_face(config, process)
+    return config

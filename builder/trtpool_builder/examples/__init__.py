@@ -20,6 +20,7 @@ import onnx
 from trtpool.shapes import parse_profile
 from trtpool.signature import Profile
 from trtpool_builder.examples.bert import build_bert_base
+from trtpool_builder.examples.pipelines import BERT_TEXT, RESNET50_JPEG, ProcessExample
 from trtpool_builder.examples.resnet import build_resnet50
 from trtpool_builder.examples.tiny import build_tiny, tiny_reference, tiny_weights
 
@@ -37,6 +38,8 @@ class Example:
     preferred_batch_sizes: tuple[int, ...]
     # Random valid inputs {name: array} for a batch, given the options.
     sample: Callable[[np.random.Generator, int, dict[str, Any]], dict[str, np.ndarray]]
+    # A pipeline example: the process file and files its folder carries (examples/pipelines.py).
+    process: ProcessExample | None = None
 
     def options(self, **overrides: Any) -> dict[str, Any]:
         """The generator's full keyword options: defaults updated by `overrides`."""
@@ -73,6 +76,14 @@ def _bert_sample(rng: np.random.Generator, batch: int, o: dict[str, Any]) -> dic
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def _resnet_profiles(o: dict[str, Any]) -> tuple[str, ...]:
+    return ("input=1x3x{s}x{s}:8x3x{s}x{s}:32x3x{s}x{s}".format(s=o["image_size"]),)
+
+
+def _resnet_sample(rng: np.random.Generator, batch: int, o: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {"input": rng.standard_normal((batch, 3, o["image_size"], o["image_size"]), dtype=np.float32)}
+
+
 EXAMPLES: dict[str, Example] = {
     "tiny": Example(
         "tiny", build_tiny,
@@ -80,20 +91,18 @@ EXAMPLES: dict[str, Example] = {
         preferred_batch_sizes=(8, 64),
         sample=lambda rng, b, o: {"INPUT0": rng.standard_normal((b, 16), dtype=np.float32)},
     ),
-    "resnet50": Example(
-        "resnet50", build_resnet50,
-        profiles=lambda o: (
-            "input=1x3x{s}x{s}:8x3x{s}x{s}:32x3x{s}x{s}".format(s=o["image_size"]),),
-        preferred_batch_sizes=(8, 32),
-        sample=lambda rng, b, o: {"input": rng.standard_normal(
-            (b, 3, o["image_size"], o["image_size"]), dtype=np.float32)},
-    ),
+    "resnet50": Example("resnet50", build_resnet50, _resnet_profiles, (8, 32), _resnet_sample),
+    # Encoded images in, the top-5 class names and scores out (process/resnet50_jpeg.py).
+    "resnet50_jpeg": Example("resnet50_jpeg", build_resnet50, _resnet_profiles, (8, 32), _resnet_sample,
+                             process=RESNET50_JPEG),
     "bert_base": Example(
         "bert_base", build_bert_base,
         profiles=_bert_profiles,
         preferred_batch_sizes=(8, 32),
         sample=_bert_sample,
     ),
+    # Text in, a label out: a WordPiece tokenizer in front of BERT (process/bert_text.py).
+    "bert_text": Example("bert_text", build_bert_base, _bert_profiles, (8, 32), _bert_sample, process=BERT_TEXT),
 }
 
 

@@ -1,0 +1,236 @@
+"""A model's processing stages around the engine: what serving sees of a process file.
+
+    requests -> preprocess (pre workers, one request each, in parallel)
+             -> the engine's batch (the runner, any mode; the context's buffers)
+             -> postprocess (post workers, one request each) -> responses
+
+The handlers hand a batch's requests and responders to the stage: each request
+is preprocessed (a failure answers that request alone), and the rest go on as
+engine inputs with responders that postprocess before they answer.
+
+    sync        ``before``: execute() preprocesses its batch, runs it, returns
+    pipelined   ``before_then``: execute() returns while its batch is preprocessed;
+                up to ``pre_threads`` batches are preprocessed at once, then each
+                is started on a context from the worker that preprocessed it
+    decoupled   ``before_each``: each request is preprocessed, then queued (so
+                ``max_queue_size`` bounds the requests preprocessed and waiting)
+
+Postprocessing runs on the post workers in every mode, so a batch's
+postprocessing overlaps the next batch's preprocessing and compute. User code
+never raises into the instance: its exceptions become the request's error.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from trtpool.device_tensors import keep_after_execute
+from trtpool.errors import InvalidInput, ProcessError
+from trtpool.process_file import ProcessFile, Tensors
+from trtpool.responders import Responder
+from trtpool.signature import TRITON_DTYPES, Signature
+from trtpool.validate import check_request
+
+log = logging.getLogger("trtpool")
+
+# stage ("pre" or "post"), nanoseconds it took, whether it succeeded
+StageObserver = Callable[[str, int, bool], None]
+_NUMPY_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
+
+
+def kept(requests: list[Tensors]) -> list[Tensors]:
+    """Requests' tensors in memory trtpool owns, for stages that read them after execute()
+    returns: GPU tensors copied (device_tensors.keep_after_execute), host arrays that view
+    the request's shared memory copied too (TYPE_STRING arrives as a new object array)."""
+    return [{name: np.array(t) if isinstance(t, np.ndarray) and t.dtype != np.object_ else t
+             for name, t in tensors.items()} for tensors in keep_after_execute(requests)]
+
+
+def _names(inputs: Tensors) -> str:
+    listed = ", ".join(f"'{name}'" for name in inputs)
+    return f"input {listed}" if len(inputs) == 1 else f"inputs {listed}"
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Stage:
+    def __init__(self, process: ProcessFile, signature: Signature, declared_outputs: dict[str, str],
+                 pre_threads: int, post_threads: int, observe: StageObserver | None = None) -> None:
+        """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return)."""
+        self.process = process
+        self.signature = signature
+        self.declared_outputs = declared_outputs
+        self._observe = observe or (lambda stage, ns, ok: None)
+        self._file = process.path.name
+        self._pre = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre")
+        # Pipelined mode's batches being preprocessed: beyond these, execute() waits.
+        self._batches = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre-batch")
+        self._batch_slots = threading.Semaphore(pre_threads)
+        self._post = ThreadPoolExecutor(post_threads, thread_name_prefix="trtpool-post")
+
+    # --- preprocessing ------------------------------------------------------------
+
+    def preprocess(self, inputs: Tensors) -> Tensors:
+        """One request's engine inputs. Raises InvalidInput when preprocess refuses the
+        request (the client's error), ProcessError when it returns what the engine cannot take."""
+        function = self.process.preprocess
+        if function is None:
+            return inputs
+        start = time.perf_counter_ns()
+        ok = False
+        try:
+            try:
+                returned = function(inputs)
+            except BaseException as exc:  # user code: even SystemExit fails this request only
+                raise InvalidInput(f"{_names(inputs)}: {self._file} preprocess() refused it: {_why(exc)}") from exc
+            tensors = self._engine_inputs(returned)
+            ok = True
+            return tensors
+        finally:
+            self._observe("pre", time.perf_counter_ns() - start, ok)
+
+    def _engine_inputs(self, returned: Any) -> Tensors:
+        expected = [spec.name for spec in self.signature.inputs]
+        if not isinstance(returned, dict):
+            raise ProcessError(f"{self._file} preprocess() returned a {type(returned).__name__}, expected a dict "
+                               f"of the engine's inputs {expected}")
+        tensors = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in returned.items()}
+        try:
+            check_request(self.signature, tensors)
+        except InvalidInput as exc:
+            raise ProcessError(f"{self._file} preprocess() returned what the engine cannot take: {exc}") from None
+        return tensors
+
+    def _preprocess_or_error(self, inputs: Tensors) -> Tensors | Exception:
+        try:
+            return self.preprocess(inputs)
+        except Exception as exc:
+            return exc
+
+    def before(self, requests: Sequence[Tensors], responders: Sequence[Responder]
+               ) -> tuple[list[Tensors], list[Responder]]:
+        """Preprocess the requests, in parallel on the pre workers; answer each that fails.
+        Returns the others' engine inputs and responders that postprocess before answering."""
+        if self.process.preprocess is None or len(requests) == 1:
+            results = [self._preprocess_or_error(inputs) for inputs in requests]
+        else:
+            results = list(self._pre.map(self._preprocess_or_error, requests))
+        engine_inputs, answering = [], []
+        for inputs, result, responder in zip(requests, results, responders):
+            if isinstance(result, Exception):
+                responder.fail(result)
+            else:
+                engine_inputs.append(result)
+                answering.append(self.answering(responder, inputs))
+        return engine_inputs, answering
+
+    def before_then(self, requests: Sequence[Tensors], responders: Sequence[Responder],
+                    then: Callable[[list[Tensors], list[Responder]], None]) -> None:
+        """``before`` on a worker, then hand the batch on (to the pipeline, which starts it on a
+        context); returns at once unless every slot holds a batch (then Triton's queue fills)."""
+        self._batch_slots.acquire()
+
+        def run() -> None:
+            try:
+                then(*self.before(requests, responders))
+            finally:
+                self._batch_slots.release()
+        self._batches.submit(run)
+
+    def before_each(self, inputs: Tensors, responder: Responder,
+                    then: Callable[[Tensors, Responder], None]) -> None:
+        """Preprocess one request on a pre worker, then hand it on (the decoupled queue)."""
+        def run() -> None:
+            result = self._preprocess_or_error(inputs)
+            if isinstance(result, Exception):
+                responder.fail(result)
+            else:
+                then(result, self.answering(responder, inputs))
+        self._pre.submit(run)
+
+    # --- postprocessing -----------------------------------------------------------
+
+    def answering(self, responder: Responder, inputs: Tensors) -> Responder:
+        return responder if self.process.postprocess is None else _Postprocessing(self, responder, inputs)
+
+    def postprocess(self, outputs: Tensors, inputs: Tensors) -> Tensors:
+        """The response's outputs; ProcessError naming what postprocess did wrong."""
+        function = self.process.postprocess
+        assert function is not None
+        start = time.perf_counter_ns()
+        ok = False
+        try:
+            try:
+                returned = function(outputs, inputs)
+            except BaseException as exc:
+                raise ProcessError(f"{self._file} postprocess() raised {_why(exc)}") from exc
+            tensors = self._response_outputs(returned)
+            ok = True
+            return tensors
+        finally:
+            self._observe("post", time.perf_counter_ns() - start, ok)
+
+    def _response_outputs(self, returned: Any) -> Tensors:
+        declared = sorted(self.declared_outputs)
+        if not isinstance(returned, dict) or sorted(returned) != declared:
+            given = sorted(returned) if isinstance(returned, dict) else f"a {type(returned).__name__}"
+            raise ProcessError(f"{self._file} postprocess() returned {given}, expected a dict of the outputs "
+                               f"config.pbtxt declares: {declared}")
+        outputs = {}
+        for name, value in returned.items():
+            data_type = self.declared_outputs[name]
+            if data_type == "TYPE_STRING":
+                outputs[name] = np.asarray(value, dtype=np.object_)
+                continue
+            array = np.asarray(value)
+            want = _NUMPY_DTYPES.get(data_type)
+            if array.dtype != want:
+                raise ProcessError(f"{self._file} postprocess() returned output '{name}' as {array.dtype}, "
+                                   f"config.pbtxt declares {data_type} ({want})")
+            outputs[name] = array
+        return outputs
+
+    def answer_later(self, responder: Responder, outputs: Tensors, inputs: Tensors) -> None:
+        """Postprocess on a post worker, then answer (`outputs` must outlive this call)."""
+        self._post.submit(self._answer, responder, outputs, inputs)
+
+    def _answer(self, responder: Responder, outputs: Tensors, inputs: Tensors) -> None:
+        try:
+            final = self.postprocess(outputs, inputs)
+        except Exception as exc:
+            log.warning("%s", exc)
+            responder.fail(exc)
+            return
+        responder.send(final)
+
+    def close(self) -> None:
+        self._batches.shutdown(wait=True)
+        self._pre.shutdown(wait=True)
+        self._post.shutdown(wait=True)
+
+
+class _Postprocessing:
+    """A responder that postprocesses on the stage's post workers before it answers."""
+
+    def __init__(self, stage: Stage, responder: Responder, inputs: Tensors) -> None:
+        self.stage = stage
+        self.responder = responder
+        self.inputs = inputs
+
+    def send(self, outputs: Tensors) -> None:
+        # Every mode hands a staged batch's outputs over detached: valid on another thread.
+        self.stage.answer_later(self.responder, outputs, self.inputs)
+
+    def fail(self, error: Exception) -> None:
+        self.responder.fail(error)
+
+    def cancelled(self) -> bool:
+        return self.responder.cancelled()

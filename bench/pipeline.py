@@ -1,0 +1,357 @@
+"""JPEG in, top-5 labels out, three ways, on ONE server in one run:
+
+    inprocess    trtpool's resnet50_jpeg: process.py's stages in the model instance
+    ensemble     a Triton ensemble: a Python-backend model running the same preprocess
+                 -> trtpool's plain resnet50 -> a Python-backend model running the same
+                 postprocess (instance counts of the Python models tuned: best recorded)
+    client_side  clients that preprocess themselves (same functions), send the float
+                 tensor to trtpool's plain resnet50 and postprocess its logits
+
+Batch-1 clients (tritonclient gRPC threads, since the client-side variant runs
+preprocessing in the client) send real JPEG files of mixed sizes made with
+Pillow, at each concurrency; the three are measured in turn, the order reversed
+every round, and compared round by round. perf_analyzer then measures the
+in-process model and the ensemble once more at each concurrency, sending the
+same files from --input-data (a BYTES tensor's "b64" is the serialized tensor:
+each element's 4-byte little-endian length, then its bytes). Every answer's top-1 label is checked
+against the reference loop's (fp32 ONNX Runtime) for its file: the untrained
+example's top-5 scores lie close together, and fp16 on the GPU may reorder the
+lower places.
+
+    .venv/bin/python bench/pipeline.py --image-size 64 --out bench/results/pipeline.json
+    python3 bench/pipeline.py --runtime torch --image-size 224 --client-processes 4 \
+        --out $OUT/pipeline.json      # bench/gpu/h200.sh stage `pipeline`
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import multiprocessing
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.paired import compared  # noqa: E402
+from bench.record import provenance, write_json  # noqa: E402
+from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
+from tests.harness.pipelines import Reference, add_mode, as_request, images  # noqa: E402
+from tests.harness.repository import set_parameters  # noqa: E402
+from tests.harness.server import TritonServer  # noqa: E402
+from trtpool_builder.example_repo import make_example_folder  # noqa: E402
+from trtpool_builder.examples import get_example  # noqa: E402
+from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+# A Python-backend model running one process.py function per request (the ensemble's stages).
+STAGE_MODEL = '''
+import importlib.util
+import json
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        folder = Path(args["model_repository"]) / args["model_version"]
+        spec = importlib.util.spec_from_file_location("process", folder / "process.py")
+        self.process = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.process)
+        self.process.setup(config, folder)
+        self.stage = config["parameters"]["stage"]["string_value"]
+        self.outputs = [o["name"] for o in config["output"]]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            image = {"IMAGE": pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy()}
+            try:
+                if self.stage == "pre":
+                    out = self.process.preprocess(image)
+                else:
+                    logits = {"logits": pb_utils.get_input_tensor_by_name(request, "logits").as_numpy()}
+                    out = self.process.postprocess(logits, image)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, out[n]) for n in self.outputs]))
+            except Exception as exc:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
+        return responses
+'''
+
+
+def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: str, outputs: str) -> None:
+    folder = repo / name / "1"
+    folder.mkdir(parents=True)
+    (folder / "model.py").write_text(STAGE_MODEL)
+    for file in ("process.py", "labels.txt", "process.json"):
+        shutil.copyfile(source / file, folder / file)
+    (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
+backend: "python"
+max_batch_size: 32
+dynamic_batching {{ max_queue_delay_microseconds: 100 }}
+instance_group {{ kind: KIND_CPU count: {count} }}
+parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}
+{inputs}
+{outputs}
+''')
+
+
+def tensor(section: str, name: str, data_type: str, dims: str) -> str:
+    return f'{section} {{ name: "{name}" data_type: {data_type} dims: [{dims}] }}'
+
+
+def ensemble(repo: Path, name: str, pre: str, engine: str, post: str) -> None:
+    def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+        maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
+        maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items()]
+        return f'step {{ model_name: "{model}" model_version: -1 {" ".join(maps)} }}'
+
+    (repo / name).mkdir()
+    (repo / name / "1").mkdir()
+    (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
+platform: "ensemble"
+max_batch_size: 32
+{tensor("input", "IMAGE", "TYPE_STRING", "1")}
+{tensor("output", "LABELS", "TYPE_STRING", "5")}
+{tensor("output", "SCORES", "TYPE_FP32", "5")}
+ensemble_scheduling {{
+  {step(pre, {"IMAGE": "IMAGE"}, {"input": "pixels"})}
+  {step(engine, {"input": "pixels"}, {"logits": "logits"})}
+  {step(post, {"logits": "logits", "IMAGE": "IMAGE"}, {"LABELS": "LABELS", "SCORES": "SCORES"})}
+}}
+''')
+
+
+def serving(folder: Path, args: argparse.Namespace) -> None:
+    """trtpool's serving choices, the same for the in-process model and the ensemble's engine."""
+    add_mode(folder, args.mode, contexts=str(args.contexts))
+    config = read_config(folder)
+    config.dynamic_batching.max_queue_delay_microseconds = 100
+    if args.runtime == "torch":
+        del config.instance_group[:]
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1)
+    write_config(folder, config)
+    if args.runtime == "torch":
+        set_parameters(folder, runtime="torch", model_file="model.onnx", precision=args.precision)
+
+
+def build(repo: Path, args: argparse.Namespace) -> Path:
+    size = args.image_size
+    jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": size}).folder
+    set_parameters(jpeg, preprocess_threads=str(args.pre_threads), postprocess_threads=str(args.post_threads))
+    serving(jpeg, args)
+    plain = make_model_folder(repo, "resnet50_plain", jpeg / "1" / "model.onnx",
+                              get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
+    serving(plain, args)
+    for count in args.pre_instances:
+        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, tensor("input", "IMAGE", "TYPE_STRING", "1"),
+                    tensor("output", "input", "TYPE_FP32", f"3, {size}, {size}"))
+        ensemble(repo, f"ensemble_{count}", f"pre_{count}", "resnet50_plain", "post")
+    stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
+                "\n".join([tensor("input", "logits", "TYPE_FP32", "1000"), tensor("input", "IMAGE", "TYPE_STRING", "1")]),
+                "\n".join([tensor("output", "LABELS", "TYPE_STRING", "5"), tensor("output", "SCORES", "TYPE_FP32", "5")]))
+    return jpeg
+
+
+# --- the clients ------------------------------------------------------------------------
+
+def _client_process(url: str, model: str, folder: str, files: list[bytes], expected: list[bytes],
+                    threads: int, warmup_s: float, seconds: float, offset: int, queue) -> None:
+    """`threads` batch-1 clients in one process; puts (latencies_s, wrong, errors) on `queue`."""
+    import tritonclient.grpc as grpcclient
+
+    client_side = model == "resnet50_plain"
+    reference = Reference(Path(folder)) if client_side else None
+    start = time.monotonic()
+    latencies: list[float] = []
+    counts = {"wrong": 0, "errors": 0}
+    lock = threading.Lock()
+
+    def one_client(index: int) -> None:
+        client = grpcclient.InferenceServerClient(url)
+        turn = offset + index
+        while (now := time.monotonic()) < start + warmup_s + seconds:
+            payload = files[turn % len(files)]
+            begun = time.perf_counter()
+            try:
+                if client_side:
+                    inputs = as_request("IMAGE", payload)
+                    pixels = reference.process.preprocess(inputs)["input"]
+                    sent = grpcclient.InferInput("input", list(pixels.shape), "FP32")
+                    sent.set_data_from_numpy(pixels)
+                    logits = client.infer(model, [sent]).as_numpy("logits")
+                    labels = reference.process.postprocess({"logits": logits}, inputs)["LABELS"]
+                else:
+                    sent = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+                    sent.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
+                    labels = client.infer(model, [sent]).as_numpy("LABELS")
+                ok = labels[0][0] == expected[turn % len(files)]
+            except Exception:
+                with lock:
+                    counts["errors"] += 1
+                turn += 1
+                continue
+            took = time.perf_counter() - begun
+            with lock:
+                if now >= start + warmup_s:
+                    latencies.append(took)
+                if not ok:
+                    counts["wrong"] += 1
+            turn += 1
+        client.close()
+
+    workers = [threading.Thread(target=one_client, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    queue.put((latencies, counts["wrong"], counts["errors"]))
+
+
+def measure(url: str, model: str, folder: Path, files: list[bytes], expected: list[bytes],
+            concurrency: int, processes: int, seconds: float) -> dict:
+    processes = min(processes, concurrency)
+    queue = multiprocessing.get_context("spawn").Queue()
+    workers = []
+    for p in range(processes):
+        threads = concurrency // processes + (p < concurrency % processes)
+        workers.append(multiprocessing.get_context("spawn").Process(
+            target=_client_process,
+            args=(url, model, str(folder), files, expected, threads, 2.0, seconds, p * 7, queue)))
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=seconds + 120) for _ in workers]
+    for worker in workers:
+        worker.join()
+    latencies = sorted(t for r in results for t in r[0])
+    wrong, errors = sum(r[1] for r in results), sum(r[2] for r in results)
+    return {"infer_per_s": len(latencies) / seconds,
+            "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
+            "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None,
+            "requests": len(latencies), "wrong_answers": wrong, "errors": errors}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image-size", type=int, default=224, help="the engine's input (the crop)")
+    parser.add_argument("--runtime", default="onnxruntime", choices=("onnxruntime", "torch"))
+    parser.add_argument("--precision", default="fp16", help="torch runtime only")
+    parser.add_argument("--mode", default="pipelined")
+    parser.add_argument("--contexts", type=int, default=2)
+    parser.add_argument("--pre-threads", default="auto")
+    parser.add_argument("--post-threads", default="auto")
+    parser.add_argument("--pre-instances", type=int, nargs="+", default=[1, 2, 4],
+                        help="the ensemble's preprocessing model's instance counts tried; the best is reported")
+    parser.add_argument("--post-instances", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--client-processes", type=int, default=1)
+    parser.add_argument("--files", type=int, default=48)
+    parser.add_argument("--out", type=Path, default=RESULTS / "pipeline.json")
+    args = parser.parse_args()
+
+    files = images(args.files, seed=7)
+    with tempfile.TemporaryDirectory() as scratch:
+        repo = Path(scratch) / "repo"
+        folder = build(repo, args)
+        reference = Reference(folder)
+        expected = [reference(as_request("IMAGE", f))["LABELS"][0][0] for f in files]
+        server = TritonServer(repo, Path(scratch) / "server.log").start()
+        try:
+            def run(model: str, concurrency: int) -> dict:
+                row = measure(server.grpc_url, model, folder, files, expected, concurrency,
+                              args.client_processes, args.seconds)
+                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {row['p50_ms']:7.1f} ms "
+                      f"p99 {row['p99_ms']:7.1f} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
+                return row
+
+            # The ensemble's fairest instance count: the best at the highest concurrency.
+            top = max(args.concurrency)
+            tuning = {count: run(f"ensemble_{count}", top) for count in args.pre_instances}
+            best = max(tuning, key=lambda c: tuning[c]["infer_per_s"])
+            variants = {"inprocess": "resnet50_jpeg", "ensemble": f"ensemble_{best}", "client_side": "resnet50_plain"}
+            by_concurrency = {}
+            for concurrency in args.concurrency:
+                rows: dict[str, list[dict]] = {v: [] for v in variants}
+                for round_index in range(args.rounds):
+                    order = list(variants) if round_index % 2 == 0 else list(variants)[::-1]
+                    for variant in order:
+                        rows[variant].append(run(variants[variant], concurrency))
+                by_concurrency[str(concurrency)] = summary(rows)
+            input_data = Path(scratch) / "files.json"
+            input_data.write_text(json.dumps({"data": [
+                {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}}
+                for f in files]}))
+            by_perf_analyzer = {str(c): {variant: perf_row(server.grpc_url, variants[variant], c, input_data)
+                                         for variant in ("inprocess", "ensemble")} for c in args.concurrency}
+            # Where the in-process model's time went, over the whole run (warm-ups and tuning included).
+            stages = {stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
+                      for stage in ("pre", "queue", "engine", "post")}
+        finally:
+            server.stop()
+
+    headline = by_concurrency[str(max(args.concurrency))]
+    record = {
+        **provenance(),
+        "what": "batch-1 gRPC clients sending JPEG/PNG files of mixed sizes; top-1 labels checked against the reference loop",
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "ensemble_instances": {"pre": best, "post": args.post_instances,
+                               "tuning_infer_per_s": {str(c): r["infer_per_s"] for c, r in tuning.items()}},
+        "inprocess_infer_per_s": headline["inprocess"]["infer_per_s"],
+        "ensemble_infer_per_s": headline["ensemble"]["infer_per_s"],
+        "client_side_infer_per_s": headline["client_side"]["infer_per_s"],
+        **{f"{v}_{q}": headline[v][q] for v in variants for q in ("p50_ms", "p99_ms")},
+        "headline_concurrency": max(args.concurrency),
+        "inprocess_stage_us_total": stages,
+        "inprocess_busy_s": inprocess_busy_s(by_concurrency, args.seconds),
+        "by_concurrency": by_concurrency,
+        "perf_analyzer": by_perf_analyzer,
+    }
+    write_json(args.out, record)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def perf_row(url: str, model: str, concurrency: int, input_data: Path) -> dict:
+    try:
+        [row] = perf_analyzer(model, url, concurrency=str(concurrency), interval_ms=5000, max_trials=5,
+                              extra=("--input-data", str(input_data), "--stability-percentage", "30"))
+    except PerfAnalyzerFailed as exc:
+        return {"error": str(exc)[-500:]}
+    found = {"infer_per_s": row["Inferences/Second"], "p50_ms": row["p50 latency"] / 1000,
+             "p99_ms": row["p99 latency"] / 1000}
+    print(f"perf_analyzer {model:16s} c={concurrency:3d} {found['infer_per_s']:8.1f} infer/s "
+          f"p99 {found['p99_ms']:7.1f} ms", flush=True)
+    return found
+
+
+def inprocess_busy_s(by_concurrency: dict, seconds: float) -> float:
+    """Seconds the in-process model was measured under load (its warm-ups not counted)."""
+    return sum(len(b["inprocess"]["rounds"]) for b in by_concurrency.values()) * seconds
+
+
+def summary(rows: dict[str, list[dict]]) -> dict:
+    """Per variant the median over rounds; in-process over each other variant, round by round."""
+    out = {variant: {key: statistics.median(r[key] for r in runs) for key in ("infer_per_s", "p50_ms", "p99_ms")}
+           | {"rounds": runs} for variant, runs in rows.items()}
+    for other in ("ensemble", "client_side"):
+        out[f"inprocess_over_{other}"] = compared(rows["inprocess"], rows[other], "infer_per_s")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The pipeline examples served by a real tritonserver: encoded images and text in, labels
+out, equal to the plain reference loop (the folder's own process.py around ONNX Runtime)
+exactly, in every mode, over HTTP and gRPC, with concurrent clients; a corrupt file is
+refused alone with INVALID_ARGUMENT."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.harness.pipelines import Reference, as_request, build_pipeline_repository, images, texts
+from tests.harness.server import TritonServer
+from tests.harness.streams import run_on_stream
+
+MODELS = ("resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_decoupled", "bert_text")
+CORRUPT = b"\xff\xd8\xff\xe0 this is not a JPEG after its first bytes"
+
+
+@dataclass
+class Pipelines:
+    server: TritonServer
+    references: dict[str, Reference]
+
+
+@pytest.fixture(scope="module")
+def pipelines(start_server, tmp_path_factory) -> Pipelines:
+    repo = build_pipeline_repository(tmp_path_factory.mktemp("pipelines") / "repo")
+    server = start_server(repo)
+    client = httpclient.InferenceServerClient(server.http_url)
+    deadline = time.monotonic() + 120
+    while not all(client.is_model_ready(m) for m in MODELS):
+        assert time.monotonic() < deadline, f"models not ready: {server.log_tail()}"
+        time.sleep(0.5)
+    client.close()
+    return Pipelines(server, {name: Reference(repo / name) for name in ("resnet50_jpeg", "bert_text")})
+
+
+def _infer(protocol: str, url: str, model: str, name: str, payload: bytes, outputs: tuple[str, ...]):
+    """One request on its own client: its outputs, or the exception it got."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput(name, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
+    try:
+        result = client.infer(model, [tensor])
+        return {output: result.as_numpy(output) for output in outputs}
+    except InferenceServerException as exc:
+        return exc
+    finally:
+        client.close()
+
+
+def served_concurrently(pipelines: Pipelines, protocol: str, model: str, name: str, payloads: list[bytes],
+                        outputs: tuple[str, ...]) -> list:
+    url = pipelines.server.http_url if protocol == "http" else pipelines.server.grpc_url
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda p: _infer(protocol, url, model, name, p, outputs), payloads))
+
+
+def assert_equal_answers(served: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    for output, value in expected.items():
+        np.testing.assert_array_equal(served[output].astype(value.dtype), value, err_msg=output)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_pipelined"])
+def test_images_in_labels_out_equal_the_reference_loop(pipelines, protocol, model):
+    files = images(12, seed=1)
+    files.insert(5, CORRUPT)
+    answers = served_concurrently(pipelines, protocol, model, "IMAGE", files, ("LABELS", "SCORES"))
+    reference = pipelines.references["resnet50_jpeg"]
+    for payload, answer in zip(files, answers):
+        if payload is CORRUPT:
+            assert isinstance(answer, InferenceServerException)
+            assert "input 'IMAGE': process.py preprocess() refused it: OSError: Truncated File Read" in answer.message()
+            assert answer.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+        else:
+            assert not isinstance(answer, Exception), answer
+            assert answer["LABELS"].shape == (1, 5)
+            assert_equal_answers(answer, reference(as_request("IMAGE", payload)))
+
+
+def test_decoupled_images_over_a_stream_equal_the_reference_loop(pipelines):
+    files = images(10, seed=2)
+    requests = {str(i): as_request("IMAGE", payload) for i, payload in enumerate(files)}
+    requests["corrupt"] = as_request("IMAGE", CORRUPT)
+    answers = run_on_stream(pipelines.server.grpc_url, "resnet50_jpeg_decoupled", requests)
+    assert len(answers.errors) == 1 and "input 'IMAGE': process.py preprocess() refused it" in str(answers.errors[0])
+    reference = pipelines.references["resnet50_jpeg"]
+    assert sorted(answers.outputs) == sorted(str(i) for i in range(len(files)))
+    for key, served in answers.outputs.items():
+        assert_equal_answers(served, reference(requests[key]))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_text_in_label_out_equals_the_reference_loop(pipelines, protocol):
+    payloads = texts(16, seed=3)
+    payloads.insert(3, b"\xff\xfe not utf-8")
+    answers = served_concurrently(pipelines, protocol, "bert_text", "TEXT", payloads, ("LABEL", "SCORE"))
+    reference = pipelines.references["bert_text"]
+    for payload, answer in zip(payloads, answers):
+        if payload.startswith(b"\xff"):
+            assert "input 'TEXT': process.py preprocess() refused it: UnicodeDecodeError" in answer.message()
+        else:
+            assert not isinstance(answer, Exception), answer
+            assert_equal_answers(answer, reference(as_request("TEXT", payload)))
+
+
+def test_the_stages_are_timed_on_the_metrics_endpoint(pipelines):
+    served_concurrently(pipelines, "grpc", "resnet50_jpeg", "IMAGE", [*images(3, seed=4), CORRUPT],
+                        ("LABELS", "SCORES"))
+    server = pipelines.server
+    assert server.wait_for_metric("trtpool_stage_failures_total", "resnet50_jpeg", 1, 30, stage="pre") >= 1
+    for stage in ("pre", "engine", "post"):
+        assert server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg", 1, 30, stage=stage) > 0, stage
+    assert f'trtpool_stage_us_total{{model="resnet50_jpeg",stage="queue"}}' in server.metrics()

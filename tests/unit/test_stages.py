@@ -1,0 +1,209 @@
+"""Process files and their stages in-process, on the tiny example: what a user's
+preprocess/postprocess may do wrong, and that each mistake fails its request alone."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.unit.test_scheduler import RecordingResponder
+from trtpool import config as pool_config
+from trtpool.errors import ConfigError, InvalidInput, ProcessError
+from trtpool.instance import ModelInstance
+from trtpool.model_config import auto_complete, check_agreement
+from trtpool.process_file import engine_faces, load_process_file
+from trtpool.scheduler import Scheduler
+from trtpool_builder.examples import write_example
+from trtpool_builder.examples.tiny import tiny_reference
+
+# Outside face: VALUES float64 [16] in (a value -1 in row 0 is refused), TOTAL and DOUBLED out.
+PROCESS = '''
+import numpy as np
+
+def setup(model_config, folder):
+    global seen
+    seen = (model_config["name"], (folder / "process.py").is_file())
+
+def preprocess(inputs):
+    values = inputs["VALUES"]
+    if values[0, 0] == -1:
+        raise ValueError("first value is -1")
+    if values[0, 0] == -2:
+        return {"INPUT0": values}                      # float64: not the engine's type
+    return {"INPUT0": values.astype(np.float32)}
+
+def postprocess(outputs, inputs):
+    if inputs["VALUES"][0, 0] == -3:
+        raise RuntimeError("cannot post")
+    return {"TOTAL": outputs["OUTPUT0"].sum(axis=1, keepdims=True), "DOUBLED": outputs["OUTPUT0"] * 2}
+'''
+CONFIG = {
+    "name": "tiny_staged", "max_batch_size": 8, "parameters": {"preprocess_threads": {"string_value": "2"},
+                                                               "postprocess_threads": {"string_value": "2"}},
+    "input": [{"name": "VALUES", "data_type": "TYPE_FP64", "dims": ["16"]}],
+    "output": [{"name": "TOTAL", "data_type": "TYPE_FP32", "dims": ["1"]},
+               {"name": "DOUBLED", "data_type": "TYPE_FP32", "dims": ["4"]}],
+}
+
+
+def staged_folder(tmp_path: Path, source: str = PROCESS) -> Path:
+    version_dir = tmp_path / "1"
+    version_dir.mkdir(exist_ok=True)
+    write_example("tiny", version_dir / "model.onnx")
+    (version_dir / "process.py").write_text(source)
+    return version_dir
+
+
+@pytest.fixture
+def instance(tmp_path: Path):
+    instance = ModelInstance(CONFIG, staged_folder(tmp_path), "cpu")
+    yield instance
+    instance.close()
+
+
+def values(first: float, seed: int) -> np.ndarray:
+    row = np.random.default_rng(seed).standard_normal((1, 16))
+    row[0, 0] = first
+    return row
+
+
+def answered(responders: list[RecordingResponder]) -> list[RecordingResponder]:
+    for responder in responders:
+        assert responder.answered.wait(30), "a request was never answered"
+    return responders
+
+
+def test_each_request_is_answered_alone_whatever_its_process_functions_do(instance):
+    firsts = [0.5, -1.0, 0.25, -2.0, -3.0, 0.75]
+    requests = [{"VALUES": values(first, seed)} for seed, first in enumerate(firsts)]
+    responders = [RecordingResponder(cancelled=False) for _ in requests]
+    tensors, answering = instance.stage.before(requests, responders)
+    assert len(tensors) == 4  # -1 refused, -2 returned the wrong type
+    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    outcomes = [r.outcome for r in answered(responders)]
+
+    assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
+                           "ValueError: first value is -1")
+    assert outcomes[3] == ("failed: ProcessError: process.py preprocess() returned what the engine cannot take: "
+                           "input 'INPUT0': data type FP64 given, expected FP32")
+    assert outcomes[4] == "failed: ProcessError: process.py postprocess() raised RuntimeError: cannot post"
+    for index in (0, 2, 5):
+        expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+        sent = responders[index].outputs
+        np.testing.assert_allclose(sent["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(sent["TOTAL"], expected.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+        assert sent["DOUBLED"].dtype == np.float32
+
+
+def test_decoupled_requests_are_preprocessed_then_queued(instance):
+    scheduler = Scheduler(instance.runner, max_queue=16, batch_wait_us=1000, cancel_check_after_us=10_000)
+    try:
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.1, -1.0, 0.2, 0.3])]
+        responders = [RecordingResponder(cancelled=False) for _ in requests]
+        for request, responder in zip(requests, responders):
+            instance.stage.before_each(request, responder, scheduler.submit)
+        answered(responders)
+    finally:
+        scheduler.close()
+    assert responders[1].outcome.startswith("failed: InvalidInput: input 'VALUES'")
+    for index in (0, 2, 3):
+        expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+        np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_postprocess_must_return_the_declared_outputs_in_their_types(tmp_path):
+    wrong = PROCESS.replace('"DOUBLED": outputs["OUTPUT0"] * 2', '"DOUBLED": outputs["OUTPUT0"] * 2.0 + np.zeros(1)')
+    instance = ModelInstance(CONFIG, staged_folder(tmp_path, wrong), "cpu")
+    try:
+        with pytest.raises(ProcessError, match=r"postprocess\(\) returned output 'DOUBLED' as float64, "
+                                               r"config.pbtxt declares TYPE_FP32"):
+            instance.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+        missing = PROCESS.replace(', "DOUBLED": outputs["OUTPUT0"] * 2', "")
+        (tmp_path / "1" / "process.py").write_text(missing)
+        stage = ModelInstance(CONFIG, tmp_path / "1", "cpu")
+        try:
+            with pytest.raises(ProcessError, match=r"returned \['TOTAL'\], expected .*\['DOUBLED', 'TOTAL'\]"):
+                stage.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+        finally:
+            stage.close()
+    finally:
+        instance.close()
+
+
+def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_path):
+    exiting = PROCESS.replace('raise ValueError("first value is -1")', "raise SystemExit(3)")
+    instance = ModelInstance(CONFIG, staged_folder(tmp_path, exiting), "cpu")
+    try:
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([-1.0, 0.5])]
+        responders = [RecordingResponder(cancelled=False) for _ in requests]
+        tensors, answering = instance.stage.before(requests, responders)
+        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
+                            detach=True)
+        answered(responders)
+        assert responders[0].outcome == "failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: SystemExit: 3"
+        assert responders[1].outcome == "sent"
+        assert threading.active_count() > 1
+    finally:
+        instance.close()
+
+
+def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
+    version_dir = staged_folder(tmp_path)
+    faces = engine_faces(version_dir)
+    assert faces == ()
+    process = load_process_file(version_dir, CONFIG)
+    signature = ModelInstance(CONFIG, version_dir, "cpu")
+    try:
+        check_agreement(CONFIG, signature.runtime.signature, process.engine_faces)
+        with pytest.raises(ConfigError, match=r"input 'VALUES': not in the model, which has \['INPUT0'\]"):
+            check_agreement(CONFIG, signature.runtime.signature)
+        bare = {"name": "tiny_staged", "max_batch_size": 0}
+        with pytest.raises(ConfigError, match=r"input: config.pbtxt declares none, and with a process file"):
+            auto_complete(bare, signature.runtime.signature, faces)
+        only_post = "def postprocess(outputs, inputs):\n    return outputs\n"
+        (version_dir / "process.py").write_text(only_post)
+        added = auto_complete({**bare, "output": CONFIG["output"]}, signature.runtime.signature, ("input",))
+        assert [entry["name"] for entry in added["input"]] == ["INPUT0"] and engine_faces(version_dir) == ("input",)
+    finally:
+        signature.close()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("x = 1\n", r"defines neither preprocess\(inputs\) nor postprocess\(outputs, inputs\)"),
+    ("preprocess = 3\n", r"'preprocess' is a int, expected a function"),
+    ("import no_such_module_here\n", r"importing it raised ModuleNotFoundError"),
+    ("def setup(config, folder):\n    open(folder / 'labels.txt')\ndef preprocess(inputs):\n    return inputs\n",
+     r"setup\(model_config, folder\) raised FileNotFoundError"),
+])
+def test_a_broken_process_file_stops_the_model_loading_with_the_reason(tmp_path, source, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelInstance(CONFIG, staged_folder(tmp_path, source), "cpu")
+
+
+def test_setup_gets_the_model_config_and_its_folder(tmp_path):
+    version_dir = staged_folder(tmp_path)
+    process = load_process_file(version_dir, CONFIG)
+    module_globals = process.preprocess.__globals__
+    assert module_globals["seen"] == ("tiny_staged", True)
+    assert isinstance(process.preprocess({"VALUES": values(0.5, 1)})["INPUT0"], np.ndarray)
+    instance = ModelInstance(CONFIG, version_dir, "cpu")
+    try:
+        with pytest.raises(InvalidInput):
+            instance.stage.preprocess({"VALUES": values(-1.0, 1)})
+    finally:
+        instance.close()
+
+
+def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
+    def threads(**values: str) -> tuple[int, int]:
+        cfg = pool_config.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+                               tmp_path, "cpu")
+        return cfg.preprocess_threads, cfg.postprocess_threads
+
+    assert threads() == (pool_config.stage_threads(),) * 2
+    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
+    with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
+                                          r"number >= 1"):
+        threads(postprocess_threads="0")
