@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -84,18 +85,24 @@ class Stage:
         function = self.process.preprocess
         if function is None:
             return inputs
-        start = time.perf_counter_ns()
-        ok = False
-        try:
+        with self._timed("pre") as outcome:
             try:
                 returned = function(inputs)
             except BaseException as exc:  # user code: even SystemExit fails this request only
                 raise InvalidInput(f"{_names(inputs)}: {self._file} preprocess() refused it: {_why(exc)}") from exc
             tensors = self._engine_inputs(returned)
-            ok = True
+            outcome["ok"] = True
             return tensors
+
+    @contextmanager
+    def _timed(self, stage: str) -> Iterator[dict[str, bool]]:
+        """Time the block as `stage`; it sets outcome["ok"] when it succeeded."""
+        start = time.perf_counter_ns()
+        outcome = {"ok": False}
+        try:
+            yield outcome
         finally:
-            self._observe("pre", time.perf_counter_ns() - start, ok)
+            self._observe(stage, time.perf_counter_ns() - start, outcome["ok"])
 
     def _engine_inputs(self, returned: Any) -> Tensors:
         expected = [spec.name for spec in self.signature.inputs]
@@ -165,18 +172,14 @@ class Stage:
         """The response's outputs; ProcessError naming what postprocess did wrong."""
         function = self.process.postprocess
         assert function is not None
-        start = time.perf_counter_ns()
-        ok = False
-        try:
+        with self._timed("post") as outcome:
             try:
                 returned = function(outputs, inputs)
             except BaseException as exc:
                 raise ProcessError(f"{self._file} postprocess() raised {_why(exc)}") from exc
             tensors = self._response_outputs(returned)
-            ok = True
+            outcome["ok"] = True
             return tensors
-        finally:
-            self._observe("post", time.perf_counter_ns() - start, ok)
 
     def _response_outputs(self, returned: Any) -> Tensors:
         declared = sorted(self.declared_outputs)
