@@ -205,5 +205,5 @@ def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
     assert threads() == (pool_config.stage_threads(),) * 2
     assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
     with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
-                                          r"number >= 1"):
+                                          r"number from 1 to 64"):
         threads(postprocess_threads="0")
