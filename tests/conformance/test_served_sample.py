@@ -97,13 +97,18 @@ def sample(start_server, tmp_path_factory):
 
 
 def _infer(protocol: str, server, model: str, config: dict, inputs: dict[str, np.ndarray]) -> dict:
-    """Ask the served model as a client does: each input in the config's dims (a scalar as [1])."""
+    """Ask the served model as a client does: each input in the config's dims (a scalar as [1];
+    a batched model's per-row scalar, `dims: [1]` with `reshape: []`, as [rows, 1]) and each
+    output as the model shaped it (the trailing 1 of such a per-row scalar taken off)."""
     module = CLIENTS[protocol]
     url = server.http_url if protocol == "http" else server.grpc_url
     declared = {entry["name"]: entry for entry in config.get("input", [])}
     tensors = []
     for name, array in inputs.items():
-        sent = array.reshape(1) if array.ndim == 0 and "reshape" not in declared[name] else array
+        if "reshape" in declared[name]:
+            sent = array.reshape(*array.shape, 1)
+        else:
+            sent = array.reshape(1) if array.ndim == 0 else array
         if sent.dtype.kind in "OUS":
             sent = np.array([str(x).encode() if not isinstance(x, bytes) else x for x in sent.ravel()],
                             dtype=object).reshape(sent.shape)
@@ -114,7 +119,13 @@ def _infer(protocol: str, server, model: str, config: dict, inputs: dict[str, np
     with module.InferenceServerClient(url) as client:
         result = client.infer(model, tensors,
                               outputs=[module.InferRequestedOutput(e["name"]) for e in config["output"]])
-    return {entry["name"]: result.as_numpy(entry["name"]) for entry in config["output"]}
+    answers = {}
+    for entry in config["output"]:
+        answer = result.as_numpy(entry["name"])
+        if "reshape" in entry and answer.shape[-1:] == (1,):
+            answer = answer.reshape(answer.shape[:-1])
+        answers[entry["name"]] = answer
+    return answers
 
 
 @pytest.mark.parametrize("protocol", sorted(CLIENTS))
