@@ -34,6 +34,7 @@ from trtpool_ops.repository import ModelState, model_states
 from trtpool_ops.server_log import log_errors
 from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
 from trtpool_ops.stubs import dead_stub_count
+from trtpool_ops.watch_metrics import WatchMetrics
 from trtpool_ops.watchdog import ON_DEAD_STUB, Watchdog
 
 EXIT_DEAD_STUB = 3
@@ -58,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--watch-interval", type=float, default=5.0, metavar="S",
                    help="seconds between liveness checks of every model; 0: no watchdog")
     p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--watch-metrics-port", type=int, default=0, metavar="PORT",
+                   help="serve the watchdog's Prometheus metrics (deaths, recoveries, models dead now) on "
+                        "--address:PORT/metrics; 0 (default): not served")
     p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
                    help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB} (default: reload)")
     p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
@@ -159,7 +163,11 @@ def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen
         dead_stub.set()
         ask_to_stop(process, signal.SIGTERM)
 
-    watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server)
+    metrics = WatchMetrics()
+    if args.watch_metrics_port:
+        metrics.serve(args.address, args.watch_metrics_port)
+        say(f"watchdog metrics: http://{args.address}:{args.watch_metrics_port}/metrics")
+    watchdog = Watchdog(url, process.pid, say, args.probe_timeout, args.on_dead_stub, exit_server, metrics)
     threading.Thread(target=watchdog.run, args=(args.watch_interval, stopping), daemon=True).start()
     action = "reloaded" if args.on_dead_stub == "reload" else f"stop the server (exit {EXIT_DEAD_STUB})"
     say(f"watchdog: every {args.watch_interval:g} s, a tiny request per model; models with a dead stub: {action}")

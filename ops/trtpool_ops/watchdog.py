@@ -10,6 +10,7 @@ from tritonclient.utils import InferenceServerException
 from trtpool_ops.probe import probe_model
 from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
+from trtpool_ops.watch_metrics import WatchMetrics
 
 
 ON_DEAD_STUB = ("reload", "exit")
@@ -21,8 +22,10 @@ class Watchdog:
     supervisor (Kubernetes) to restart the whole server cleanly."""
 
     def __init__(self, url: str, server_pid: int, say: Callable[[str], None], probe_timeout: float = 10.0,
-                 on_dead: str = "reload", exit_server: Callable[[], None] = lambda: None) -> None:
+                 on_dead: str = "reload", exit_server: Callable[[], None] = lambda: None,
+                 metrics: WatchMetrics | None = None) -> None:
         self.url = url
+        self.metrics = metrics or WatchMetrics()
         self.stubs = StubTracker(server_pid)
         self.say = say
         self.probe_timeout = probe_timeout
@@ -51,8 +54,12 @@ class Watchdog:
         return {model: reason for model, reason in dead.items() if targets[model] not in dead}
 
     def recover(self, dead: dict[str, str]) -> None:
+        for model in dead:
+            self.metrics.died(model)
         if self.on_dead == "exit":
             self.say("; ".join(f"model {m}: dead ({r})" for m, r in sorted(dead.items())) + "; stopping the server")
+            for model in dead:
+                self.metrics.followed(model, "server_stopped")
             self.exit_server()
             return
         with grpcclient.InferenceServerClient(self.url) as client:
@@ -62,14 +69,17 @@ class Watchdog:
                     reload_model(client, model)
                 except InferenceServerException as exc:
                     self.say(f"model {model}: reload failed: {exc}")
+                    self.metrics.followed(model, "reload_failed")
                     continue
                 self.stubs.forget(model)
+                self.metrics.followed(model, "reloaded")
                 self.say(f"model {model}: reloaded, serving again")
 
     def run(self, interval: float, stop: threading.Event) -> None:
         while not stop.wait(interval):
             try:
                 dead = self.dead_models()
+                self.metrics.checked()
             except InferenceServerException as exc:
                 self.say(f"watchdog: server not answering: {exc}")
                 continue

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ from tritonclient.utils import InferenceServerException
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.repository import add_example
 from tests.harness.serve_command import ServeCommand, trtpool_serve
-from tests.harness.server import SHM
+from tests.harness.server import SHM, free_port
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import read_config, write_config
@@ -172,9 +173,19 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
         in serve.output()
 
 
+def watchdog_metrics(port: int) -> dict[str, float]:
+    """The watchdog's Prometheus series, by name and labels as the text format writes them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("trtpool_watchdog_")}
+
+
 def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp_path):
     log = tmp_path / "server.log"
-    serve = trtpool_serve(repository, log, "--watch-interval=1", "--probe-timeout=5", EXIT_TIMEOUT)
+    metrics_port = free_port()
+    serve = trtpool_serve(repository, log, "--watch-interval=1", "--probe-timeout=5", EXIT_TIMEOUT,
+                          f"--watch-metrics-port={metrics_port}")
     try:
         serve.wait_for("[serve] watchdog:")
         time.sleep(2.5)                        # the watchdog has seen every stub alive
@@ -189,6 +200,13 @@ def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp
         assert reloaded - killed < RELOADED_WITHIN_S
         time.sleep(2)
         results = load.finish()
+        # The operator's signal: one death of tiny, reloaded, not dead now; the other models untouched.
+        seen = watchdog_metrics(metrics_port)
+        assert seen['trtpool_watchdog_deaths_total{model="tiny"}'] == 1
+        assert seen['trtpool_watchdog_recoveries_total{model="tiny",outcome="reloaded"}'] == 1
+        assert seen['trtpool_watchdog_model_dead{model="tiny"}'] == 0
+        assert not any('model="tiny2"' in series for series in seen)
+        assert seen["trtpool_watchdog_checks_total"] >= 3
     finally:
         code = serve.stop()
 
