@@ -22,6 +22,8 @@ record's headline keys, and the ratios the issue sets goals for:
   null_grpc_b1_infer_per_s          the null model, same clients
 
     python bench/host_path.py --runtime torch --precision fp16 --out bench/results/h200/host_path.json
+    (or in two device calls: --inprocess-only --out /tmp/inprocess.json, then
+     --inprocess-from /tmp/inprocess.json --out ...)
     .venv/bin/python bench/host_path.py --runtime onnxruntime --image-size 64 --concurrency 16 \\
         --variants sync_c1,pipe_c2 --interval-ms 4000 --stability 50 --out bench/results/host_path_cpu.json
 """
@@ -113,6 +115,10 @@ def main() -> None:
     parser.add_argument("--profile-clients", choices=("b32_system_shm", "b1_grpc"), default="b32_system_shm",
                         help="the load the profile is taken under")
     parser.add_argument("--variants", default="sync_c1,pipe_c2,pipe_c4", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--inprocess-only", action="store_true",
+                        help="measure and write the in-process section alone (a device call of its own)")
+    parser.add_argument("--inprocess-from", type=Path, metavar="JSON",
+                        help="take the in-process section from an earlier --inprocess-only run's file")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "host_path.json")
     args = parser.parse_args()
     if args.runtime == "onnxruntime":
@@ -129,7 +135,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         onnx = write_example(args.example, scratch / f"{args.example}.onnx", **example_options(args.example, args))
-        report["inprocess"] = inprocess_best(args, onnx, scratch, contexts)
+        if args.inprocess_from:
+            report["inprocess"] = json.loads(args.inprocess_from.read_text())["inprocess"]
+            report["inprocess_from"] = str(args.inprocess_from)
+        else:
+            report["inprocess"] = inprocess_best(args, onnx, scratch, contexts)
+        print(f"in-process: {report['inprocess']['best']}", file=sys.stderr, flush=True)
+        if args.inprocess_only:
+            write_json(args.out, report)
+            return
         repo = scratch / "repo"
         for name in variants:
             count, mode, parameters = VARIANTS[name]

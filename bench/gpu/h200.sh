@@ -38,6 +38,8 @@
 #             earlier code travels in .whl/ (carried): before the call, here,
 #             mkdir -p .whl/base-REV && git archive REV backend_src/trtpool | tar -x -C .whl/base-REV
 #             -> cuda_shm_ab.json
+#   host-path-inprocess, host-path-served  the same in two calls on one warm machine (the in-process
+#             section first; the whole stage did not fit one 10-minute call on 2026-12-03)
 #   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
 #             gathered in one piece vs in slices, by CUDA events; submit/complete through the
 #             torch runtime -> host_copies.json
@@ -205,6 +207,18 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     host-copies)
       python3 bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
         --output "$OUT/host_copies.json" 2>&1 | tail -n 6
+      ;;
+    host-path-inprocess)
+      # host-path's in-process section alone (it ran past 90 s in the 2026-12-03 loan): kept in /tmp
+      # for host-path-served on the same warm machine, and returned in $OUT
+      python3 bench/host_path.py --runtime torch --precision fp16 --variants sync_c1,pipe_c2,pipe_c4 \
+        --inprocess-only --out /tmp/host_path_inprocess.json 2>&1 | grep -v '^[IWE]12' | tail -n 20
+      cp /tmp/host_path_inprocess.json "$OUT/"
+      ;;
+    host-path-served)
+      python3 bench/host_path.py --runtime torch --precision fp16 --variants sync_c1,pipe_c2,pipe_c4 \
+        --inprocess-from /tmp/host_path_inprocess.json --out "$OUT/host_path.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 40
       ;;
     host-path)
       python3 bench/host_path.py --runtime torch --precision fp16 --profile "$OUT/host_path_profile.txt" --native \
