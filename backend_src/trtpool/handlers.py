@@ -36,8 +36,11 @@ def request_tensors(request: Any) -> dict[str, Any]:
 def _host_array(tensor: Any) -> np.ndarray:
     try:
         return tensor.as_numpy()
-    except Exception:  # the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")
-        return bfloat16.from_triton(tensor)
+    except Exception as refused:  # the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")
+        try:
+            return bfloat16.from_triton(tensor)
+        except ValueError:  # not BF16 after all: the stub's own reason stands
+            raise refused from None
 
 
 class SyncHandler:

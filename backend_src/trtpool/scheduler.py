@@ -36,7 +36,7 @@ from typing import Any
 from trtpool.errors import Cancelled, ContextFailure, InvalidInput, Overloaded
 from trtpool.responders import Responder
 from trtpool.serving import BatchRunner, Item, shape_key
-from trtpool.validate import as_model_takes, check_request
+from trtpool.validate import accept
 
 log = logging.getLogger("trtpool")
 
@@ -81,9 +81,8 @@ class Scheduler:
     def submit(self, tensors: dict[str, Any], responder: Responder) -> None:
         """Queue one request, or answer it at once with its error."""
         signature = self.runner.signature
-        tensors = as_model_takes(signature, tensors)
         try:
-            shapes = check_request(signature, tensors)
+            tensors, shapes = accept(signature, tensors)
         except InvalidInput as exc:
             responder.fail(exc)
             return

@@ -25,7 +25,7 @@ from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.pool import ContextPool
 from trtpool.runtimes.base import ExecutionContext, Parts
 from trtpool.signature import Signature
-from trtpool.validate import as_model_takes, check_request
+from trtpool.validate import accept
 
 log = logging.getLogger("trtpool")
 
@@ -127,9 +127,8 @@ class BatchRunner:
         """The valid requests as items; each invalid one is failed with its reason."""
         items = []
         for index, tensors in enumerate(requests):
-            tensors = as_model_takes(self.signature, tensors)
             try:
-                items.append(Item(index, tensors, check_request(self.signature, tensors)))
+                items.append(Item(index, *accept(self.signature, tensors)))
             except InvalidInput as exc:
                 fail(index, exc)
         return items

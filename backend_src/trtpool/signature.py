@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 
 import ml_dtypes
@@ -117,6 +118,11 @@ class Signature:
     profiles: tuple[Profile, ...]
     batched: bool
     owner: str = "model"  # whose profiles they are, in messages: "engine" for a TensorRT engine
+
+    @cached_property
+    def scalar_inputs(self) -> frozenset[str]:
+        """The inputs of rank 0."""
+        return frozenset(spec.name for spec in self.inputs if spec.shape == ())
 
     @property
     def max_batch_size(self) -> int:

@@ -148,6 +148,10 @@ class Stage:
         def run() -> None:
             try:
                 then(*self.before(requests, responders))
+            except Exception as exc:  # never leave a request unanswered (a responder answers once)
+                log.exception("preprocessing a batch")
+                for responder in responders:
+                    responder.fail(exc)
             finally:
                 self._batch_slots.release()
         self._batches.submit(run)
@@ -159,8 +163,12 @@ class Stage:
             result = self._preprocess_or_error(inputs)
             if isinstance(result, Exception):
                 responder.fail(result)
-            else:
+                return
+            try:
                 then(result, self.answering(responder, inputs))
+            except Exception as exc:  # never leave the request unanswered
+                log.exception("queueing a preprocessed request")
+                responder.fail(exc)
         self._pre.submit(run)
 
     # --- postprocessing -----------------------------------------------------------

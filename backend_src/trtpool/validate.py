@@ -20,15 +20,14 @@ def _dtype_name(dtype: np.dtype) -> str:
     return TRITON_DTYPES.get(dtype, str(dtype)).removeprefix("TYPE_")
 
 
-def as_model_takes(signature: Signature, tensors: dict[str, Any]) -> dict[str, Any]:
-    """The request's tensors with each scalar input of a model without a batch axis as the
-    rank-0 array the model takes: config.pbtxt declares it [1] (model_config.config_dims),
-    so clients send [1]."""
-    if signature.batched:
-        return tensors
-    scalars = {spec.name for spec in signature.inputs if spec.shape == ()}
-    return {name: t.reshape(()) if name in scalars and tuple(t.shape) == (1,) else t
-            for name, t in tensors.items()}
+def accept(signature: Signature, tensors: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
+    """The request's tensors as the model takes them, and their shapes; InvalidInput naming
+    what is wrong. A scalar input of a model without a batch axis is declared [1] in
+    config.pbtxt (model_config.config_dims), so clients send [1]: the model takes rank 0."""
+    if not signature.batched and signature.scalar_inputs:
+        tensors = {name: t.reshape(()) if name in signature.scalar_inputs and tuple(t.shape) == (1,) else t
+                   for name, t in tensors.items()}
+    return tensors, check_request(signature, tensors)
 
 
 def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
