@@ -5,7 +5,9 @@
                clients for the served / in-process ratio
   latency      p50/p99 at 50% and 90% of the peak request rate
   memory       one instance with N contexts vs N instances of one context each
-               (GPU memory used, from nvidia-smi, after loading each alone)
+               (GPU memory used, from nvidia-smi, after loading each alone, then
+               after batch-1 clients at the served shape, then after the
+               profile's largest batch and shapes; per process too)
 
     python bench/gpu_serving.py --runtime torch --precision fp16 --out bench/results/gpu_serving.json
 
@@ -187,32 +189,81 @@ def latency_section(server: TritonServer, peak: float, models: list[tuple[str, b
     return rows
 
 
+def gpu_memory_by_process() -> dict[str, int]:
+    """GPU memory (MiB) per process, as nvidia-smi lists compute processes: 'pid name'."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    rows = [line.split(", ") for line in out.strip().splitlines() if line.strip()]
+    return {f"{pid} {Path(name).name}": int(mib) for pid, name, mib in rows}
+
+
+# The loads a memory reading follows: batch-1 clients at the example's served
+# shape (every context runs), then the profile's largest batch and shapes.
+MEMORY_LOADS = {
+    "in_use": {"concurrency": 16, "batch": 1},
+    "largest": {"concurrency": 8, "batch": 32},
+}
+LARGEST_INPUTS = {"resnet50": (), "bert_base": ("--shape", "input_ids:512", "--shape", "attention_mask:512",
+                                                "--input-data", "zero")}
+
+
+def memory_readings(server: TritonServer, model: str, example: str, before: int | None) -> dict:
+    """GPU memory the model adds after load, after a load at the served shape and after
+    one at the profile's largest shapes (activations are sized to the shapes in use)."""
+    def added() -> int | None:
+        now = gpu_memory_used_mib()
+        return None if now is None or before is None else now - before
+
+    readings = {"loaded": {"mib": added(), "processes": gpu_memory_by_process()}}
+    for state, load in MEMORY_LOADS.items():
+        inputs = LARGEST_INPUTS[example] if state == "largest" else INPUTS[example]
+        figures = measure(server, model, inputs=inputs, interval_ms=1000, shm="none", **load)
+        time.sleep(2)
+        readings[state] = {"mib": added(), "processes": gpu_memory_by_process(),
+                           "load": {**load, "inputs": " ".join(inputs), "infer_per_s": figures.get("infer_per_s"),
+                                    "error": figures.get("error")}}
+    return readings
+
+
 def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
-    """Load each model alone (explicit model control) and read the GPU memory it adds."""
+    """Load each model alone (explicit model control) and read the GPU memory it adds:
+    loaded, then after each of MEMORY_LOADS."""
     n, example = args.memory_n, args.example
     profiles = (args.memory_profile,) if args.memory_profile else None
     contexts_model, instances_model = f"{PREFIX[example]}_ctx", f"{PREFIX[example]}_inst"
     add_model(repo, onnx, contexts_model, example, args, contexts=n, mode="sync", profiles=profiles)
     add_model(repo, onnx, instances_model, example, args, contexts=1, mode="sync", instances=n, profiles=profiles)
+    idle = gpu_memory_used_mib()
     server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()
     client = httpclient.InferenceServerClient(server.http_url)
-    figures = {}
+    time.sleep(2)
+    serving = gpu_memory_used_mib()
+    # tritonserver with no model loaded: its CUDA context and CUDA memory pool
+    figures: dict = {"server_alone_mib": None if idle is None else serving - idle,
+                     "server_alone": gpu_memory_by_process()}
     try:
         for model in (contexts_model, instances_model):
             time.sleep(2)
             before = gpu_memory_used_mib()
             client.load_model(model)
             time.sleep(3)
-            after = gpu_memory_used_mib()
-            figures[model] = {"mib": None if before is None else after - before}
+            readings = memory_readings(server, model, example, before)
+            figures[model] = {"mib": readings["loaded"]["mib"], "readings": readings}
             client.unload_model(model)
             time.sleep(5)
-            print(f"memory {model}: {figures[model]}", flush=True)
+            print(f"memory {model}: " + ", ".join(f"{k} {v['mib']} MiB" for k, v in readings.items()), flush=True)
     finally:
         server.stop()
     if figures[contexts_model]["mib"] and figures[instances_model]["mib"]:
         figures["ratio_contexts_over_instances"] = round(
             figures[contexts_model]["mib"] / figures[instances_model]["mib"], 3)
+        figures["ratios_by_state"] = {
+            state: round(figures[contexts_model]["readings"][state]["mib"]
+                         / figures[instances_model]["readings"][state]["mib"], 3)
+            for state in ("loaded", *MEMORY_LOADS) if figures[instances_model]["readings"][state]["mib"]}
     return {"n": n, "example": example, "profile": args.memory_profile or "the example's default", **figures}
 
 

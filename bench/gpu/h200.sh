@@ -12,7 +12,8 @@
 #             decoupled c1_dec/c4_dec), ResNet-50 and BERT-base, one server run each
 #   breakdown served saturation points with Triton's per-stage statistics, beside the
 #             in-process figures at the same contexts and batches, ResNet-50 and BERT-base
-#   memory    section 3 for both examples, each model's default profile
+#   memory    section 3 for both examples, each model's default profile: after load, after
+#             batch-1 clients at the served shape, after the profile's largest batch and shapes
 #   bert-grpc BERT-base served over plain gRPC beside CUDA shm (batch-1/8/32 clients)
 #   tail      BERT p50/p99 at 50/90% of peak: metrics flushed every second vs after every batch
 #   sync-plain  served GPU tests and ResNet-50 sync saturation points after execute became a plain call
@@ -43,6 +44,9 @@
 #   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
 #             gathered in one piece vs in slices, by CUDA events; submit/complete through the
 #             torch runtime -> host_copies.json
+#   memory-breakdown  bench/memory_breakdown.py (issue 21): where one instance's GPU memory goes,
+#             step by step (CUDA context, weights, each context, graphs at the served shapes and at
+#             the largest), BERT-base and ResNet-50, 4 contexts -> memory_breakdown_*.json
 #   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
 #             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
 #             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes
@@ -158,6 +162,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
           --out "$OUT/gpu_memory_$example.json" 2>&1 | grep -v '^[IWE]1202' | tail -n 4
       done
       ;;
+    memory-breakdown)
+      python3 bench/memory_breakdown.py --model bert_base --onnx /tmp/bert_base.onnx --precision fp16 \
+        --contexts 4 --seq-len 128 --output "$OUT/memory_breakdown_bert_base.json" 2>&1 | tail -n 9
+      python3 bench/memory_breakdown.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
+        --contexts 4 --output "$OUT/memory_breakdown_resnet50.json" 2>&1 | tail -n 9
+      ;;
     bert-grpc)
       python3 bench/gpu_serving.py --runtime torch --precision fp16 --example bert_base --sections throughput \
         --levels 8 --batch-levels 8 --transports cuda,none --models c1,c4_dec \
@@ -217,7 +227,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       ;;
     host-path-served)
       python3 bench/host_path.py --runtime torch --precision fp16 --variants sync_c1,pipe_c2,pipe_c4 \
-        --inprocess-from /tmp/host_path_inprocess.json --out "$OUT/host_path.json" 2>&1 \
+        --inprocess-from /tmp/host_path_inprocess.json --profile "$OUT/host_path_profile.txt" --native \
+        --out "$OUT/host_path.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 40
       ;;
     host-path)
@@ -236,7 +247,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     pipeline)
       python3 -c 'import PIL' || exit 6
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
-        --concurrency 1 16 64 --rounds 2 --seconds 8 --pre-instances 2 4 8 --client-processes 4 \
+        --concurrency 1 16 64 --rounds 2 --seconds 6 --pre-instances 4 8 --client-processes 4 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -379,10 +379,41 @@ def test_gpu_contexts_share_the_weights_and_cost_what_is_measured(examples):
         assert 0 < measured < weights
         before = torch.cuda.memory_reserved(runtime.device)
         contexts = [runtime.create_context(i) for i in range(3)]
+        for context in contexts:  # the profile's one shape: each context's graph and pool made now
+            run_on(context, sample("resnet50", 1, seed=2))
         per_context = (torch.cuda.memory_reserved(runtime.device) - before) / 3
         assert 0.5 * measured <= per_context <= 1.5 * measured + (8 << 20)
         for context in contexts:
             context.close()
+    finally:
+        runtime.close()
+
+
+@gpu
+def test_gpu_context_activations_follow_the_shapes_it_runs(examples):
+    """A context holds no graph until it runs, then the buckets it has run: one that
+    serves batch 1 holds far less than the profile's largest batch needs (what
+    context_memory_bytes measures), and grows when a larger batch comes."""
+    path = examples["resnet50"]
+    runtime = TorchRuntime(make_cfg("resnet50", path, "cuda:0", profile="input=1x3x64x64:8x3x64x64:32x3x64x64"),
+                           path)
+    try:
+        largest = runtime.context_memory_bytes()
+        before = torch.cuda.memory_reserved(runtime.device)
+        context = runtime.create_context(0)
+        assert context.captured == []
+        one = sample("resnet50", 1, seed=4)
+        for name, output in run_on(context, one).items():
+            assert_close(output, reference(path, one)[name], TOLERANCE["fp32"])
+        assert [key[0][0] for key in context.captured] == [1]
+        at_batch_1 = torch.cuda.memory_reserved(runtime.device) - before
+        assert 0 < at_batch_1 < 0.5 * largest, (at_batch_1, largest)
+        full = sample("resnet50", 32, seed=4)
+        for name, output in run_on(context, full).items():
+            assert_close(output, reference(path, full)[name], TOLERANCE["fp32"])
+        assert [key[0][0] for key in context.captured] == [1, 32]
+        assert torch.cuda.memory_reserved(runtime.device) - before > at_batch_1
+        context.close()
     finally:
         runtime.close()
 
@@ -401,13 +432,13 @@ def test_gpu_closed_contexts_return_their_memory_to_the_driver(examples):
     expected = reference(path, inputs)
     try:
         keep = runtime.create_context(0)
-        for name, output in run_on(keep, inputs).items():  # batch 3: a second bucket, captured on first use
+        for name, output in run_on(keep, inputs).items():  # batch 3: its bucket captured on first use
             assert_close(output, expected[name], TOLERANCE["fp32"])
         after_close = []
         for _ in range(3):
             extra = [runtime.create_context(i) for i in (1, 2)]
             for context in extra:
-                assert set(context.captured) == set(keep.captured) and len(keep.captured) == 2
+                assert set(context.captured) == set(keep.captured) and len(keep.captured) == 1
                 for name, output in run_on(context, inputs).items():
                     assert_close(output, expected[name], TOLERANCE["fp32"])
             held = torch.cuda.memory_reserved(runtime.device)

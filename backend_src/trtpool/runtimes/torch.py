@@ -37,10 +37,13 @@ dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
 non-batch dimension is right only for models that mask it (attention_mask 0
 for a padded token), and only where every output dimension it changes is
-named after an input dimension, so that it can be cut back. The largest bucket
-is captured when the context is made, the others on first use (a context made
-later, as an elastic pool grows, captures the buckets others have run when it is
-made). A model that
+named after an input dimension, so that it can be cut back. Activations are
+sized to the shapes in use, as the TensorRT runtime's USER_MANAGED blocks are:
+a bucket is captured on its first batch on a context (a one-time cost on that
+request; config.pbtxt's model_warmup moves it to load time), so a context that
+only runs 128-token batches never holds the activations of the profile's
+largest shapes. A context made later, as an elastic pool grows, captures the
+buckets others have run when it is made, off the request path. A model that
 cannot be captured (an output sized by the data, an op that reads a device
 value on the host) runs eagerly on the context's stream.
 """
@@ -377,15 +380,16 @@ class TorchRuntime(Runtime):
         return TorchContext(self, index)
 
     def context_memory_bytes(self) -> int:
-        """Measured once: how much the caching allocator's reserved memory grows when a
-        context is made (its device buffers, its stream's cuBLAS workspace and the graph
-        pool holding the largest bucket's activations). Buckets captured later share
-        that pool and its buffers, so they add little."""
+        """Measured once, at most: how much the caching allocator's reserved memory grows
+        when a context is made and runs the largest shapes (its device buffers, its
+        stream's cuBLAS workspace and the graph pool holding the largest bucket's
+        activations). Smaller buckets share that pool and its buffers."""
         if self._context_bytes is None:
             self.make_current()
             torch.cuda.empty_cache()  # capture empties the cache: start from an empty one
             before = torch.cuda.memory_reserved(self.device)
             probe = self.create_context(-1)
+            probe.prepare({s.name: self.signature.max_shape(s.name) for s in self.signature.inputs})
             self._context_bytes = torch.cuda.memory_reserved(self.device) - before
             probe.close()
             del probe
@@ -455,9 +459,7 @@ class TorchContext(ExecutionContext):
             # sequence), it lands here first and is copied in on the device.
             self._landing = {name: self._empty(dtype, count) for name, (dtype, count)
                              in runtime.input_capacities.items() if runtime.may_pad_inner(name)}
-        largest = {s.name: runtime.signature.max_shape(s.name) for s in runtime.signature.inputs}
-        self._bucket(largest)  # this context's memory is committed now, not under load
-        for shapes in list(runtime.buckets_in_use.values()):  # and the graphs the load runs, captured now
+        for shapes in list(runtime.buckets_in_use.values()):  # the graphs the load runs, captured now
             self._bucket(shapes)
 
     def _empty(self, dtype: np.dtype, count: int) -> torch.Tensor:
@@ -467,6 +469,10 @@ class TorchContext(ExecutionContext):
     def captured(self) -> list[tuple[tuple[int, ...], ...]]:
         """The buckets made so far, as padded input shapes in the model's input order."""
         return list(self._buckets)
+
+    def prepare(self, shapes: Shapes) -> None:
+        """Capture the bucket of these input shapes now rather than on its first batch."""
+        self._bucket(shapes)
 
     def _bucket(self, shapes: Shapes) -> Bucket:
         padded = self._runtime.padded_shapes(shapes)
