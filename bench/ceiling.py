@@ -107,8 +107,9 @@ def profiled(server: TritonServer, model: str, args, out: Path, **load) -> dict:
     pid = stub_pid(model)
     if pid is None or shutil.which("py-spy") is None:
         return {"error": "no stub process or no py-spy"}
-    native = ["--native"] if args.native else []
-    recorder = subprocess.Popen(["py-spy", "record", "--nonblocking", "--threads", *native, "--format", "raw",
+    # py-spy reads native stacks only from a paused process: --native excludes --nonblocking.
+    sampling = ["--native"] if args.native else ["--nonblocking"]
+    recorder = subprocess.Popen(["py-spy", "record", "--threads", *sampling, "--format", "raw",
                                  "--rate", "200", "--duration", "12", "--pid", str(pid), "--output", str(out)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(1)

@@ -234,7 +234,10 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
     n, example = args.memory_n, args.example
     profiles = (args.memory_profile,) if args.memory_profile else None
     contexts_model, instances_model = f"{PREFIX[example]}_ctx", f"{PREFIX[example]}_inst"
-    add_model(repo, onnx, contexts_model, example, args, contexts=n, mode="sync", profiles=profiles)
+    # Pipelined: several batches in flight, so that under load every context runs (and
+    # holds its activations), as each of the N instances does. (Sync runs one batch at a
+    # time: its other contexts never run; the 16:30 UTC 2026-12-03 readings were taken so.)
+    add_model(repo, onnx, contexts_model, example, args, contexts=n, mode="pipelined", profiles=profiles)
     add_model(repo, onnx, instances_model, example, args, contexts=1, mode="sync", instances=n, profiles=profiles)
     idle = gpu_memory_used_mib()
     server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()

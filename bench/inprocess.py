@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +115,14 @@ def run_once(pool: ContextPool, parts: Parts) -> int:
 
 
 def warm_up(pool: ContextPool, parts: Parts) -> None:
-    """Run every context WARMUP_RUNS times (the pool hands contexts out in turn)."""
-    runs: dict[int, int] = {}
-    while len(runs) < pool.size or min(runs.values()) < WARMUP_RUNS:
-        index = run_once(pool, parts)
-        runs[index] = runs.get(index, 0) + 1
+    """Run every context WARMUP_RUNS times, all held at once: the pool hands out the
+    context freed last first, so one thread taking and giving would warm only one."""
+    with ExitStack() as held:
+        contexts = [held.enter_context(pool.acquire()) for _ in range(pool.size)]
+        for _ in range(WARMUP_RUNS):
+            for context in contexts:
+                context.submit(parts)
+                context.complete()
 
 
 def items_per_s(result: dict[str, Any], batch: int) -> float:

@@ -64,7 +64,7 @@ from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
-from trtpool.host_upload import ONE_PIECE, HostUploader
+from trtpool.host_upload import HostUploader
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.shapes import format_profile
 from trtpool.sidecar import BUILD_COMMAND, check_compatible, read_sidecar, rebuild_command
@@ -119,7 +119,7 @@ class TensorRTRuntime(Runtime):
             s.name: (s.dtype, max(prod(p.ranges[s.name].max) for p in self.signature.profiles))
             for s in self.signature.inputs}
         self.output_capacities, self.data_dependent = self._learn_outputs()
-        self.uploader = HostUploader(**ONE_PIECE)  # host inputs into the contexts' device buffers
+        self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.infers_shapes = trt_api.raises_safely(self.trt)
         self._buckets = self._graph_buckets()
         # Why batches run without CUDA graphs, once they do.
