@@ -93,18 +93,11 @@ def inprocess_best(args, onnx: Path, scratch: Path, contexts: str = "1,2,4") -> 
     return {"runs": runs, "best": best}
 
 
-def stub_pid(model: str) -> int | None:
-    """The Python backend stub serving `model` (its command line holds the model's path)."""
-    found = subprocess.run(["pgrep", "-f", f"triton_python_backend_stub.*/{model}/"], capture_output=True, text=True)
-    pids = found.stdout.split()
-    return int(pids[0]) if pids else None
-
-
 def profiled(server: TritonServer, model: str, args, out: Path, **load) -> dict:
     """A measurement (by default batch-1 clients over args.shm) while py-spy samples the
     model's stub (all threads; with --native, the C/C++ frames too: the stub's own IPC
     and copies)."""
-    pid = stub_pid(model)
+    pid = server.stub_pid(model)
     if pid is None or shutil.which("py-spy") is None:
         return {"error": "no stub process or no py-spy"}
     # py-spy reads native stacks only from a paused process: --native excludes --nonblocking.

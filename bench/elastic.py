@@ -122,17 +122,6 @@ def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, contr
 
 # ---- sampling ------------------------------------------------------------------------------
 
-def stub_pid(server: TritonServer, model: str) -> int | None:
-    """The model instance's stub: its command line names the model's folder."""
-    for pid in server.stub_pids():
-        try:
-            if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-        except OSError:
-            continue
-    return None
-
-
 def gpu_memory_mib() -> tuple[dict[int, int], int] | None:
     """Per-process GPU memory (pid -> MiB) and the device's used memory, or None without nvidia-smi."""
     try:
@@ -150,7 +139,7 @@ class Sampler:
     def __init__(self, server: TritonServer, model: str, runtime: str, baseline_mib: int | None) -> None:
         self.server, self.model, self.baseline = server, model, baseline_mib
         self.on_gpu = runtime == "torch"
-        self.pid = stub_pid(server, model)
+        self.pid = server.stub_pid(model)
         self.source = "stub RSS" if not self.on_gpu else None
 
     def memory_mib(self) -> float | None:

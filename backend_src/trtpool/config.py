@@ -22,6 +22,7 @@
       { key: "cuda_graphs"     value: { string_value: "on" } },        # TensorRT runtime: on | off
       { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
       { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
+      { key: "preprocess_processes" value: { string_value: "0" } },    # process.py: worker processes for preprocess
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
@@ -48,7 +49,7 @@ KNOWN_KEYS = {
     "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
     "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
-    "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads",
+    "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads", "preprocess_processes",
 }
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
@@ -96,6 +97,7 @@ class PoolConfig:
     elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
     preprocess_threads: int = 1   # process.py's preprocess workers (auto: stage_threads)
     postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
+    preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
 
     @property
     def most_contexts(self) -> int | None:
@@ -283,4 +285,5 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         elastic=_elasticity(params, contexts),
         preprocess_threads=_threads(params, "preprocess_threads"),
         postprocess_threads=_threads(params, "postprocess_threads"),
+        preprocess_processes=_whole_number(params, "preprocess_processes", 0, MAX_CONTEXTS, minimum=0),
     )

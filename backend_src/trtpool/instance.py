@@ -12,6 +12,7 @@ from trtpool.errors import ConfigError
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.pool import ContextPool, auto_size
 from trtpool.process_file import load_process_file
+from trtpool.process_pool import ProcessPreprocess
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
@@ -95,9 +96,15 @@ class ModelInstance:
             self.runtime.close()
             raise
         self.runner = BatchRunner(self.pool, on_batch)
+        self.pre_processes = None
+        pre_threads = self.cfg.preprocess_threads
+        if process is not None and process.preprocess is not None and self.cfg.preprocess_processes:
+            self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
+            process = replace(process, preprocess=self.pre_processes)
+            pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
         self.stage = None if process is None else Stage(
             process, self.runtime.signature, {o["name"]: o["data_type"] for o in model_config.get("output", [])},
-            self.cfg.preprocess_threads, self.cfg.postprocess_threads, on_stage)
+            pre_threads, self.cfg.postprocess_threads, on_stage)
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
             self.cfg.model_name, self.runtime.name, device,
@@ -123,5 +130,7 @@ class ModelInstance:
     def close(self) -> None:
         if self.stage is not None:
             self.stage.close()
+        if self.pre_processes is not None:
+            self.pre_processes.close()
         self.runner.close()
         self.pool.close()

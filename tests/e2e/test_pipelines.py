@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from tests.harness.pipelines import Reference, as_request, build_pipeline_reposi
 from tests.harness.server import TritonServer
 from tests.harness.streams import run_on_stream
 
-MODELS = ("resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_decoupled", "bert_text")
+MODELS = ("resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_decoupled", "resnet50_jpeg_processes",
+          "bert_text")
 CORRUPT = b"\xff\xd8\xff\xe0 this is not a JPEG after its first bytes"
 
 
@@ -69,7 +71,7 @@ def assert_equal_answers(served: dict[str, np.ndarray], expected: dict[str, np.n
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_pipelined"])
+@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_processes"])
 def test_images_in_labels_out_equal_the_reference_loop(pipelines, protocol, model):
     files = images(12, seed=1)
     files.insert(5, CORRUPT)
@@ -84,6 +86,31 @@ def test_images_in_labels_out_equal_the_reference_loop(pipelines, protocol, mode
             assert not isinstance(answer, Exception), answer
             assert answer["LABELS"].shape == (1, 5)
             assert_equal_answers(answer, reference(as_request("IMAGE", payload)))
+
+
+def _spawned_children(parent: int) -> list[int]:
+    """Processes whose parent is `parent` and that multiprocessing's spawn started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == parent and b"spawn_main" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or gone
+    return found
+
+
+def test_preprocess_processes_run_beside_the_stub(pipelines):
+    """preprocess_processes: 2 gives the model's stub two worker processes (the answers
+    are checked above); the other models' stubs have none."""
+    served_concurrently(pipelines, "grpc", "resnet50_jpeg_processes", "IMAGE", images(4, seed=6),
+                        ("LABELS", "SCORES"))
+    stubs = {model: pipelines.server.stub_pid(model)
+             for model in ("resnet50_jpeg_processes", "resnet50_jpeg_pipelined")}
+    assert all(stubs.values()), stubs
+    assert len(_spawned_children(stubs["resnet50_jpeg_processes"])) == 2
+    assert _spawned_children(stubs["resnet50_jpeg_pipelined"]) == []
 
 
 def test_decoupled_images_over_a_stream_equal_the_reference_loop(pipelines):

@@ -67,10 +67,12 @@ def add_mode(folder: Path, mode: str, name: str | None = None, **parameters: str
 
 
 def build_pipeline_repository(repo: Path) -> Path:
-    """resnet50_jpeg in sync, pipelined and decoupled mode; bert_text pipelined; small sizes."""
+    """resnet50_jpeg in sync, pipelined and decoupled mode, and pipelined with preprocess in
+    2 worker processes; bert_text pipelined; small sizes."""
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", SMALL_RESNET).folder
     for mode in ("pipelined", "decoupled"):
         add_mode(jpeg, mode, f"resnet50_jpeg_{mode}", contexts="2")
+    add_mode(jpeg, "pipelined", "resnet50_jpeg_processes", contexts="2", preprocess_processes="2")
     add_mode(jpeg, "sync", contexts="2")
     add_mode(make_example_folder(repo, "bert_text", "onnx", SMALL_BERT).folder, "pipelined", contexts="2")
     return repo

@@ -162,6 +162,16 @@ class TritonServer(LoopbackEndpoints):
                     pids.append(int(entry.name))
         return pids
 
+    def stub_pid(self, model: str) -> int | None:
+        """A stub of `model`'s instances: its command line names the model's folder."""
+        for pid in self.stub_pids():
+            try:
+                if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        return None
+
     def rss_bytes(self) -> int:
         """The server process's resident memory (its stubs not included)."""
         return rss_bytes(self.process.pid)

@@ -2,6 +2,7 @@
 preprocess/postprocess may do wrong, and that each mistake fails its request alone."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -207,3 +208,78 @@ def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
     with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
                                           r"number from 1 to 64"):
         threads(postprocess_threads="0")
+
+
+PROCESSES = {**CONFIG, "parameters": {**CONFIG["parameters"], "preprocess_processes": {"string_value": "2"}}}
+# The same functions, and a request whose first value is -4 ends its worker process.
+PROCESS_IN_WORKERS = PROCESS.replace('''    if values[0, 0] == -2:''', '''    if values[0, 0] == -4:
+        import os
+        os._exit(7)
+    if values[0, 0] == -2:''')
+
+
+def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
+    """preprocess_processes: the same answers and errors as the threads give, from
+    preprocess run in other processes; a worker that dies fails its request, and the
+    pool is made anew for the next."""
+    instance = ModelInstance(PROCESSES, staged_folder(tmp_path, PROCESS_IN_WORKERS), "cpu")
+    try:
+        assert instance.pre_processes is not None
+        firsts = [0.5, -1.0, 0.25, -2.0]
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate(firsts)]
+        responders = [RecordingResponder(cancelled=False) for _ in requests]
+        tensors, answering = instance.stage.before(requests, responders)
+        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
+                            detach=True)
+        outcomes = [r.outcome for r in answered(responders)]
+        assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
+                               "ValueError: first value is -1")
+        assert outcomes[3].startswith("failed: ProcessError: process.py preprocess() returned what the engine "
+                                      "cannot take: input 'INPUT0': data type FP64 given")
+        for index in (0, 2):
+            expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+            np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+
+        with pytest.raises(InvalidInput, match=r"preprocess\(\) refused it: BrokenProcessPool"):
+            instance.stage.preprocess({"VALUES": values(-4.0, 1)})
+        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+        np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
+    finally:
+        instance.close()
+
+
+def test_preprocess_runs_in_the_workers_not_the_instance(tmp_path):
+    reporting = PROCESS + '''
+import os
+
+def preprocess(inputs):
+    return {"INPUT0": np.full(inputs["VALUES"].shape, os.getpid(), np.float32)}
+'''
+    instance = ModelInstance(PROCESSES, staged_folder(tmp_path, reporting), "cpu")
+    try:
+        pids = {int(instance.stage.preprocess({"VALUES": values(0.5, s)})["INPUT0"][0, 0]) for s in range(8)}
+        assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    finally:
+        instance.close()
+
+
+def test_worker_processes_that_cannot_start_stop_the_load(tmp_path):
+    failing = PROCESS.replace('''    seen = (model_config["name"], (folder / "process.py").is_file())''',
+                              '''    seen = (model_config["name"], (folder / "process.py").is_file())
+    import multiprocessing
+    if multiprocessing.parent_process() is not None:
+        raise RuntimeError("no labels in the worker")''')
+    with pytest.raises(ConfigError, match=r"parameter 'preprocess_processes': the worker processes did not start"):
+        ModelInstance(PROCESSES, staged_folder(tmp_path, failing), "cpu")
+
+
+def test_preprocess_processes_is_read_with_the_other_parameters(tmp_path):
+    def processes(value: str) -> int:
+        cfg = pool_config.load({"name": "x", "parameters": {"preprocess_processes": {"string_value": value}}},
+                               tmp_path, "cpu")
+        return cfg.preprocess_processes
+
+    assert processes("") == 0 and processes("4") == 4
+    with pytest.raises(ConfigError, match=r"parameter 'preprocess_processes': 65 is too large; expected a whole "
+                                          r"number from 0 to 64"):
+        processes("65")
