@@ -8,7 +8,8 @@ activations by running the fp32 graph on the sample inputs. The nodes that
 make or read such a value stay in fp32 (the converter's node block list,
 which wraps them in casts). At the other end, float16 makes magnitudes below
 3e-8 zero: where a Log, a division or a reciprocal reads such a value, the
-answer becomes infinite, so those nodes stay in fp32 too.
+answer becomes infinite, so those nodes stay in fp32 too. And arithmetic on
+sizes and indices an exporter casts to float (shape_arithmetic) stays in fp32.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from trtpool_builder.samples import Samples
-from trtpool_builder.tensor_probe import node_outputs, reduce_tensors
+from trtpool_builder.tensor_probe import node_outputs, reduce_tensors, tensor_types
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 # Magnitudes below half the smallest float16 subnormal (2**-25) round to 0 in float16.
@@ -115,6 +116,43 @@ def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptI
     order = {node.name: index for index, node in enumerate(graph.node)}
     return sorted(kept.values(), key=lambda k: order[k.node])
 
+
+
+def _kind(elem_type: int) -> str:
+    """ONNX Runtime's name of an ONNX element type: 'tensor(int64)'."""
+    return f"tensor({onnx.helper.tensor_dtype_to_string(elem_type).removeprefix('TensorProto.').lower()})"
+
+
+def shape_arithmetic(model: onnx.ModelProto) -> list[str]:
+    """The float nodes that compute from sizes and indices, in graph order: they stay in fp32.
+
+    Exporters cast integer sizes to float to compute with them: ultralytics 8.3's anchor grid,
+    torch.arange(w, dtype=float32) under torch.onnx's TorchScript exporter, is
+    Range(0.0, Cast(Gather(Shape(x)), to=float), 1.0). Converted, that Cast writes float16, which
+    holds integers exactly only up to 2048, and TensorRT-RTX refuses the Range whose limit went
+    through float16 ("Input 0's element type (float) differs from input 1's element type (half)").
+    A node is kept when it casts an integer (or bool) to float, or reads a value such a node made
+    and otherwise only integers and float constants; the activations it meets later are fp16 as
+    usual. Main graph only. Nodes must be named (tensor_probe.name_nodes)."""
+    graph = model.graph
+    kinds = tensor_types(model)
+    kinds.update((v.name, _kind(v.type.tensor_type.elem_type)) for v in graph.input)
+    kinds.update((init.name, _kind(init.data_type)) for init in graph.initializer)
+    floats = {name for name, kind in kinds.items() if kind == "tensor(float)"}
+    constants = {init.name for init in graph.initializer}
+    constants |= {node.output[0] for node in graph.node if node.op_type == "Constant"}
+    from_sizes: set[str] = set()
+    kept: list[str] = []
+    for node in graph.node:
+        reads = [name for name in node.input if name]
+        casts_integers = (node.op_type == "Cast" and node.output[0] in floats
+                          and kinds.get(reads[0], "").startswith(("tensor(int", "tensor(uint", "tensor(bool")))
+        if not (casts_integers or any(name in from_sizes for name in reads)):
+            continue
+        if all(name in from_sizes or name in constants or name not in floats for name in reads):
+            kept.append(node.name)
+            from_sizes.update(name for name in node.output if name in floats)
+    return kept
 
 
 def skip_fp16_round_trips(model: onnx.ModelProto) -> int:

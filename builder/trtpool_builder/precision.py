@@ -33,7 +33,7 @@ import onnx
 from trtpool.errors import ConfigError
 from trtpool_builder.errors import BuildError
 from trtpool_builder.fp16_emulation import emulate_fp16
-from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, skip_fp16_round_trips
+from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, shape_arithmetic, skip_fp16_round_trips
 from trtpool_builder.onnx_io import save_model
 from trtpool_builder.samples import Samples, SampleSet
 from trtpool_builder.tensor_probe import name_nodes
@@ -105,13 +105,14 @@ def graph_has_dtype(model: onnx.ModelProto, elem_type: int) -> bool:
 
 
 def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[str, ...]) -> PreparedModel:
-    """Convert to float16 except the nodes fp16_safety finds; the check runs fp16_emulation's graph."""
+    """Convert to float16 except the nodes fp16_safety finds (those kept for their values are
+    reported; shape arithmetic is not); the check runs fp16_emulation's graph."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = onnx.load(str(source))
     name_nodes(model)
     kept = keep_in_fp32(model, feeds)
-    names = [k.node for k in kept]
+    names = [k.node for k in kept] + shape_arithmetic(model)
     emulated = save_model(emulate_fp16(model, names), dest.with_name("model.fp16-emulated.onnx"))
     converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=names)
     skip_fp16_round_trips(converted)
