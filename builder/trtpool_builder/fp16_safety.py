@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
 from trtpool_builder.samples import Samples
 from trtpool_builder.tensor_probe import node_outputs, reduce_tensors, tensor_types
