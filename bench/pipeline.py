@@ -151,7 +151,8 @@ def serving(folder: Path, args: argparse.Namespace) -> None:
 def build(repo: Path, args: argparse.Namespace) -> Path:
     size = args.image_size
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": size}).folder
-    set_parameters(jpeg, preprocess_threads=str(args.pre_threads), postprocess_threads=str(args.post_threads))
+    set_parameters(jpeg, preprocess_threads=str(args.pre_threads), postprocess_threads=str(args.post_threads),
+                   preprocess_processes=str(args.pre_processes))
     serving(jpeg, args)
     plain = make_model_folder(repo, "resnet50_plain", jpeg / "1" / "model.onnx",
                               get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
@@ -253,6 +254,8 @@ def main() -> int:
     parser.add_argument("--contexts", type=int, default=2)
     parser.add_argument("--pre-threads", default="auto")
     parser.add_argument("--post-threads", default="auto")
+    parser.add_argument("--pre-processes", type=int, default=0,
+                        help="the in-process model's preprocess_processes (0: preprocess on its threads)")
     parser.add_argument("--pre-instances", type=int, nargs="+", default=[1, 2, 4],
                         help="the ensemble's preprocessing model's instance counts tried; the best is reported")
     parser.add_argument("--post-instances", type=int, default=1)

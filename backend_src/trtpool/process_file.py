@@ -1,6 +1,7 @@
 """The user's process file: ``process.py`` in the model's version folder, beside the model file.
 
     def setup(model_config: dict, folder: Path) -> None: ...           # optional, once per instance
+                                                                        # (and per preprocess_processes worker)
     def preprocess(inputs: dict) -> dict: ...                           # optional
     def postprocess(outputs: dict, inputs: dict) -> dict: ...           # optional
 

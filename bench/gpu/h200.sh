@@ -49,7 +49,9 @@
 #             the largest), BERT-base and ResNet-50, 4 contexts -> memory_breakdown_*.json
 #   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
 #             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
-#             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes
+#             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes;
+#             the in-process model's preprocess in 8 worker processes (the 16:34 UTC 2026-12-03 run,
+#             on threads, was 0.63x of the ensemble)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -247,7 +249,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
     pipeline)
       python3 -c 'import PIL' || exit 6
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
-        --concurrency 1 16 64 --rounds 2 --seconds 6 --pre-instances 4 8 --client-processes 4 \
+        --concurrency 1 16 64 --rounds 2 --seconds 6 --pre-instances 4 8 --pre-processes 8 --client-processes 4 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
