@@ -104,7 +104,7 @@ class ModelInstance:
             pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
         self.stage = None if process is None else Stage(
             process, self.runtime.signature, {o["name"]: o["data_type"] for o in model_config.get("output", [])},
-            pre_threads, self.cfg.postprocess_threads, on_stage)
+            pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage)
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
             self.cfg.model_name, self.runtime.name, device,

@@ -12,8 +12,9 @@ engine inputs with responders that postprocess before they answer.
     pipelined   ``before_then``: execute() returns while its batch is preprocessed;
                 up to ``pre_threads`` batches are preprocessed at once, then each
                 is started on a context from the worker that preprocessed it
-    decoupled   ``before_each``: each request is preprocessed, then queued (so
-                ``max_queue_size`` bounds the requests preprocessed and waiting)
+    decoupled   ``before_each``: each request is preprocessed, then queued;
+                ``max_queue_size`` bounds the requests waiting for or in
+                preprocessing, as it bounds the queue after it
 
 Postprocessing runs on the post workers in every mode, so a batch's
 postprocessing overlaps the next batch's preprocessing and compute. User code
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from trtpool.device_tensors import keep_after_execute
-from trtpool.errors import InvalidInput, ProcessError
+from trtpool.errors import InvalidInput, Overloaded, ProcessError
 from trtpool.process_file import ProcessFile, Tensors
 from trtpool.responders import Responder
 from trtpool.signature import TRITON_DTYPES, Signature
@@ -64,8 +65,10 @@ def _why(exc: BaseException) -> str:
 
 class Stage:
     def __init__(self, process: ProcessFile, signature: Signature, declared_outputs: dict[str, str],
-                 pre_threads: int, post_threads: int, observe: StageObserver | None = None) -> None:
-        """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return)."""
+                 pre_threads: int, post_threads: int, max_waiting: int,
+                 observe: StageObserver | None = None) -> None:
+        """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return).
+        `max_waiting`: decoupled requests preprocessing or waiting for a pre worker (max_queue_size)."""
         self.process = process
         self.signature = signature
         self.declared_outputs = declared_outputs
@@ -76,6 +79,8 @@ class Stage:
         self._batches = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre-batch")
         self._batch_slots = threading.Semaphore(pre_threads)
         self._post = ThreadPoolExecutor(post_threads, thread_name_prefix="trtpool-post")
+        self._max_waiting = max_waiting
+        self._waiting_slots = threading.Semaphore(max_waiting)
 
     # --- preprocessing ------------------------------------------------------------
 
@@ -158,9 +163,18 @@ class Stage:
 
     def before_each(self, inputs: Tensors, responder: Responder,
                     then: Callable[[Tensors, Responder], None]) -> None:
-        """Preprocess one request on a pre worker, then hand it on (the decoupled queue)."""
+        """Preprocess one request on a pre worker, then hand it on (the decoupled queue);
+        refused at once, as a full queue refuses, when max_waiting requests are ahead of it."""
+        if not self._waiting_slots.acquire(blocking=False):
+            responder.fail(Overloaded(f"overloaded: {self._max_waiting} requests are being preprocessed or wait "
+                                      f"for it (max_queue_size {self._max_waiting}); retry later"))
+            return
+
         def run() -> None:
-            result = self._preprocess_or_error(inputs)
+            try:
+                result = self._preprocess_or_error(inputs)
+            finally:
+                self._waiting_slots.release()
             if isinstance(result, Exception):
                 responder.fail(result)
                 return

@@ -283,3 +283,40 @@ def test_preprocess_processes_is_read_with_the_other_parameters(tmp_path):
     with pytest.raises(ConfigError, match=r"parameter 'preprocess_processes': 65 is too large; expected a whole "
                                           r"number from 0 to 64"):
         processes("65")
+
+
+def test_decoupled_preprocessing_is_bounded_by_max_queue_size(tmp_path):
+    """Decoupled requests wait for a pre worker before they reach the queue: no more than
+    max_queue_size of them at once; the others are refused as a full queue refuses them,
+    and those admitted are answered."""
+    gated = PROCESS + '''
+import threading
+gate = threading.Event()
+_plain = preprocess
+
+def preprocess(inputs):
+    gate.wait(30)
+    return _plain(inputs)
+'''
+    config = {**CONFIG, "parameters": {**CONFIG["parameters"], "max_queue_size": {"string_value": "3"}}}
+    instance = ModelInstance(config, staged_folder(tmp_path, gated), "cpu")
+    scheduler = Scheduler(instance.runner, max_queue=16, batch_wait_us=1000, cancel_check_after_us=10_000)
+    try:
+        requests = [{"VALUES": values(0.5, seed)} for seed in range(5)]
+        responders = [RecordingResponder(cancelled=False) for _ in requests]
+        for request, responder in zip(requests, responders):
+            instance.stage.before_each(request, responder, scheduler.submit)
+        for refused in responders[3:]:
+            assert refused.answered.is_set()
+            assert refused.outcome == ("failed: Overloaded: overloaded: 3 requests are being preprocessed or wait "
+                                       "for it (max_queue_size 3); retry later")
+        instance.stage.process.preprocess.__globals__["gate"].set()
+        for index, responder in enumerate(answered(responders[:3])):
+            expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+            np.testing.assert_allclose(responder.outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+        after = RecordingResponder(cancelled=False)
+        instance.stage.before_each({"VALUES": values(0.5, 9)}, after, scheduler.submit)
+        assert answered([after])[0].outcome == "sent"
+    finally:
+        scheduler.close()
+        instance.close()
