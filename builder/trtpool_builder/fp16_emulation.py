@@ -15,6 +15,7 @@ operator, as TensorRT's fp16 kernels do; the main graph only (not If/Loop bodies
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 
 import numpy as np
@@ -55,11 +56,22 @@ def emulate_fp16(model: onnx.ModelProto, kept: Collection[str]) -> onnx.ModelPro
                     for name in node.output if name in floats}
 
     added: list[onnx.NodeProto] = []
+    node_names = {node.name for node in graph.node}
+
+    def unused(name: str) -> str:
+        """`name`, or `name_N` where the graph already has a node of that name."""
+        candidate = name
+        for number in itertools.count(1):
+            if candidate not in node_names:
+                break
+            candidate = f"{name}_{number}"
+        node_names.add(candidate)
+        return candidate
 
     def round_trip(source: str, target: str) -> None:
         half = target + SUFFIX + "_half"
-        added.append(helper.make_node("Cast", [source], [half], to=TensorProto.FLOAT16, name=half + "_cast"))
-        added.append(helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT, name=target + "_cast"))
+        added.append(helper.make_node("Cast", [source], [half], to=TensorProto.FLOAT16, name=unused(half + "_cast")))
+        added.append(helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT, name=unused(target + "_cast")))
 
     # A tensor made in fp16 is float16 for every reader and for the caller: its maker now writes
     # '<name>__fp32' and the name itself carries the rounded value.
