@@ -13,14 +13,17 @@ imports process.py from the model's folder and runs its ``setup`` once, as
 the instance does. The stub's ``sys.executable`` is its own binary, not a
 Python, so the workers run the Python of the stub's environment. A worker that
 dies (a crash in native code) fails the requests it held; the pool is then
-made anew for the requests after them.
+made anew for the requests after them. Workers end with their stub, also
+when it is killed.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
@@ -33,12 +36,23 @@ from trtpool.process_file import ProcessFile, Tensors, load_process_file
 log = logging.getLogger("trtpool")
 
 STARTUP_TIMEOUT_S = 120  # a worker imports process.py and its libraries, then runs setup
+PARENT_CHECK_S = 1.0     # how often a worker looks whether its stub is still there
 
 _worker_process: ProcessFile | None = None  # in a worker: the model's process.py, set up
 
 
-def _start_worker(version_dir: str, model_config: dict[str, Any]) -> None:
+def _exit_with_the_stub(stub: int) -> None:
+    """End this worker once the stub that started it is gone (killed, crashed): a
+    worker blocked on its task queue would otherwise outlive it, and the watchdog's
+    reload would leave it behind."""
+    while os.getppid() == stub:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _start_worker(stub: int, version_dir: str, model_config: dict[str, Any]) -> None:
     global _worker_process
+    threading.Thread(target=_exit_with_the_stub, args=(stub,), name="trtpool-stub-watch", daemon=True).start()
     _worker_process = load_process_file(Path(version_dir), model_config)
 
 
@@ -81,7 +95,7 @@ class ProcessPreprocess:
         _match_the_tracker_to_the_interpreter()
         self._context = multiprocessing.get_context("spawn")
         self._context.set_executable(environment_python())
-        self._arguments = (str(version_dir), model_config)
+        self._arguments = (os.getpid(), str(version_dir), model_config)
         self._processes = processes
         self._lock = threading.Lock()
         self._pool = self._new_pool()

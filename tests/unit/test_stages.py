@@ -2,8 +2,12 @@
 preprocess/postprocess may do wrong, and that each mistake fails its request alone."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -320,3 +324,34 @@ def preprocess(inputs):
     finally:
         scheduler.close()
         instance.close()
+
+
+def test_worker_processes_end_when_their_parent_is_killed(tmp_path):
+    """A stub killed with its workers blocked on their queue (the watchdog then reloads
+    the model): the workers end too instead of living on beside the new stub."""
+    version_dir = staged_folder(tmp_path)
+    script = (f"import sys, json; sys.path[:0] = {sys.path!r}\n"
+              "from pathlib import Path\n"
+              "from trtpool.process_pool import ProcessPreprocess\n"
+              f"pool = ProcessPreprocess(Path({str(version_dir)!r}), {CONFIG!r}, 2)\n"
+              "print(json.dumps(list(pool._pool._processes)), flush=True)\n"
+              "import time; time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = json.loads(parent.stdout.readline())
+        assert len(workers) >= 1 and all(map(running, workers))
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(map(running, workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if running(pid)]
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waits only to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
