@@ -45,6 +45,7 @@ import tritonclient.http as httpclient  # noqa: E402
 
 from bench.paired import alternate, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
+from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from trtpool.config import Elasticity  # noqa: E402
 from tests.harness.server import TritonServer, rss_bytes  # noqa: E402
@@ -259,8 +260,23 @@ def main() -> None:
             memory = gpu_memory_mib()
             admin.load_model(fixed)
             fixed_memory = Sampler(server, fixed, args.runtime, memory[1] if memory else None).memory_mib()
-            rounds = alternate(server, (elastic, fixed), args.rounds, args.peak, args.interval_ms,
-                               ("--streaming", *INPUTS.get(args.example, ())))
+            streaming = ("--streaming", *INPUTS.get(args.example, ()))
+
+            def at_peak(model: str) -> dict:
+                """The elastic pool shrinks while the fixed pool's round runs (longer than its
+                idle period): bring it back to its peak count before its own round, so that
+                the rounds compare the pools at the peak, not the elastic pool's growth."""
+                if model != elastic:
+                    return {}
+                try:
+                    perf_analyzer(model, server.grpc_url, concurrency=str(args.peak), interval_ms=1000, max_trials=3,
+                                  extra=("--stability-percentage", "100", *streaming))
+                except PerfAnalyzerFailed:
+                    pass  # a warm-up: the count it reached is what matters, and is kept
+                return {"contexts_at_start": sampler.contexts()}
+
+            rounds = alternate(server, (elastic, fixed), args.rounds, args.peak, args.interval_ms, streaming,
+                               before=at_peak)
         finally:
             control[:] = [STOP] * args.peak
             for process in processes:

@@ -44,13 +44,17 @@ def serve_and_alternate(build: Callable[[Path, Path], None], models: tuple[str, 
 
 
 def alternate(server: TritonServer, models: tuple[str, str], rounds: int, concurrency: int,
-              interval_ms: int, extra: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+              interval_ms: int, extra: tuple[str, ...] = (),
+              before: Callable[[str], dict] | None = None) -> dict[str, list[dict]]:
+    """perf_analyzer rounds of the two models in ABBA order; `before(model)` runs ahead of
+    each of a model's rounds, and what it returns is kept with the round."""
     rows: dict[str, list[dict]] = {model: [] for model in models}
     for round_index in range(rounds):
         for model in (models if round_index % 2 == 0 else models[::-1]):
+            noted = before(model) if before else {}
             [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency), interval_ms=interval_ms,
                                   max_trials=10, extra=("--stability-percentage", "30", *extra))
-            rows[model].append({"infer_per_s": row["Inferences/Second"], "p99_us": row["p99 latency"]})
+            rows[model].append({"infer_per_s": row["Inferences/Second"], "p99_us": row["p99 latency"], **noted})
             print(f"round {round_index} {model:12s} {row['Inferences/Second']:8.1f} infer/s "
                   f"p99 {row['p99 latency'] / 1000:6.1f} ms", flush=True)
     return rows

@@ -7,13 +7,14 @@ from collections.abc import Callable
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from trtpool_ops.probe import probe_model
+from trtpool_ops.probe import DEAD_STUB_MESSAGES, probe_model
 from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
 from trtpool_ops.watch_metrics import WatchMetrics
 
 
 ON_DEAD_STUB = ("reload", "exit")
+STUB_DIED = "a stub process died"
 
 
 class Watchdog:
@@ -41,16 +42,17 @@ class Watchdog:
         with grpcclient.InferenceServerClient(self.url) as client:
             ready = {s.name for s in model_states(client) if s.state == "READY"}
             targets = {model: front_target(client, model) for model in ready}
-        dead = {m: "a stub process died" for m in self.stubs.dead_models() & ready}
+        dead = {m: STUB_DIED for m in self.stubs.dead_models() & ready}
         for model in sorted(ready - set(dead), key=lambda m: (targets[m] is not None, m)):
             if targets[model] in dead:
                 continue
             result = probe_model(self.url, model, self.probe_timeout)
-            if not result.alive:
-                dead[model] = result.detail
+            if not result.alive:  # Triton's words for a gone stub, when the tracker has not seen it yet
+                dead[model] = (STUB_DIED if any(text in result.detail for text in DEAD_STUB_MESSAGES)
+                               else result.detail)
         # A target whose stub died while its front was probed: the target is the one to reload.
         for model in self.stubs.dead_models() & ready:
-            dead.setdefault(model, "a stub process died")
+            dead.setdefault(model, STUB_DIED)
         return {model: reason for model, reason in dead.items() if targets[model] not in dead}
 
     def recover(self, dead: dict[str, str]) -> None:
