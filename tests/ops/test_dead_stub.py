@@ -157,8 +157,8 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
             curl = quoted_command(f"curl -X POST localhost:8000/v2/repository/models/<model>/{action}",
                                   "docs/operations.md")
             done = subprocess.run([*command_argv(curl, {"localhost:8000": serve.ports.http_url, "<model>": "tiny"}),
-                                   "--fail", "--silent", "--show-error"], capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stderr
+                                   "--silent", "--show-error", "--write-out", "\n%{http_code}"], capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0 and done.stdout.endswith("\n200"), done.stdout + done.stderr
         assert_answers_correct([(0, *infer(serve.ports.grpc_url, seed)) for seed in range(5)])
         assert all(not isinstance(infer(serve.ports.grpc_url, seed)[1], str) for seed in range(5))
         assert health(serve.ports.grpc_url)[0] == 0
