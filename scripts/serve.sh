@@ -28,6 +28,6 @@ echo "[serve] preparing example models in $REPO: $MODELS"
 # shellcheck disable=SC2086
 "$ROOT/.venv/bin/trtpool-examples" --repo "$REPO" --names $MODELS
 echo "[serve] tritonserver log: $LOG"
-echo "[serve] once ready, try: $ROOT/.venv/bin/python $ROOT/scripts/client.py --url 127.0.0.1:${GRPC_PORT:-8001} --protocol grpc --model ${MODELS%% *}"
+echo "[serve] once ready, try: $ROOT/.venv/bin/python $ROOT/scripts/client.py --protocol grpc --url 127.0.0.1:${GRPC_PORT:-8001} --model ${MODELS%% *}"
 # shellcheck disable=SC2086
 exec "$ROOT/.venv/bin/trtpool-serve" --repo "$REPO" --models $MODELS "${PORTS[@]}" --log "$LOG" "$@"

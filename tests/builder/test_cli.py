@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from tests.harness.docs import ROOT, command_argv, quotes
 from trtpool_builder.cli import EXIT_CANNOT_RUN, accuracy_main, build_main, examples_main, model_main
 from trtpool_builder.model_folder import read_config
 from trtpool_builder.errors import BuildError
@@ -138,3 +141,50 @@ def test_accuracy_of_a_model_folder_goes_through_trtpool(tiny_onnx: Path, tmp_pa
     np.savez(inputs, INPUT0=np.full((3, 16), SENTINEL, np.float32))
     assert accuracy_main([str(repo / "tiny_flaky"), "--inputs", str(inputs)]) == 2
     assert "injected failure in context" in capsys.readouterr().err
+
+
+def write_small_conv_net(path: Path) -> None:
+    """The docs' example input, 'input' [N, 3, 224, 224], in front of one small convolution."""
+    weights = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.1
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]), helper.make_node("Flatten", ["g"], ["output"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 224, 224])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 4])],
+                              [numpy_helper.from_array(weights, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@needs_rtx
+def test_the_builder_lines_the_docs_quote_run_as_written(tmp_path: Path) -> None:
+    """The README's build, folder and accuracy lines (docs/builder.md has the same), run as written from
+    the folder that holds model.onnx; the engine is the machine's (TensorRT-RTX without a GPU)."""
+    write_small_conv_net(tmp_path / "model.onnx")
+    lines = [q for q in quotes(ROOT / "README.md") if q.startswith((".venv/bin/trtpool-build", ".venv/bin/trtpool-model",
+                                                                  ".venv/bin/trtpool-accuracy"))]
+    assert [line.split()[0] for line in lines] == [".venv/bin/trtpool-build", ".venv/bin/trtpool-model",
+                                                   ".venv/bin/trtpool-model", ".venv/bin/trtpool-accuracy"]
+    assert all(line in quotes(ROOT / "docs" / "builder.md") for line in lines)
+    venv_bin = f"{Path(sys.executable).parent}/"
+    build, model, model_cpu, accuracy = (
+        subprocess.run(command_argv(line, {".venv/bin/": venv_bin}), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300) for line in lines)
+    for done in (build, model, model_cpu):
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "(fp16, 2 profile(s)" in build.stdout and "fp16 conversion error" in build.stdout
+    assert (tmp_path / "model_repository" / "mymodel" / "1" / "model.plan").is_file()
+    assert (tmp_path / "model_repository" / "mymodel_cpu" / "1" / "model.onnx").is_file()
+    if current_gpu() is None:   # an engine runs only on a GPU: the accuracy line says so and exits 3
+        assert accuracy.returncode == EXIT_CANNOT_RUN and "cannot run engine 'model.plan' here" in accuracy.stderr
+    else:
+        assert accuracy.returncode == 0, accuracy.stdout + accuracy.stderr
+
+
+@pytest.mark.parametrize("main", [build_main, model_main, examples_main, accuracy_main],
+                         ids=["build", "model", "examples", "accuracy"])
+def test_each_command_has_help(main, capsys: pytest.CaptureFixture) -> None:
+    """"Run each with --help for all options" (README)."""
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "usage:" in capsys.readouterr().out

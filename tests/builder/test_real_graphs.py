@@ -180,16 +180,19 @@ def test_operator_outside_the_standard_domain_is_named(tmp_path: Path) -> None:
         build_engine(source, tmp_path / "ml.plan", rtx(shapes=("x=1x4:2x4:8x4",)))
 
 
-def test_profile_size_the_model_refuses_names_input_and_axis(tmp_path: Path) -> None:
-    """A graph that reshapes its second axis to 4 x 4 only works at size 16 there."""
+@pytest.mark.parametrize("names", [["n", "k"], ["n", "n"]], ids=["own-names", "one-name"])
+def test_profile_size_the_model_refuses_names_input_and_axis(tmp_path: Path, names: list[str]) -> None:
+    """A graph that reshapes its second axis to 4 x 4 only works at size 16 there. With one name on both
+    axes (sizes the profile makes differ), the refusal also lists the renamed axis."""
     shape = numpy_helper.from_array(np.array([0, 4, 4], np.int64), "target")
     source = save(tmp_path / "fixed.onnx", [helper.make_node("Reshape", ["x", "target"], ["y"], name="to_grid")],
-                  [fvalue("x", ["n", "k"])], [fvalue("y", ["n", 4, 4])], [shape])
+                  [fvalue("x", names)], [fvalue("y", ["n", 4, 4])], [shape])
     with pytest.raises(BuildError) as refused:
         build_engine(source, tmp_path / "fixed.plan", rtx(shapes=("x=1x8:2x16:4x16",)))
     assert ("input 'x' axis 1: the model runs with size 16 there but ONNX Runtime refuses size 8 "
             "(the min of profile 0 ('x=1x8:2x16:4x16'))") in str(refused.value)
     assert "Pass --shapes whose 'x' axis 1 stays within sizes the model accepts" in str(refused.value)
+    assert ("dimension names changed in the built copy" in str(refused.value)) == (names[0] == names[1])
 
 
 # --- scalars -------------------------------------------------------------------------------------

@@ -35,13 +35,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
+from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_example
 from tests.harness.serve_command import ServeCommand, trtpool_serve
 from tests.harness.server import SHM, free_port
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import read_config, write_config
-from trtpool_ops.repository import reload_model
 
 TRTPOOL_HEALTH = Path(sys.executable).parent / "trtpool-health"
 EXIT_TIMEOUT = "--exit-timeout-secs=3"
@@ -153,8 +153,12 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
             client.load_model("tiny")          # unchanged model: a config update, the dead stubs stay
         assert isinstance(infer(serve.ports.grpc_url, 1)[1], str)
 
-        with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
-            reload_model(client, "tiny")       # the documented recovery: unload, then load
+        for action in ("unload", "load"):      # the documented recovery, as docs/operations.md quotes it
+            curl = quoted_command(f"curl -X POST localhost:8000/v2/repository/models/<model>/{action}",
+                                  "docs/operations.md")
+            done = subprocess.run([*command_argv(curl, {"localhost:8000": serve.ports.http_url, "<model>": "tiny"}),
+                                   "--silent", "--show-error", "--write-out", "\n%{http_code}"], capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0 and done.stdout.endswith("\n200"), done.stdout + done.stderr
         assert_answers_correct([(0, *infer(serve.ports.grpc_url, seed)) for seed in range(5)])
         assert all(not isinstance(infer(serve.ports.grpc_url, seed)[1], str) for seed in range(5))
         assert health(serve.ports.grpc_url)[0] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.harness.clients import TINY_TOLERANCE, http_input
+from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
+from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_broken_models, add_example
-from tests.harness.serve_command import TRTPOOL_SERVE, serve_sh, trtpool_serve
-from tests.harness.server import ROOT, TRITONSERVER
+from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, serve_sh, trtpool_serve
+from tests.harness.server import ROOT, SHM, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
@@ -36,12 +38,12 @@ def test_command_line_loads_chosen_models_and_passes_flags_through():
 
 
 def readme_load_failure_example() -> list[str]:
-    """The model lines of the README's example of a model that fails to load."""
+    """The lines of the README's example of a model that fails to load (two models, the summary)."""
     readme = (ROOT / "README.md").read_text()
     block = readme.split("An engine folder made\n  for a GPU on a CPU-only machine, for example:", 1)[1]
     block = block.split("```", 2)[1]
-    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("[serve]   ")]
-    assert len(lines) == 2, block
+    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("[serve] ")]
+    assert len(lines) == 3, block
     return lines
 
 
@@ -65,7 +67,8 @@ def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_r
             [line] = [l for l in serve.lines if l.startswith(f"[serve]   {model}: FAILED TO LOAD:")]
             assert fragment in line, line
         assert f"{len(broken)} failed to load" in output
-        for line in readme_load_failure_example():   # the README quotes what users see
+        for line in readme_load_failure_example():   # the README quotes what users see (its repo: one broken)
+            line = line.replace("1 failed to load", f"{len(broken)} failed to load")
             assert line in serve.lines, f"README line not in the output: {line}\n{output}"
         x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
         with httpclient.InferenceServerClient(serve.ports.http_url) as client:
@@ -98,8 +101,39 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
         assert states["resnet50"] == "" and states["bert_base"] == "", states   # present, never loaded
         assert "FAILED" not in serve.output()
         assert "not loaded (not in --models): bert_base, resnet50" in serve.output()
+        # The client line it prints is the README's, with the checkout's paths, its port and model.
+        client = quoted_command(".venv/bin/python scripts/client.py")
+        client = client.replace(".venv/", f"{ROOT}/.venv/").replace(" scripts/", f" {ROOT}/scripts/")
+        client = client.replace("127.0.0.1:8001", serve.ports.grpc_url).replace("resnet50", "tiny")
+        assert f"[serve] once ready, try: {client}" in serve.lines, serve.output()
     finally:
         assert serve.stop() == 0
+
+
+def test_the_readmes_plain_tritonserver_command_serves(mixed_repository, tmp_path):
+    """The README's command line without trtpool-serve, as pasted in the checkout, on free ports (loopback
+    only, and a region prefix of its own): tiny serves, the models that cannot load are not ready, and
+    Ctrl-C stops it with 0 and no region left."""
+    repo, broken = mixed_repository
+    ports = Ports()
+    prefix = f"trtpool_test_{uuid.uuid4().hex[:12]}_"
+    command = command_argv(quoted_command(".triton/bin/tritonserver"), {
+        "/path/to/model_repository": str(repo), "--http-port=8000": f"--http-port={ports.http_port}",
+        "--grpc-port=8001": f"--grpc-port={ports.grpc_port}", "--metrics-port=8002": f"--metrics-port={ports.metrics_port}"})
+    assert "--load-model=*" in command
+    server = ServeCommand([*command, "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+                           f"--backend-config=python,shm-region-prefix-name={prefix}"], ports)
+    try:
+        server.wait_for("Started GRPCInferenceService", timeout=180)
+        x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+        with grpcclient.InferenceServerClient(ports.grpc_url) as client:
+            assert client.is_model_ready("tiny")
+            assert not any(client.is_model_ready(model) for model in broken)
+            y = client.infer("tiny", [grpc_input("INPUT0", x, "FP32")]).as_numpy("OUTPUT0")
+        np.testing.assert_allclose(y, tiny_reference(x), **TINY_TOLERANCE)
+    finally:
+        assert server.stop() == 0, server.output()[-3000:]
+    assert not sorted(SHM.glob(prefix + "*"))
 
 
 def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_repository, tmp_path):
