@@ -6,9 +6,10 @@ What the stub can know at load: its own config, and its folder
 (args["model_repository"] is <repository>/<model>), so the folders beside it
 and their config.pbtxt. It cannot see other repositories given to
 tritonserver (--model-repository more than once). Nor can it ask whether
-the target has loaded: Triton loads a repository's models in parallel, so
-pb_utils.is_model_ready (the stub's one question about another model, 24.10)
-would race with the target's own load. Hence the rule: the target lies in the
+the target has loaded: pb_utils.is_model_ready (the stub's one question about
+another model, 24.10) is refused while the server starts ("Server not ready",
+tests/ops/test_front_readiness_limit.py), and later it would race with the
+target's own load, Triton loading a repository's models in parallel. Hence the rule: the target lies in the
 same repository, and its config.pbtxt says backend "trtpool" and
 model_transaction_policy { decoupled: true }.
 
