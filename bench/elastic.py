@@ -31,7 +31,6 @@ import argparse
 import multiprocessing as mp
 import queue
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 
+from bench import gpu_memory  # noqa: E402
 from bench.paired import alternate, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
@@ -123,19 +123,6 @@ def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, contr
 
 # ---- sampling ------------------------------------------------------------------------------
 
-def gpu_memory_mib() -> tuple[dict[int, int], int] | None:
-    """Per-process GPU memory (pid -> MiB) and the device's used memory, or None without nvidia-smi."""
-    try:
-        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, check=True).stdout
-        used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    per_process = {int(p): int(m) for p, m in (line.split(",") for line in apps.strip().splitlines() if "," in line)}
-    return per_process, int(used.split()[0])
-
-
 class Sampler:
     def __init__(self, server: TritonServer, model: str, runtime: str, baseline_mib: int | None) -> None:
         self.server, self.model, self.baseline = server, model, baseline_mib
@@ -146,15 +133,13 @@ class Sampler:
     def memory_mib(self) -> float | None:
         if not self.on_gpu:
             return round(rss_bytes(self.pid) / MIB, 1) if self.pid else None
-        seen = gpu_memory_mib()
-        if seen is None:
-            return None
-        per_process, used = seen
+        per_process = gpu_memory.by_process()
         if self.pid in per_process:
             self.source = "nvidia-smi per process"
-            return per_process[self.pid]
+            return per_process[self.pid][1]
         self.source = "device used memory over the baseline"
-        return used - self.baseline if self.baseline is not None else None
+        used = gpu_memory.used_mib()
+        return used - self.baseline if used is not None and self.baseline is not None else None
 
     def contexts(self) -> float:
         return self.server.metric_total("trtpool_contexts", self.model)
@@ -237,7 +222,7 @@ def main() -> None:
         processes = []
         admin = httpclient.InferenceServerClient(server.http_url)
         try:
-            memory = gpu_memory_mib()
+            baseline = gpu_memory.used_mib()
             admin.load_model(elastic)
             inputs = request_inputs(server, elastic, args.seq_len)
             processes = [spawn.Process(target=client, args=(server.grpc_url, elastic, inputs, slot, control,
@@ -247,7 +232,7 @@ def main() -> None:
                 process.start()
             samples: list[dict] = []
             started = time.monotonic()
-            sampler = Sampler(server, elastic, args.runtime, memory[1] if memory else None)
+            sampler = Sampler(server, elastic, args.runtime, baseline)
             low_s, peak_s, after_s = args.phases
             first_low = run_phase("low", args.low, low_s, control, answered, failed, sampler, started, samples)
             peak = run_phase("peak", args.peak, peak_s, control, answered, failed, sampler, started, samples)
@@ -257,9 +242,9 @@ def main() -> None:
                 process.join(timeout=60)
             # The fixed pool beside it: its memory once loaded (every context made at load),
             # then both at the peak's clients, perf_analyzer's rounds in ABBA order.
-            memory = gpu_memory_mib()
+            baseline = gpu_memory.used_mib()
             admin.load_model(fixed)
-            fixed_memory = Sampler(server, fixed, args.runtime, memory[1] if memory else None).memory_mib()
+            fixed_memory = Sampler(server, fixed, args.runtime, baseline).memory_mib()
             streaming = ("--streaming", *INPUTS.get(args.example, ()))
 
             def at_peak(model: str) -> dict:

@@ -28,21 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 import tritonclient.http as httpclient  # noqa: E402
 
+from bench import gpu_memory  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
-
-
-def gpu_memory_used_mib() -> int | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return int(out.split()[0])
 
 
 def example_options(example: str, args) -> dict:
@@ -189,15 +181,9 @@ def latency_section(server: TritonServer, peak: float, models: list[tuple[str, b
     return rows
 
 
-def gpu_memory_by_process() -> dict[str, int]:
-    """GPU memory (MiB) per process, as nvidia-smi lists compute processes: 'pid name'."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    rows = [line.split(", ") for line in out.strip().splitlines() if line.strip()]
-    return {f"{pid} {Path(name).name}": int(mib) for pid, name, mib in rows}
+def processes_mib() -> dict[str, int]:
+    """GPU memory (MiB) per compute process, keyed 'pid name'."""
+    return {f"{pid} {name}": mib for pid, (name, mib) in gpu_memory.by_process().items()}
 
 
 # The loads a memory reading follows: batch-1 clients at the example's served
@@ -214,15 +200,15 @@ def memory_readings(server: TritonServer, model: str, example: str, before: int 
     """GPU memory the model adds after load, after a load at the served shape and after
     one at the profile's largest shapes (activations are sized to the shapes in use)."""
     def added() -> int | None:
-        now = gpu_memory_used_mib()
+        now = gpu_memory.used_mib()
         return None if now is None or before is None else now - before
 
-    readings = {"loaded": {"mib": added(), "processes": gpu_memory_by_process()}}
+    readings = {"loaded": {"mib": added(), "processes": processes_mib()}}
     for state, load in MEMORY_LOADS.items():
         inputs = LARGEST_INPUTS[example] if state == "largest" else INPUTS[example]
         figures = measure(server, model, inputs=inputs, interval_ms=1000, shm="none", **load)
         time.sleep(2)
-        readings[state] = {"mib": added(), "processes": gpu_memory_by_process(),
+        readings[state] = {"mib": added(), "processes": processes_mib(),
                            "load": {**load, "inputs": " ".join(inputs), "infer_per_s": figures.get("infer_per_s"),
                                     "error": figures.get("error")}}
     return readings
@@ -239,18 +225,18 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
     # time: its other contexts never run; the 16:30 UTC 2026-12-03 readings were taken so.)
     add_model(repo, onnx, contexts_model, example, args, contexts=n, mode="pipelined", profiles=profiles)
     add_model(repo, onnx, instances_model, example, args, contexts=1, mode="sync", instances=n, profiles=profiles)
-    idle = gpu_memory_used_mib()
+    idle = gpu_memory.used_mib()
     server = TritonServer(repo, base / "memory.log", ("--model-control-mode=explicit",)).start()
     client = httpclient.InferenceServerClient(server.http_url)
     time.sleep(2)
-    serving = gpu_memory_used_mib()
+    serving = gpu_memory.used_mib()
     # tritonserver with no model loaded: its CUDA context and CUDA memory pool
     figures: dict = {"server_alone_mib": None if idle is None else serving - idle,
-                     "server_alone": gpu_memory_by_process()}
+                     "server_alone": processes_mib()}
     try:
         for model in (contexts_model, instances_model):
             time.sleep(2)
-            before = gpu_memory_used_mib()
+            before = gpu_memory.used_mib()
             client.load_model(model)
             time.sleep(3)
             readings = memory_readings(server, model, example, before)

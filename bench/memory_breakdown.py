@@ -21,35 +21,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import gpu_memory  # noqa: E402
 from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
+from trtpool.shapes import parse_profile  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 MIB = 1 << 20
 IN_USE_BATCHES = (1, 16)
-
-
-def device_used_mib() -> int:
-    """The GPU's used memory, nvidia-smi's figure (the machine runs nothing else)."""
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
-    return int(out.split()[0])
-
-
-def process_mib() -> int | None:
-    """This process's GPU memory as nvidia-smi lists it (None where a container hides its pid)."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
-    mine = [int(mib) for pid, mib in (line.split(", ") for line in out.strip().splitlines() if line)
-            if int(pid) == os.getpid()]
-    return sum(mine) if mine else None
 
 
 class Steps:
@@ -58,12 +43,13 @@ class Steps:
     its increase over the previous one."""
 
     def __init__(self, torch: Any) -> None:
-        self.torch, self.rows, self._baseline, self._last = torch, [], device_used_mib(), 0
+        self.torch, self.rows, self._baseline, self._last = torch, [], gpu_memory.used_mib(), 0
 
     def read(self, step: str) -> None:
-        now = device_used_mib() - self._baseline
+        now = gpu_memory.used_mib() - self._baseline
+        mine = gpu_memory.by_process().get(os.getpid())  # None where a container hides the pid
         row = {"step": step, "added_since_start_mib": now, "step_mib": now - self._last,
-               "process_mib": process_mib(),
+               "process_mib": mine[1] if mine else None,
                "torch_allocated_mib": round(self.torch.cuda.memory_allocated() / MIB),
                "torch_reserved_mib": round(self.torch.cuda.memory_reserved() / MIB)}
         self._last = now
@@ -74,10 +60,8 @@ class Steps:
 def largest_batch(args: argparse.Namespace) -> dict[str, list]:
     """The profile's largest shapes, filled as inputs_for fills a batch."""
     example = get_example(args.model)
-    profile = example.serving_profiles(**example_options(args))[0]
-    largest = {name: [int(d) for d in ranges.split(":")[-1].split("x")]
-               for name, ranges in (item.split("=") for item in profile.split(","))}
-    first = next(iter(largest.values()))
+    ranges = parse_profile(example.serving_profiles(**example_options(args))[0])
+    first = next(iter(ranges.values())).max
     at_largest = argparse.Namespace(**{**vars(args), "seq_len": first[-1] if args.model == "bert_base" else None})
     return inputs_for(at_largest, first[0])
 

@@ -11,7 +11,7 @@ from trtpool import config as pool_config
 from trtpool.errors import ConfigError
 from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.pool import ContextPool, auto_size
-from trtpool.process_file import load_process_file
+from trtpool.process_file import ProcessFile, load_process_file
 from trtpool.process_pool import ProcessPreprocess
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
@@ -96,21 +96,32 @@ class ModelInstance:
             self.runtime.close()
             raise
         self.runner = BatchRunner(self.pool, on_batch)
-        self.pre_processes = None
-        pre_threads = self.cfg.preprocess_threads
-        if process is not None and process.preprocess is not None and self.cfg.preprocess_processes:
-            self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
-            process = replace(process, preprocess=self.pre_processes)
-            pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
-        self.stage = None if process is None else Stage(
-            process, self.runtime.signature, {o["name"]: o["data_type"] for o in model_config.get("output", [])},
-            pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage)
+        self.pre_processes: ProcessPreprocess | None = None
+        self.stage: Stage | None = None
+        if process is not None:
+            try:
+                self.stage = self._stage(process, model_config, version_dir, on_stage)
+            except Exception:  # the preprocess workers did not start
+                self.close()
+                raise
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
             self.cfg.model_name, self.runtime.name, device,
             f"{self.pool.stats.minimum} to {size}" if self.pool.elastic else size, self.cfg.mode,
             self.runtime.signature.max_batch_size,
         )
+
+    def _stage(self, process: ProcessFile, model_config: dict[str, Any], version_dir: Path,
+               on_stage: StageObserver | None) -> Stage:
+        """The process file's stage; its preprocess in worker processes with preprocess_processes."""
+        pre_threads = self.cfg.preprocess_threads
+        if process.preprocess is not None and self.cfg.preprocess_processes:
+            self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
+            process = replace(process, preprocess=self.pre_processes)
+            pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
+        return Stage(process, self.runtime.signature,
+                     {o["name"]: o["data_type"] for o in model_config.get("output", [])},
+                     pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage)
 
     def _size(self) -> int:
         """The most contexts at once: `contexts` or `max_contexts`, else sized from memory

@@ -35,6 +35,7 @@ class ProbeResult:
     model: str
     alive: bool
     detail: str
+    stub_died: bool = False  # the answer was Triton's for an instance whose stub is gone
 
 
 def probe_inputs(config: dict[str, Any]) -> Inputs:
@@ -58,7 +59,9 @@ def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
     if error is None:
         return ProbeResult(model, True, "answered")
     message = str(error)
-    if "Deadline Exceeded" in message or any(text in message for text in DEAD_STUB_MESSAGES):
+    if any(text in message for text in DEAD_STUB_MESSAGES):
+        return ProbeResult(model, False, message, stub_died=True)
+    if "Deadline Exceeded" in message:
         return ProbeResult(model, False, message)
     return ProbeResult(model, True, f"answered with an error: {message}")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from trtpool_ops.probe import DEAD_STUB_MESSAGES, probe_model
+from trtpool_ops.probe import probe_model
 from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
 from trtpool_ops.watch_metrics import WatchMetrics
@@ -47,9 +47,8 @@ class Watchdog:
             if targets[model] in dead:
                 continue
             result = probe_model(self.url, model, self.probe_timeout)
-            if not result.alive:  # Triton's words for a gone stub, when the tracker has not seen it yet
-                dead[model] = (STUB_DIED if any(text in result.detail for text in DEAD_STUB_MESSAGES)
-                               else result.detail)
+            if not result.alive:  # the probe may see a gone stub before the tracker does
+                dead[model] = STUB_DIED if result.stub_died else result.detail
         # A target whose stub died while its front was probed: the target is the one to reload.
         for model in self.stubs.dead_models() & ready:
             dead.setdefault(model, STUB_DIED)

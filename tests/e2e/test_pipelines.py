@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.harness.pipelines import Reference, as_request, build_pipeline_repository, images, texts
-from tests.harness.server import TritonServer
+from tests.harness.server import TritonServer, process_state
 from tests.harness.streams import run_on_stream
 
 MODELS = ("resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_decoupled", "resnet50_jpeg_processes",
@@ -92,12 +92,13 @@ def _spawned_children(parent: int) -> list[int]:
     """Processes whose parent is `parent` and that multiprocessing's spawn started."""
     found = []
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or (state := process_state(int(entry.name))) is None or state[1] != parent:
+            continue
         try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == parent and b"spawn_main" in (entry / "cmdline").read_bytes():
+            if b"spawn_main" in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or gone
+        except OSError:
+            continue  # gone meanwhile
     return found
 
 

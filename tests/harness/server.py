@@ -53,6 +53,15 @@ def rss_bytes(pid: int) -> int:
     return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """A process's state letter (Z: exited, not yet reaped) and parent pid; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
 class LoopbackEndpoints:
     """The client addresses of something listening on loopback HTTP and gRPC ports."""
 

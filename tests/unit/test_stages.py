@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.harness.server import process_state
 from tests.unit.test_scheduler import RecordingResponder
 from trtpool import config as pool_config
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
@@ -351,7 +352,5 @@ def test_worker_processes_end_when_their_parent_is_killed(tmp_path):
 
 def running(pid: int) -> bool:
     """The process exists and has not exited (a zombie waits only to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    state = process_state(pid)
+    return state is not None and state[0] != "Z"
