@@ -4,13 +4,26 @@ shown with a plain Python-backend model on the same tritonserver.
 A Python-backend model cannot report itself not ready once loaded, so the only way
 for a front to be not READY while its target is not would be to fail its own load,
 which it could decide only by asking, while it initialises, whether the target is
-ready. The one such question the stub has, pb_utils.is_model_ready, is refused
-while the server starts ("Server not ready"): the server is not ready until every
-model has loaded, the front among them. A front that waited for its target at load
-would wait out its timeout at every server start."""
+ready. The one such question the stub has, pb_utils.is_model_ready, gets no answer
+while the server starts, in one of two ways:
+
+- it is refused ("Server not ready"): the server is not ready until every model has
+  loaded, the front among them. A front that waited for its target at load would
+  wait out its timeout at every server start;
+- now and then tritonserver itself aborts (boost::interprocess::lock_exception, seen
+  in CI on a loaded 2-core machine): in python_backend's ProcessMessage
+  (src/python_be.cc) the server's side waits on a mutex inside the stub's message,
+  which the stub frees as soon as it has the answer; re-locking freed memory throws
+  from a destructor. Every model-control call from a stub (load_model,
+  unload_model, is_model_ready) goes that way, which is a second reason trtpool
+  makes none.
+"""
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from tests.harness.server import ServerFailed, TritonServer
 
 MODEL = '''
 import triton_python_backend_utils as pb_utils
@@ -32,14 +45,22 @@ max_batch_size: 0
 input [{ name: "X", data_type: TYPE_FP32, dims: [1] }]
 output [{ name: "Y", data_type: TYPE_FP32, dims: [1] }]
 '''
+REFUSED = "is_model_ready while loading: refused: Failed to check model readiness"
+ABORTED = "boost::interprocess::lock_exception"
 
 
-def test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts(start_server, tmp_path: Path):
+def test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts(tmp_path: Path):
     version = tmp_path / "repo" / "asker" / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_text(MODEL)
     (version.parent / "config.pbtxt").write_text(CONFIG)
-    server = start_server(tmp_path / "repo")
+    server = TritonServer(tmp_path / "repo", tmp_path / "server.log")
+    try:
+        server.start()
+    except ServerFailed:
+        pass
+    finally:
+        server.stop()
     log = server.log_text()
-    assert "is_model_ready while loading: refused: Failed to check model readiness" in log, log
-    assert "Server not ready" in log
+    assert not re.search(r"is_model_ready while loading: (True|False)", log), log
+    assert (REFUSED in log and "Server not ready" in log) or ABORTED in log, log
