@@ -147,4 +147,4 @@ def test_the_stages_are_timed_on_the_metrics_endpoint(pipelines):
     assert server.wait_for_metric("trtpool_stage_failures_total", "resnet50_jpeg", 1, 30, stage="pre") >= 1
     for stage in ("pre", "engine", "post"):
         assert server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg", 1, 30, stage=stage) > 0, stage
-    assert f'trtpool_stage_us_total{{model="resnet50_jpeg",stage="queue"}}' in server.metrics()
+    assert 'trtpool_stage_us_total{model="resnet50_jpeg",stage="queue"}' in server.metrics()

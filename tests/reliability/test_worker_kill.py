@@ -5,7 +5,6 @@ from __future__ import annotations
 
 
 import numpy as np
-import pytest
 
 from tests.doubles.flaky_runtime import KILL, KILL_AT_SUBMIT
 from tests.harness.clients import TINY_TOLERANCE

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trtpool import config as pool_config  # noqa: E402
-from trtpool.errors import ConfigError, EngineError, InvalidInput  # noqa: E402
+from trtpool.errors import ConfigError, EngineError  # noqa: E402
 from trtpool.host_upload import HostUploader  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.torch import (  # noqa: E402
