@@ -103,8 +103,8 @@ class PipelinedHandler:
 
     def close(self) -> None:
         if self.stage is not None:  # the batches being preprocessed reach the pipeline first
-            self.stage.close()
-        self.pipeline.close()
+            self.stage.close_pre()
+        self.pipeline.close()  # its last batches' postprocessing ends when the instance closes the stage
 
 
 class DecoupledHandler:

@@ -12,8 +12,9 @@ The workers are spawned (never forked: the stub holds CUDA and threads), each
 imports process.py from the model's folder and runs its ``setup`` once, as
 the instance does. The stub's ``sys.executable`` is its own binary, not a
 Python, so the workers run the Python of the stub's environment. A worker that
-dies (a crash in native code) fails the requests it held; the pool is then
-made anew for the requests after them. Workers end with their stub, also
+dies (a crash in native code) fails the requests it held (ProcessError: the
+server's fault, not the request's); the pool is then made anew for the
+requests after them. Workers end with their stub, also
 when it is killed.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import sys
 import threading
 import time
@@ -30,7 +32,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from trtpool.errors import ConfigError
+from trtpool.errors import ConfigError, ProcessError
 from trtpool.process_file import ProcessFile, Tensors, load_process_file
 
 log = logging.getLogger("trtpool")
@@ -61,8 +63,17 @@ def _started() -> bool:
 
 
 def _preprocess_in_worker(inputs: Tensors) -> Tensors:
+    """preprocess in this worker. An exception the stub could not unpickle (one whose
+    __init__ takes other arguments) would break the whole pool: it goes back as its text."""
     assert _worker_process is not None and _worker_process.preprocess is not None
-    return _worker_process.preprocess(inputs)
+    try:
+        return _worker_process.preprocess(inputs)
+    except BaseException as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+        raise
 
 
 def environment_python() -> str:
@@ -115,12 +126,13 @@ class ProcessPreprocess:
         pool = self._pool
         try:
             return pool.submit(_preprocess_in_worker, inputs).result()
-        except BrokenProcessPool:
+        except BrokenProcessPool as exc:
             with self._lock:
                 if self._pool is pool:  # the first to see it replaces it
                     log.error("a preprocess worker process died; starting the pool again")
                     self._pool = self._new_pool()
-            raise
+            raise ProcessError(f"a preprocess worker process died while this request was in its pool ({exc}); "
+                               f"the pool was started again: retry") from exc
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -72,6 +72,8 @@ class Stage:
         self.process = process
         self.signature = signature
         self.declared_outputs = declared_outputs
+        self._declared_names = sorted(declared_outputs)
+        self._output_dtypes = {name: _NUMPY_DTYPES.get(data_type) for name, data_type in declared_outputs.items()}
         self._observe = observe or (lambda stage, ns, ok: None)
         self._file = process.path.name
         self._pre = ThreadPoolExecutor(pre_threads, thread_name_prefix="trtpool-pre")
@@ -93,6 +95,8 @@ class Stage:
         with self._timed("pre") as outcome:
             try:
                 returned = function(inputs)
+            except ProcessError:  # a preprocess worker process died: not the request's fault
+                raise
             except BaseException as exc:  # user code: even SystemExit fails this request only
                 raise InvalidInput(f"{_names(inputs)}: {self._file} preprocess() refused it: {_why(exc)}") from exc
             tensors = self._engine_inputs(returned)
@@ -110,8 +114,8 @@ class Stage:
             self._observe(stage, time.perf_counter_ns() - start, outcome["ok"])
 
     def _engine_inputs(self, returned: Any) -> Tensors:
-        expected = [spec.name for spec in self.signature.inputs]
         if not isinstance(returned, dict):
+            expected = [spec.name for spec in self.signature.inputs]
             raise ProcessError(f"{self._file} preprocess() returned a {type(returned).__name__}, expected a dict "
                                f"of the engine's inputs {expected}")
         tensors = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in returned.items()}
@@ -204,7 +208,7 @@ class Stage:
             return tensors
 
     def _response_outputs(self, returned: Any) -> Tensors:
-        declared = sorted(self.declared_outputs)
+        declared = self._declared_names
         if not isinstance(returned, dict) or sorted(returned) != declared:
             given = sorted(returned) if isinstance(returned, dict) else f"a {type(returned).__name__}"
             raise ProcessError(f"{self._file} postprocess() returned {given}, expected a dict of the outputs "
@@ -216,7 +220,7 @@ class Stage:
                 outputs[name] = np.asarray(value, dtype=np.object_)
                 continue
             array = np.asarray(value)
-            want = _NUMPY_DTYPES.get(data_type)
+            want = self._output_dtypes[name]
             if array.dtype != want:
                 raise ProcessError(f"{self._file} postprocess() returned output '{name}' as {array.dtype}, "
                                    f"config.pbtxt declares {data_type} ({want})")
@@ -236,9 +240,14 @@ class Stage:
             return
         responder.send(final)
 
-    def close(self) -> None:
+    def close_pre(self) -> None:
+        """Finish the preprocessing in hand; its batches have reached the engine when this returns."""
         self._batches.shutdown(wait=True)
         self._pre.shutdown(wait=True)
+
+    def close(self) -> None:
+        """After close_pre and after the engine's last batch: its postprocessing is still answered."""
+        self.close_pre()
         self._post.shutdown(wait=True)
 
 

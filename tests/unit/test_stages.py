@@ -220,7 +220,14 @@ PROCESSES = {**CONFIG, "parameters": {**CONFIG["parameters"], "preprocess_proces
 PROCESS_IN_WORKERS = PROCESS.replace('''    if values[0, 0] == -2:''', '''    if values[0, 0] == -4:
         import os
         os._exit(7)
-    if values[0, 0] == -2:''')
+    if values[0, 0] == -5:
+        raise TwoArguments("first value", -5)
+    if values[0, 0] == -2:''') + '''
+
+class TwoArguments(Exception):  # pickled as (cls, args) it cannot be made again: args has one item
+    def __init__(self, what, value):
+        super().__init__(f"{what} is {value}")
+'''
 
 
 def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
@@ -245,12 +252,38 @@ def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
             expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
             np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
 
-        with pytest.raises(InvalidInput, match=r"preprocess\(\) refused it: BrokenProcessPool"):
+        with pytest.raises(ProcessError, match=r"a preprocess worker process died .* started again: retry"):
             instance.stage.preprocess({"VALUES": values(-4.0, 1)})
         after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
         np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
     finally:
         instance.close()
+
+
+def test_an_exception_the_stub_cannot_unpickle_fails_its_request_and_not_the_pool(tmp_path):
+    instance = ModelInstance(PROCESSES, staged_folder(tmp_path, PROCESS_IN_WORKERS), "cpu")
+    try:
+        pool = instance.pre_processes._pool
+        with pytest.raises(InvalidInput, match=r"refused it: RuntimeError: TwoArguments: first value is -5"):
+            instance.stage.preprocess({"VALUES": values(-5.0, 1)})
+        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+        np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
+        assert instance.pre_processes._pool is pool, "the pool was broken and made again"
+    finally:
+        instance.close()
+
+
+def test_postprocessing_handed_over_after_close_pre_is_still_answered(instance):
+    """The pipelined handler's shutdown: close_pre, then the pipeline's last batches
+    finish and hand their outputs to the post workers, which the stage's close ends."""
+    instance.stage.close_pre()
+    request = {"VALUES": values(0.5, 3)}
+    responder = RecordingResponder(cancelled=False)
+    engine_inputs = instance.stage.preprocess(request)
+    outputs = {"OUTPUT0": tiny_reference(engine_inputs["INPUT0"]).astype(np.float32)}
+    instance.stage.answering(responder, request).send(outputs)
+    answered([responder])
+    np.testing.assert_allclose(responder.outputs["DOUBLED"], outputs["OUTPUT0"] * 2, rtol=1e-6)
 
 
 def test_preprocess_runs_in_the_workers_not_the_instance(tmp_path):
