@@ -58,13 +58,24 @@ def engine_faces(version_dir: Path) -> tuple[str, ...]:
 
 
 def faces_of_file(path: Path) -> tuple[str, ...]:
-    """Which of preprocess and postprocess a process file defines at its top level, as engine faces."""
+    """Which of preprocess and postprocess a process file binds at its top level (a def,
+    an assignment or an import, as the loaded module's attributes will have them), as engine faces."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError as exc:
         raise ConfigError(f"{path}: not valid Python: {exc}") from exc
-    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
-    return _engine_faces("preprocess" in defined, "postprocess" in defined)
+    bound = set(itertools.chain.from_iterable(_bound_names(node) for node in tree.body))
+    return _engine_faces("preprocess" in bound, "postprocess" in bound)
+
+
+def _bound_names(statement: ast.stmt) -> list[str]:
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [statement.name]
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return [alias.asname or alias.name.split(".")[0] for alias in statement.names]
+    targets = (statement.targets if isinstance(statement, ast.Assign)
+               else [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
+    return [node.id for target in targets for node in ast.walk(target) if isinstance(node, ast.Name)]
 
 
 def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> ProcessFile | None:

@@ -176,6 +176,19 @@ def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
         signature.close()
 
 
+@pytest.mark.parametrize("source", [
+    "def _post(outputs, inputs):\n    return outputs\npostprocess = _post\n",
+    "from functools import partial\npostprocess = partial(lambda scale, outputs, inputs: outputs, 1)\n",
+    "from operator import getitem as postprocess\n",
+])
+def test_auto_complete_sees_the_functions_the_load_sees(tmp_path, source):
+    """Bound without a def at the top level: auto-complete's faces agree with the loaded module's."""
+    version_dir = staged_folder(tmp_path, source)
+    process = load_process_file(version_dir, CONFIG)
+    assert process.postprocess is not None and process.preprocess is None
+    assert engine_faces(version_dir) == process.engine_faces == ("input",)
+
+
 @pytest.mark.parametrize("source, message", [
     ("x = 1\n", r"defines neither preprocess\(inputs\) nor postprocess\(outputs, inputs\)"),
     ("preprocess = 3\n", r"'preprocess' is a int, expected a function"),
