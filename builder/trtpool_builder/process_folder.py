@@ -13,7 +13,6 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError
-from trtpool.model_config import SECTIONS
 from trtpool.process_file import PROCESS_FILE, faces_of_file
 
 
@@ -56,9 +55,9 @@ class ProcessOptions:
         return faces_of_file(Path(self.file))
 
 
-def apply_face(config: mc.ModelConfig, process: ProcessOptions) -> None:
-    """Replace the config's sections that process.py stands in front of with the outside face."""
-    faces = process.faces()
+def apply_face(config: mc.ModelConfig, process: ProcessOptions, faces: tuple[str, ...]) -> None:
+    """Replace the config's sections that process.py stands in front of (those not in `faces`,
+    process.faces()) with the outside face."""
     for section, tensors, flag in (("input", process.inputs, "--input"), ("output", process.outputs, "--output")):
         if section in faces:
             if tensors:
@@ -81,7 +80,3 @@ def place_files(process: ProcessOptions, version_dir: Path) -> None:
         if extra.name == PROCESS_FILE:
             raise ConfigError(f"extra file '{extra}' would replace the process file {PROCESS_FILE}")
         shutil.copyfile(extra, version_dir / extra.name)
-
-
-def engine_sections(process: ProcessOptions | None) -> tuple[str, ...]:
-    return SECTIONS if process is None else process.faces()
