@@ -128,14 +128,13 @@ def model_parser() -> argparse.ArgumentParser:
 
 
 def _process_options(args: argparse.Namespace):
-    from trtpool_builder.process_folder import FaceTensor, ProcessOptions
+    from trtpool_builder.process_folder import ProcessOptions
 
     if args.process is None:
         if args.input or args.output or args.extra_files:
             raise ValueError("--input, --output and --with describe a process file: give --process too")
         return None
-    return ProcessOptions(args.process, tuple(FaceTensor.parse(t) for t in args.input),
-                          tuple(FaceTensor.parse(t) for t in args.output), tuple(args.extra_files))
+    return ProcessOptions.parse(args.process, args.input, args.output, args.extra_files)
 
 
 def _model(args: argparse.Namespace) -> int:

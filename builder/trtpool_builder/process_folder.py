@@ -7,6 +7,7 @@ reads, and the outside face config.pbtxt declares for the functions it defines.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,13 @@ class ProcessOptions:
     inputs: tuple[FaceTensor, ...] = ()   # the outside face: what clients send (when it has preprocess)
     outputs: tuple[FaceTensor, ...] = ()  # what clients get back (when it has postprocess)
     extra_files: tuple[Path, ...] = ()    # files it reads, placed beside it
+
+    @classmethod
+    def parse(cls, file: Path, inputs: Iterable[str] = (), outputs: Iterable[str] = (),
+              extra_files: Iterable[Path] = ()) -> ProcessOptions:
+        """From text: the outside face's tensors as NAME:TYPE:DIMS (FaceTensor.parse)."""
+        return cls(file, tuple(FaceTensor.parse(t) for t in inputs), tuple(FaceTensor.parse(t) for t in outputs),
+                   tuple(extra_files))
 
     def faces(self) -> tuple[str, ...]:
         """The sections that stay the engine's (checked as trtpool checks them at load)."""
