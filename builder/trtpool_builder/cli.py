@@ -179,9 +179,11 @@ def examples_parser() -> argparse.ArgumentParser:
 
 def _examples(args: argparse.Namespace) -> int:
     from trtpool_builder.example_repo import make_example_folder
+    from trtpool_builder.examples import EXAMPLES
 
     for name in args.names:
-        options = {"image_size": args.image_size} if name.startswith("resnet50") and args.image_size else {}
+        takes_size = "image_size" in EXAMPLES[name].options()
+        options = {"image_size": args.image_size} if takes_size and args.image_size else {}
         made = make_example_folder(args.repo, name, args.runtime, options)
         state = "generated" if made.regenerated else "up to date"
         print(f"{made.folder}: {state} ({made.runtime})")
