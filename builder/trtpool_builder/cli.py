@@ -128,14 +128,13 @@ def model_parser() -> argparse.ArgumentParser:
 
 
 def _process_options(args: argparse.Namespace):
-    from trtpool_builder.process_folder import FaceTensor, ProcessOptions
+    from trtpool_builder.process_folder import ProcessOptions
 
     if args.process is None:
         if args.input or args.output or args.extra_files:
             raise ValueError("--input, --output and --with describe a process file: give --process too")
         return None
-    return ProcessOptions(args.process, tuple(FaceTensor.parse(t) for t in args.input),
-                          tuple(FaceTensor.parse(t) for t in args.output), tuple(args.extra_files))
+    return ProcessOptions.parse(args.process, args.input, args.output, args.extra_files)
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -180,9 +179,11 @@ def examples_parser() -> argparse.ArgumentParser:
 
 def _examples(args: argparse.Namespace) -> int:
     from trtpool_builder.example_repo import make_example_folder
+    from trtpool_builder.examples import EXAMPLES
 
     for name in args.names:
-        options = {"image_size": args.image_size} if name.startswith("resnet50") and args.image_size else {}
+        takes_size = "image_size" in EXAMPLES[name].options()
+        options = {"image_size": args.image_size} if takes_size and args.image_size else {}
         made = make_example_folder(args.repo, name, args.runtime, options)
         state = "generated" if made.regenerated else "up to date"
         print(f"{made.folder}: {state} ({made.runtime})")

@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from trtpool_builder.fp16_safety import FP16_MAX
-from trtpool_builder.tensor_probe import tensor_types
+from trtpool_builder.tensor_probe import float_tensors, tensor_types
 
 SUFFIX = "__fp16"
 
@@ -40,16 +40,17 @@ def _as_stored(array: np.ndarray) -> np.ndarray:
     return np.clip(array, -FP16_MAX, FP16_MAX).astype(np.float16).astype(np.float32)
 
 
-def emulate_fp16(model: onnx.ModelProto, kept: Collection[str]) -> onnx.ModelProto:
+def emulate_fp16(model: onnx.ModelProto, kept: Collection[str],
+                 types: dict[str, str] | None = None) -> onnx.ModelProto:
     """A float32 graph that computes what the fp16 conversion of `model` (with the nodes named in
-    `kept` left in fp32) computes. Nodes must be named (tensor_probe.name_nodes)."""
+    `kept` left in fp32) computes. Nodes must be named (tensor_probe.name_nodes). `types`:
+    tensor_types of `model`, where the caller has it already."""
     emulated = onnx.ModelProto()
     emulated.CopyFrom(model)
     graph = emulated.graph
     blocked = fp32_op_types()
     in_fp32 = {n.name for n in graph.node if n.name in kept or n.op_type in blocked}
-    floats = {name for name, kind in tensor_types(emulated).items() if kind == "tensor(float)"}
-    floats |= {v.name for v in graph.input if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+    floats = float_tensors(emulated, tensor_types(emulated) if types is None else types)
     constants = {init.name: init for init in graph.initializer if init.data_type == TensorProto.FLOAT}
     constant_nodes = {node.output[0]: node for node in graph.node if node.op_type == "Constant"}
     made_in_fp16 = {name for node in graph.node if node.name not in in_fp32 and node.op_type != "Constant"

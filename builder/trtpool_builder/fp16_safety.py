@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtpool_builder.samples import Samples
-from trtpool_builder.tensor_probe import node_outputs, reduce_tensors, tensor_types
+from trtpool_builder.tensor_probe import declared_types, float_tensors, node_outputs, reduce_tensors, tensor_types
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 # Magnitudes below half the smallest float16 subnormal (2**-25) round to 0 in float16.
@@ -32,6 +32,10 @@ ZERO_SENSITIVE = {"Log": (0,), "Reciprocal": (0,), "Div": (1,), "Sqrt": (0,), "P
 # The sample inputs scaled down by this too: real signals are quieter than N(0, 1) (a silent
 # audio frame's spectrum), and random inputs alone let underflows through.
 QUIET = 1e-4
+# Element types an exporter casts to float when it computes with sizes and indices (shape_arithmetic).
+_INTEGER_TYPES = frozenset(t for name, t in onnx.TensorProto.DataType.items()
+                           if name.startswith(("INT", "UINT", "BOOL")))
+_INTEGER_KINDS = ("tensor(int", "tensor(uint", "tensor(bool")
 
 
 @dataclass(frozen=True)
@@ -118,12 +122,7 @@ def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptI
 
 
 
-def _kind(elem_type: int) -> str:
-    """ONNX Runtime's name of an ONNX element type: 'tensor(int64)'."""
-    return f"tensor({onnx.helper.tensor_dtype_to_string(elem_type).removeprefix('TensorProto.').lower()})"
-
-
-def shape_arithmetic(model: onnx.ModelProto) -> list[str]:
+def shape_arithmetic(model: onnx.ModelProto, types: dict[str, str] | None = None) -> list[str]:
     """The float nodes that compute from sizes and indices, in graph order: they stay in fp32.
 
     Exporters cast integer sizes to float to compute with them: ultralytics 8.3's anchor grid,
@@ -133,20 +132,25 @@ def shape_arithmetic(model: onnx.ModelProto) -> list[str]:
     through float16 ("Input 0's element type (float) differs from input 1's element type (half)").
     A node is kept when it casts an integer (or bool) to float, or reads a value such a node made
     and otherwise only integers and float constants; the activations it meets later are fp16 as
-    usual. Main graph only. Nodes must be named (tensor_probe.name_nodes)."""
+    usual. Main graph only. Nodes must be named (tensor_probe.name_nodes). `types`: tensor_types
+    of `model`, where the caller has it already."""
     graph = model.graph
-    kinds = tensor_types(model)
-    kinds.update((v.name, _kind(v.type.tensor_type.elem_type)) for v in graph.input)
-    kinds.update((init.name, _kind(init.data_type)) for init in graph.initializer)
-    floats = {name for name, kind in kinds.items() if kind == "tensor(float)"}
+    types = tensor_types(model) if types is None else types
+    declared = declared_types(model)
+    floats = float_tensors(model, types)
+
+    def integer(name: str) -> bool:
+        if name in declared:
+            return declared[name] in _INTEGER_TYPES
+        return types.get(name, "").startswith(_INTEGER_KINDS)
+
     constants = {init.name for init in graph.initializer}
     constants |= {node.output[0] for node in graph.node if node.op_type == "Constant"}
     from_sizes: set[str] = set()
     kept: list[str] = []
     for node in graph.node:
         reads = [name for name in node.input if name]
-        casts_integers = (node.op_type == "Cast" and node.output[0] in floats
-                          and kinds.get(reads[0], "").startswith(("tensor(int", "tensor(uint", "tensor(bool")))
+        casts_integers = node.op_type == "Cast" and node.output[0] in floats and integer(reads[0])
         if not (casts_integers or any(name in from_sizes for name in reads)):
             continue
         if all(name in from_sizes or name in constants or name not in floats for name in reads):

@@ -62,11 +62,12 @@ def _engine_checks(handed: dict[str, Any], engine: Path, faces: tuple[str, ...])
                          sidecar.target.gpu_name or "the target GPU", target)
 
 
-def check_loads(config: mc.ModelConfig, version_dir: Path) -> Loaded:
+def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...] | None = None) -> Loaded:
     """Load `version_dir` with `config` as the server would (auto-complete first, as model.py's
-    auto_complete_config does); raise what it would raise."""
+    auto_complete_config does); raise what it would raise. `faces`: engine_faces(version_dir),
+    where the caller has it already."""
     handed = as_triton_hands_it(config)
-    faces = engine_faces(version_dir)
+    faces = engine_faces(version_dir) if faces is None else faces
     handed.update(auto_complete(handed, describe(handed, version_dir), faces))
     runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)

@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as backend_config
 from trtpool.errors import ConfigError, TrtpoolError
-from trtpool.model_config import check_agreement, tensor_entry
+from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec, is_batched
@@ -34,7 +34,7 @@ from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import io_specs, load_graph, save_model
-from trtpool_builder.process_folder import ProcessOptions, apply_face, engine_sections, place_files
+from trtpool_builder.process_folder import ProcessOptions, apply_face, place_files
 from trtpool_builder.served_copy import repair_for_serving
 from trtpool_builder.profiles import opt_batch, resolve_profiles
 
@@ -175,15 +175,16 @@ def _place(source: Path, dest: Path) -> None:
 
 
 def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int,
-                  user_file: Path, process: ProcessOptions | None = None) -> Loaded:
+                  user_file: Path, process: ProcessOptions | None, faces: tuple[str, ...]) -> Loaded:
     """Load the folder-to-be from a temporary place; the server's error if it would not load,
     naming `user_file` (what the user gave) rather than the staged link to `model_file`.
+    `faces`: the engine's sections (process.faces(), or all without a process file).
 
     The engine's outputs are left out of the staged config (the server takes undeclared
     outputs from the model) so that they can be written as the runtime reports them."""
     staged = mc.ModelConfig()
     staged.CopyFrom(config)
-    if "output" in engine_sections(process):
+    if "output" in faces:
         del staged.output[:]
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
         version_dir = Path(staging) / str(version)
@@ -195,7 +196,7 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
             place_files(process, version_dir)
         write_config(Path(staging), staged)
         try:
-            return check_loads(staged, version_dir)
+            return check_loads(staged, version_dir, faces)
         except Exception as exc:  # the server refuses a model on any exception, not only trtpool's own
             said = str(exc) if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
             said = said.replace(str(version_dir / file_name), f"{version}/{file_name} (a link to '{user_file}')")
@@ -220,12 +221,14 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
             naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
         served, notes = _served_file(model_file, Path(workdir))
         signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
-        loaded = _check_staged(_with_face(model_config(name, signature, options), process), served, file_name,
-                               version, model_file, process)
+        staged = model_config(name, signature, options)
+        faces = SECTIONS if process is None else process.faces()
+        loaded = _check_staged(_with_face(staged, process, faces), served, file_name, version, model_file,
+                               process, faces)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
-        config = _with_face(model_config(name, signature, options), process)
-        check_agreement(as_triton_hands_it(config), loaded.signature or signature, engine_sections(process))
+        config = _with_face(model_config(name, signature, options), process, faces)
+        check_agreement(as_triton_hands_it(config), loaded.signature or signature, faces)
         for note in (*notes, *loaded.notes):
             log(f"note: {note}")
         folder = Path(repo) / name
@@ -241,7 +244,7 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     return folder
 
 
-def _with_face(config: mc.ModelConfig, process: ProcessOptions | None) -> mc.ModelConfig:
+def _with_face(config: mc.ModelConfig, process: ProcessOptions | None, faces: tuple[str, ...]) -> mc.ModelConfig:
     if process is not None:
-        apply_face(config, process)
+        apply_face(config, process, faces)
     return config

@@ -36,7 +36,7 @@ from trtpool_builder.fp16_emulation import emulate_fp16
 from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, shape_arithmetic, skip_fp16_round_trips
 from trtpool_builder.onnx_io import save_model
 from trtpool_builder.samples import Samples, SampleSet
-from trtpool_builder.tensor_probe import name_nodes
+from trtpool_builder.tensor_probe import name_nodes, tensor_types
 from trtpool_builder.trt_module import is_importable
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
@@ -112,8 +112,9 @@ def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[st
     model = onnx.load(str(source))
     name_nodes(model)
     kept = keep_in_fp32(model, feeds)
-    names = [k.node for k in kept] + shape_arithmetic(model)
-    emulated = save_model(emulate_fp16(model, names), dest.with_name("model.fp16-emulated.onnx"))
+    types = tensor_types(model)
+    names = [k.node for k in kept] + shape_arithmetic(model, types)
+    emulated = save_model(emulate_fp16(model, names, types), dest.with_name("model.fp16-emulated.onnx"))
     converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=names)
     skip_fp16_round_trips(converted)
     save_model(converted, dest)

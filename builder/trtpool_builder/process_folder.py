@@ -7,13 +7,13 @@ reads, and the outside face config.pbtxt declares for the functions it defines.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError
-from trtpool.model_config import SECTIONS
 from trtpool.process_file import PROCESS_FILE, faces_of_file
 
 
@@ -49,6 +49,13 @@ class ProcessOptions:
     outputs: tuple[FaceTensor, ...] = ()  # what clients get back (when it has postprocess)
     extra_files: tuple[Path, ...] = ()    # files it reads, placed beside it
 
+    @classmethod
+    def parse(cls, file: Path, inputs: Iterable[str] = (), outputs: Iterable[str] = (),
+              extra_files: Iterable[Path] = ()) -> ProcessOptions:
+        """From text: the outside face's tensors as NAME:TYPE:DIMS (FaceTensor.parse)."""
+        return cls(file, tuple(FaceTensor.parse(t) for t in inputs), tuple(FaceTensor.parse(t) for t in outputs),
+                   tuple(extra_files))
+
     def faces(self) -> tuple[str, ...]:
         """The sections that stay the engine's (checked as trtpool checks them at load)."""
         if not Path(self.file).is_file():
@@ -56,9 +63,9 @@ class ProcessOptions:
         return faces_of_file(Path(self.file))
 
 
-def apply_face(config: mc.ModelConfig, process: ProcessOptions) -> None:
-    """Replace the config's sections that process.py stands in front of with the outside face."""
-    faces = process.faces()
+def apply_face(config: mc.ModelConfig, process: ProcessOptions, faces: tuple[str, ...]) -> None:
+    """Replace the config's sections that process.py stands in front of (those not in `faces`,
+    process.faces()) with the outside face."""
     for section, tensors, flag in (("input", process.inputs, "--input"), ("output", process.outputs, "--output")):
         if section in faces:
             if tensors:
@@ -81,7 +88,3 @@ def place_files(process: ProcessOptions, version_dir: Path) -> None:
         if extra.name == PROCESS_FILE:
             raise ConfigError(f"extra file '{extra}' would replace the process file {PROCESS_FILE}")
         shutil.copyfile(extra, version_dir / extra.name)
-
-
-def engine_sections(process: ProcessOptions | None) -> tuple[str, ...]:
-    return SECTIONS if process is None else process.faces()

@@ -69,3 +69,20 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
     """ONNX Runtime's type ('tensor(float)', ...) of every node output of the main graph."""
     session = _session(model, [name for _, name in node_outputs(model)])
     return {o.name: o.type for o in session.get_outputs()}
+
+
+def declared_types(model: onnx.ModelProto) -> dict[str, int]:
+    """The ONNX element type of every input and initializer of the main graph (an initializer's
+    wins where it shares an input's name)."""
+    graph = model.graph
+    declared = {v.name: v.type.tensor_type.elem_type for v in graph.input}
+    declared.update((init.name, init.data_type) for init in graph.initializer)
+    return declared
+
+
+def float_tensors(model: onnx.ModelProto, types: dict[str, str]) -> set[str]:
+    """The float32 tensors of the main graph: inputs and initializers declared float, and the
+    node outputs `types` (tensor_types of `model`) calls 'tensor(float)'."""
+    declared = declared_types(model)
+    return ({name for name, kind in types.items() if kind == "tensor(float)" and name not in declared}
+            | {name for name, elem_type in declared.items() if elem_type == onnx.TensorProto.FLOAT})

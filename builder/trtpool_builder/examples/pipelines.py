@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool_builder.process_folder import FaceTensor, ProcessOptions
+from trtpool_builder.process_folder import ProcessOptions
 
 PROCESS_SOURCES = Path(__file__).resolve().parent / "process"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -35,9 +35,8 @@ class ProcessExample:
 
     def process_options(self, folder: Path, options: dict[str, Any]) -> ProcessOptions:
         """The process file and its files, written into `folder`, as trtpool-model takes them."""
-        return ProcessOptions(PROCESS_SOURCES / self.source, tuple(FaceTensor.parse(t) for t in self.inputs),
-                              tuple(FaceTensor.parse(t) for t in self.outputs),
-                              tuple(self.write_files(folder, options)))
+        return ProcessOptions.parse(PROCESS_SOURCES / self.source, self.inputs, self.outputs,
+                                    self.write_files(folder, options))
 
 
 def _words(rng: np.random.Generator, count: int) -> list[str]:
