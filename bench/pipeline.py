@@ -47,6 +47,7 @@ from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.pipelines import Reference, add_mode, as_request, images  # noqa: E402
+from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.example_repo import make_example_folder  # noqa: E402
@@ -92,25 +93,14 @@ class TritonPythonModel:
 '''
 
 
-def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: str, outputs: str) -> None:
-    folder = repo / name / "1"
-    folder.mkdir(parents=True)
-    (folder / "model.py").write_text(STAGE_MODEL)
-    for file in ("process.py", "labels.txt", "process.json"):
-        shutil.copyfile(source / file, folder / file)
-    (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
-backend: "python"
-max_batch_size: 32
+def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
+                outputs: list[str]) -> None:
+    folder = python_model(repo, name, STAGE_MODEL, inputs, outputs, max_batch_size=32, extra=f"""\
 dynamic_batching {{ max_queue_delay_microseconds: 100 }}
 instance_group {{ kind: KIND_CPU count: {count} }}
-parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}
-{inputs}
-{outputs}
-''')
-
-
-def tensor(section: str, name: str, data_type: str, dims: str) -> str:
-    return f'{section} {{ name: "{name}" data_type: {data_type} dims: [{dims}] }}'
+parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}""")
+    for file in ("process.py", "labels.txt", "process.json"):
+        shutil.copyfile(source / file, folder / file)
 
 
 def ensemble(repo: Path, name: str, pre: str, engine: str, post: str) -> None:
@@ -124,9 +114,8 @@ def ensemble(repo: Path, name: str, pre: str, engine: str, post: str) -> None:
     (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
 platform: "ensemble"
 max_batch_size: 32
-{tensor("input", "IMAGE", "TYPE_STRING", "1")}
-{tensor("output", "LABELS", "TYPE_STRING", "5")}
-{tensor("output", "SCORES", "TYPE_FP32", "5")}
+input [ {tensor("IMAGE", "BYTES", [1])} ]
+output [ {tensor("LABELS", "BYTES", [5])}, {tensor("SCORES", "FP32", [5])} ]
 ensemble_scheduling {{
   {step(pre, {"IMAGE": "IMAGE"}, {"input": "pixels"})}
   {step(engine, {"input": "pixels"}, {"logits": "logits"})}
@@ -158,12 +147,12 @@ def build(repo: Path, args: argparse.Namespace) -> Path:
                               get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
     serving(plain, args)
     for count in args.pre_instances:
-        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, tensor("input", "IMAGE", "TYPE_STRING", "1"),
-                    tensor("output", "input", "TYPE_FP32", f"3, {size}, {size}"))
+        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, [tensor("IMAGE", "BYTES", [1])],
+                    [tensor("input", "FP32", [3, size, size])])
         ensemble(repo, f"ensemble_{count}", f"pre_{count}", "resnet50_plain", "post")
     stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
-                "\n".join([tensor("input", "logits", "TYPE_FP32", "1000"), tensor("input", "IMAGE", "TYPE_STRING", "1")]),
-                "\n".join([tensor("output", "LABELS", "TYPE_STRING", "5"), tensor("output", "SCORES", "TYPE_FP32", "5")]))
+                [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
+                [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])])
     return jpeg
 
 

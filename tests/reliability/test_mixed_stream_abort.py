@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from tests.harness.python_model import python_model, tensor
 from tests.harness.server import TritonServer
 from tests.harness.streams import StreamClient
 
@@ -35,21 +36,13 @@ DECOUPLED_BODY = '''for r in requests:
                 pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None'''
-CONFIG = '''name: "{name}"
-backend: "python"
-max_batch_size: 0
-{policy}
-input [{{ name: "X", data_type: TYPE_FP32, dims: [4] }}]
-output [{{ name: "Y", data_type: TYPE_FP32, dims: [4] }}]
-'''
 MODELS = {"echo_sync": (SYNC_BODY, ""), "echo_decoupled": (DECOUPLED_BODY, "model_transaction_policy { decoupled: true }")}
 
 
 def plain_repository(repo: Path) -> Path:
     for name, (body, policy) in MODELS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(ECHO.format(body=body))
-        (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, policy=policy))
+        python_model(repo, name, ECHO.format(body=body), [tensor("X", "FP32", [4])], [tensor("Y", "FP32", [4])],
+                     extra=policy)
     return repo
 
 
