@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
-from tests.harness.pipelines import Reference, add_mode, as_request, images  # noqa: E402
+from tests.harness.pipelines import Reference, add_mode, as_request, images, process_of  # noqa: E402
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -164,7 +164,7 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
     import tritonclient.grpc as grpcclient
 
     client_side = model == "resnet50_plain"
-    reference = Reference(Path(folder)) if client_side else None
+    process = process_of(Path(folder)) if client_side else None
     start = time.monotonic()
     latencies: list[float] = []
     counts = {"wrong": 0, "errors": 0}
@@ -179,11 +179,11 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
             try:
                 if client_side:
                     inputs = as_request("IMAGE", payload)
-                    pixels = reference.process.preprocess(inputs)["input"]
+                    pixels = process.preprocess(inputs)["input"]
                     sent = grpcclient.InferInput("input", list(pixels.shape), "FP32")
                     sent.set_data_from_numpy(pixels)
                     logits = client.infer(model, [sent]).as_numpy("logits")
-                    labels = reference.process.postprocess({"logits": logits}, inputs)["LABELS"]
+                    labels = process.postprocess({"logits": logits}, inputs)["LABELS"]
                 else:
                     sent = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
                     sent.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
@@ -267,8 +267,8 @@ def main() -> int:
             def run(model: str, concurrency: int) -> dict:
                 row = measure(server.grpc_url, model, folder, files, expected, concurrency,
                               args.client_processes, args.seconds)
-                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {row['p50_ms']:7.1f} ms "
-                      f"p99 {row['p99_ms']:7.1f} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
+                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {ms(row['p50_ms'])} ms "
+                      f"p99 {ms(row['p99_ms'])} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
                 return row
 
             # The ensemble's fairest instance count: the best at the highest concurrency.
@@ -309,7 +309,8 @@ def main() -> int:
         **{f"{v}_{q}": headline[v][q] for v in variants for q in ("p50_ms", "p99_ms")},
         "headline_concurrency": max(args.concurrency),
         "inprocess_stage_us_total": stages,
-        "inprocess_busy_s": inprocess_busy_s(by_concurrency, args.seconds),
+        # Seconds the in-process model was measured under load (its warm-ups not counted).
+        "inprocess_busy_s": len(args.concurrency) * args.rounds * args.seconds,
         "by_concurrency": by_concurrency,
         "perf_analyzer": by_perf_analyzer,
     }
@@ -331,14 +332,20 @@ def perf_row(url: str, model: str, concurrency: int, input_data: Path) -> dict:
     return found
 
 
-def inprocess_busy_s(by_concurrency: dict, seconds: float) -> float:
-    """Seconds the in-process model was measured under load (its warm-ups not counted)."""
-    return sum(len(b["inprocess"]["rounds"]) for b in by_concurrency.values()) * seconds
+def ms(value: float | None) -> str:
+    """A latency for the progress lines: None when no request of the run succeeded."""
+    return f"{value:7.1f}" if value is not None else "   none"
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the rounds that measured something (a round with no successful request has None)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def summary(rows: dict[str, list[dict]]) -> dict:
     """Per variant the median over rounds; in-process over each other variant, round by round."""
-    out = {variant: {key: statistics.median(r[key] for r in runs) for key in ("infer_per_s", "p50_ms", "p99_ms")}
+    out = {variant: {key: median([r[key] for r in runs]) for key in ("infer_per_s", "p50_ms", "p99_ms")}
            | {"rounds": runs} for variant, runs in rows.items()}
     for other in ("ensemble", "client_side"):
         out[f"inprocess_over_{other}"] = compared(rows["inprocess"], rows[other], "infer_per_s")
