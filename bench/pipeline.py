@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
-from tests.harness.pipelines import Reference, add_mode, as_request, images  # noqa: E402
+from tests.harness.pipelines import Reference, add_mode, as_request, images, process_of  # noqa: E402
+from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.example_repo import make_example_folder  # noqa: E402
@@ -92,25 +93,14 @@ class TritonPythonModel:
 '''
 
 
-def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: str, outputs: str) -> None:
-    folder = repo / name / "1"
-    folder.mkdir(parents=True)
-    (folder / "model.py").write_text(STAGE_MODEL)
-    for file in ("process.py", "labels.txt", "process.json"):
-        shutil.copyfile(source / file, folder / file)
-    (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
-backend: "python"
-max_batch_size: 32
+def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
+                outputs: list[str]) -> None:
+    folder = python_model(repo, name, STAGE_MODEL, inputs, outputs, max_batch_size=32, extra=f"""\
 dynamic_batching {{ max_queue_delay_microseconds: 100 }}
 instance_group {{ kind: KIND_CPU count: {count} }}
-parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}
-{inputs}
-{outputs}
-''')
-
-
-def tensor(section: str, name: str, data_type: str, dims: str) -> str:
-    return f'{section} {{ name: "{name}" data_type: {data_type} dims: [{dims}] }}'
+parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}""")
+    for file in ("process.py", "labels.txt", "process.json"):
+        shutil.copyfile(source / file, folder / file)
 
 
 def ensemble(repo: Path, name: str, pre: str, engine: str, post: str) -> None:
@@ -124,9 +114,8 @@ def ensemble(repo: Path, name: str, pre: str, engine: str, post: str) -> None:
     (repo / name / "config.pbtxt").write_text(f'''name: "{name}"
 platform: "ensemble"
 max_batch_size: 32
-{tensor("input", "IMAGE", "TYPE_STRING", "1")}
-{tensor("output", "LABELS", "TYPE_STRING", "5")}
-{tensor("output", "SCORES", "TYPE_FP32", "5")}
+input [ {tensor("IMAGE", "BYTES", [1])} ]
+output [ {tensor("LABELS", "BYTES", [5])}, {tensor("SCORES", "FP32", [5])} ]
 ensemble_scheduling {{
   {step(pre, {"IMAGE": "IMAGE"}, {"input": "pixels"})}
   {step(engine, {"input": "pixels"}, {"logits": "logits"})}
@@ -158,12 +147,12 @@ def build(repo: Path, args: argparse.Namespace) -> Path:
                               get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
     serving(plain, args)
     for count in args.pre_instances:
-        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, tensor("input", "IMAGE", "TYPE_STRING", "1"),
-                    tensor("output", "input", "TYPE_FP32", f"3, {size}, {size}"))
+        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, [tensor("IMAGE", "BYTES", [1])],
+                    [tensor("input", "FP32", [3, size, size])])
         ensemble(repo, f"ensemble_{count}", f"pre_{count}", "resnet50_plain", "post")
     stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
-                "\n".join([tensor("input", "logits", "TYPE_FP32", "1000"), tensor("input", "IMAGE", "TYPE_STRING", "1")]),
-                "\n".join([tensor("output", "LABELS", "TYPE_STRING", "5"), tensor("output", "SCORES", "TYPE_FP32", "5")]))
+                [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
+                [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])])
     return jpeg
 
 
@@ -175,7 +164,7 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
     import tritonclient.grpc as grpcclient
 
     client_side = model == "resnet50_plain"
-    reference = Reference(Path(folder)) if client_side else None
+    process = process_of(Path(folder)) if client_side else None
     start = time.monotonic()
     latencies: list[float] = []
     counts = {"wrong": 0, "errors": 0}
@@ -190,11 +179,11 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
             try:
                 if client_side:
                     inputs = as_request("IMAGE", payload)
-                    pixels = reference.process.preprocess(inputs)["input"]
+                    pixels = process.preprocess(inputs)["input"]
                     sent = grpcclient.InferInput("input", list(pixels.shape), "FP32")
                     sent.set_data_from_numpy(pixels)
                     logits = client.infer(model, [sent]).as_numpy("logits")
-                    labels = reference.process.postprocess({"logits": logits}, inputs)["LABELS"]
+                    labels = process.postprocess({"logits": logits}, inputs)["LABELS"]
                 else:
                     sent = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
                     sent.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
@@ -278,8 +267,8 @@ def main() -> int:
             def run(model: str, concurrency: int) -> dict:
                 row = measure(server.grpc_url, model, folder, files, expected, concurrency,
                               args.client_processes, args.seconds)
-                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {row['p50_ms']:7.1f} ms "
-                      f"p99 {row['p99_ms']:7.1f} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
+                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {ms(row['p50_ms'])} ms "
+                      f"p99 {ms(row['p99_ms'])} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
                 return row
 
             # The ensemble's fairest instance count: the best at the highest concurrency.
@@ -320,7 +309,8 @@ def main() -> int:
         **{f"{v}_{q}": headline[v][q] for v in variants for q in ("p50_ms", "p99_ms")},
         "headline_concurrency": max(args.concurrency),
         "inprocess_stage_us_total": stages,
-        "inprocess_busy_s": inprocess_busy_s(by_concurrency, args.seconds),
+        # Seconds the in-process model was measured under load (its warm-ups not counted).
+        "inprocess_busy_s": len(args.concurrency) * args.rounds * args.seconds,
         "by_concurrency": by_concurrency,
         "perf_analyzer": by_perf_analyzer,
     }
@@ -342,14 +332,20 @@ def perf_row(url: str, model: str, concurrency: int, input_data: Path) -> dict:
     return found
 
 
-def inprocess_busy_s(by_concurrency: dict, seconds: float) -> float:
-    """Seconds the in-process model was measured under load (its warm-ups not counted)."""
-    return sum(len(b["inprocess"]["rounds"]) for b in by_concurrency.values()) * seconds
+def ms(value: float | None) -> str:
+    """A latency for the progress lines: None when no request of the run succeeded."""
+    return f"{value:7.1f}" if value is not None else "   none"
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the rounds that measured something (a round with no successful request has None)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def summary(rows: dict[str, list[dict]]) -> dict:
     """Per variant the median over rounds; in-process over each other variant, round by round."""
-    out = {variant: {key: statistics.median(r[key] for r in runs) for key in ("infer_per_s", "p50_ms", "p99_ms")}
+    out = {variant: {key: median([r[key] for r in runs]) for key in ("infer_per_s", "p50_ms", "p99_ms")}
            | {"rounds": runs} for variant, runs in rows.items()}
     for other in ("ensemble", "client_side"):
         out[f"inprocess_over_{other}"] = compared(rows["inprocess"], rows[other], "infer_per_s")

@@ -6,13 +6,14 @@ choices rest on these facts (signature.TRITON_DTYPES, model_config.config_dims).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
+from tests.harness.python_model import python_model, tensor
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 TYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -50,26 +51,12 @@ class TritonPythonModel:
 '''
 
 
-def _tensor(name: str, triton_type: str, dims: str) -> str:
-    return f'{{ name: "{name}" data_type: TYPE_{triton_type.replace("BYTES", "STRING")} dims: {dims} }}'
-
-
-def _model(repo: Path, name: str, inputs: list[str], outputs: list[str], code: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(code)
-    text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
-    if inputs:
-        text += f"input [ {', '.join(inputs)} ]\n"
-    text += f"output [ {', '.join(outputs)} ]\n"
-    (repo / name / "config.pbtxt").write_text(text)
-
-
 @pytest.fixture(scope="module")
 def plain_server(start_server, tmp_path_factory):
     repo = tmp_path_factory.mktemp("plain_python")
-    _model(repo, "echo", [_tensor(t, t, "[ -1, -1 ]") for t in TYPES],
-           [_tensor(f"{t}_OUT", t, "[ -1, -1 ]") for t in TYPES], ECHO)
-    _model(repo, "no_inputs", [], [_tensor("SCALAR", "FP32", "[ 1 ]"), _tensor("WIDE", "FP32", "[ 1 ]")], NO_INPUTS)
+    python_model(repo, "echo", ECHO, [tensor(t, t, [-1, -1]) for t in TYPES],
+                 [tensor(f"{t}_OUT", t, [-1, -1]) for t in TYPES])
+    python_model(repo, "no_inputs", NO_INPUTS, [], [tensor("SCALAR", "FP32", [1]), tensor("WIDE", "FP32", [1])])
     server = start_server(repo)
     deadline = time.monotonic() + 120
     with httpclient.InferenceServerClient(server.http_url) as client:

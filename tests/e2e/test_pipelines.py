@@ -4,23 +4,18 @@ exactly, in every mode, over HTTP and gRPC, with concurrent clients; a corrupt f
 refused alone with INVALID_ARGUMENT."""
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.harness.clients import infer_concurrently
 from tests.harness.pipelines import Reference, as_request, build_pipeline_repository, images, texts
 from tests.harness.server import TritonServer, process_state
 from tests.harness.streams import run_on_stream
 
-MODELS = ("resnet50_jpeg", "resnet50_jpeg_pipelined", "resnet50_jpeg_decoupled", "resnet50_jpeg_processes",
-          "bert_text")
 CORRUPT = b"\xff\xd8\xff\xe0 this is not a JPEG after its first bytes"
 
 
@@ -33,36 +28,16 @@ class Pipelines:
 @pytest.fixture(scope="module")
 def pipelines(start_server, tmp_path_factory) -> Pipelines:
     repo = build_pipeline_repository(tmp_path_factory.mktemp("pipelines") / "repo")
-    server = start_server(repo)
-    client = httpclient.InferenceServerClient(server.http_url)
-    deadline = time.monotonic() + 120
-    while not all(client.is_model_ready(m) for m in MODELS):
-        assert time.monotonic() < deadline, f"models not ready: {server.log_tail()}"
-        time.sleep(0.5)
-    client.close()
+    server = start_server(repo)     # ready: every model loaded (strict readiness)
     return Pipelines(server, {name: Reference(repo / name) for name in ("resnet50_jpeg", "bert_text")})
-
-
-def _infer(protocol: str, url: str, model: str, name: str, payload: bytes, outputs: tuple[str, ...]):
-    """One request on its own client: its outputs, or the exception it got."""
-    module = httpclient if protocol == "http" else grpcclient
-    client = module.InferenceServerClient(url)
-    tensor = module.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
-    try:
-        result = client.infer(model, [tensor])
-        return {output: result.as_numpy(output) for output in outputs}
-    except InferenceServerException as exc:
-        return exc
-    finally:
-        client.close()
 
 
 def served_concurrently(pipelines: Pipelines, protocol: str, model: str, name: str, payloads: list[bytes],
                         outputs: tuple[str, ...]) -> list:
+    """Each payload as one request on its own client, 8 at a time: its outputs, or the exception it got."""
     url = pipelines.server.http_url if protocol == "http" else pipelines.server.grpc_url
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda p: _infer(protocol, url, model, name, p, outputs), payloads))
+    return infer_concurrently(url, model, [np.array([[p]], dtype=np.object_) for p in payloads], workers=8,
+                              name=name, protocol=protocol, dtype="BYTES", outputs=outputs)
 
 
 def assert_equal_answers(served: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:

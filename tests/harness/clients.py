@@ -22,16 +22,21 @@ def grpc_input(name: str, array: np.ndarray, dtype: str) -> grpcclient.InferInpu
 
 
 def infer_concurrently(url: str, model: str, inputs: list[np.ndarray], workers: int = 16,
-                       name: str = "INPUT0", output: str = "OUTPUT0") -> list[np.ndarray | Exception]:
-    """One gRPC client per request, `workers` at a time: each output, or the error it got."""
+                       name: str = "INPUT0", output: str = "OUTPUT0", *, protocol: str = "grpc",
+                       dtype: str = "FP32", outputs: tuple[str, ...] = ()) -> list:
+    """One client per request (`protocol` "grpc" or "http"), `workers` at a time: each request's
+    `output`, or with `outputs` a dict of those by name; or the error it got."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tritonclient.utils import InferenceServerException
 
-    def one(x: np.ndarray) -> np.ndarray | Exception:
-        client = grpcclient.InferenceServerClient(url)
+    module, make_input = (httpclient, http_input) if protocol == "http" else (grpcclient, grpc_input)
+
+    def one(x: np.ndarray) -> np.ndarray | dict[str, np.ndarray] | Exception:
+        client = module.InferenceServerClient(url)
         try:
-            return client.infer(model, [grpc_input(name, x, "FP32")]).as_numpy(output)
+            result = client.infer(model, [make_input(name, x, dtype)])
+            return {out: result.as_numpy(out) for out in outputs} if outputs else result.as_numpy(output)
         except InferenceServerException as exc:
             return exc
         finally:

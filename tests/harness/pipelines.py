@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from PIL import Image
 
 from tests.harness.repository import QUEUE_DELAY_US
-from trtpool.process_file import load_process_file
+from trtpool.process_file import ProcessFile, load_process_file
 from trtpool_builder.example_repo import make_example_folder
 from trtpool_builder.model_folder import read_config, write_config
 
@@ -78,12 +78,17 @@ def build_pipeline_repository(repo: Path) -> Path:
     return repo
 
 
+def process_of(folder: Path) -> ProcessFile:
+    """The folder's process.py, loaded and set up with its config.pbtxt as the model does."""
+    config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
+    return load_process_file(folder / "1", config)
+
+
 class Reference:
     """The folder's process.py around ONNX Runtime, one request at a time."""
 
     def __init__(self, folder: Path) -> None:
-        config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
-        self.process = load_process_file(folder / "1", config)
+        self.process = process_of(folder)
         self.session = ort.InferenceSession(str(folder / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
         self.outputs = [o.name for o in self.session.get_outputs()]
 

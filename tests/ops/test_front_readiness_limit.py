@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.harness.python_model import python_model, tensor
 from tests.harness.server import ServerFailed, TritonServer
 
 MODEL = '''
@@ -39,21 +40,12 @@ class TritonPythonModel:
     def execute(self, requests):
         return []
 '''
-CONFIG = '''name: "asker"
-backend: "python"
-max_batch_size: 0
-input [{ name: "X", data_type: TYPE_FP32, dims: [1] }]
-output [{ name: "Y", data_type: TYPE_FP32, dims: [1] }]
-'''
 REFUSED = "is_model_ready while loading: refused: Failed to check model readiness"
 ABORTED = "boost::interprocess::lock_exception"
 
 
 def test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts(tmp_path: Path):
-    version = tmp_path / "repo" / "asker" / "1"
-    version.mkdir(parents=True)
-    (version / "model.py").write_text(MODEL)
-    (version.parent / "config.pbtxt").write_text(CONFIG)
+    python_model(tmp_path / "repo", "asker", MODEL, [tensor("X", "FP32", [1])], [tensor("Y", "FP32", [1])])
     server = TritonServer(tmp_path / "repo", tmp_path / "server.log")
     try:
         server.start()

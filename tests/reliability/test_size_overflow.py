@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.harness.clients import TINY_TOLERANCE, infer_concurrently
+from tests.harness.python_model import python_model, tensor
 from tests.harness.repository import add_example
 from tests.harness.server import TritonServer
 from trtpool_builder.examples.tiny import tiny_reference
@@ -35,12 +36,6 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(request, "X").as_numpy())]) for request in requests]
-'''
-PLAIN_CONFIG = '''name: "plain"
-backend: "python"
-max_batch_size: 0
-input [{ name: "X", data_type: TYPE_FP32, dims: [-1, -1, 8] }]
-output [{ name: "Y", data_type: TYPE_FP32, dims: [-1, -1, 8] }]
 '''
 
 
@@ -70,9 +65,7 @@ def wrapping_request(url: str, model: str) -> grpc.RpcError:
 def server(tmp_path_factory) -> TritonServer:
     base = tmp_path_factory.mktemp("size_overflow")
     repo = base / "repo"
-    (repo / "plain" / "1").mkdir(parents=True)
-    (repo / "plain" / "1" / "model.py").write_text(PLAIN_MODEL)
-    (repo / "plain" / "config.pbtxt").write_text(PLAIN_CONFIG)
+    python_model(repo, "plain", PLAIN_MODEL, [tensor("X", "FP32", [-1, -1, 8])], [tensor("Y", "FP32", [-1, -1, 8])])
     make_model_folder(repo, "identity", identity_onnx(base / "identity.onnx"), ["X=1x1x8:1x4x8:2x64x8"],
                       ServingOptions(contexts="1", max_batch_size=0), log=lambda note: None)
     add_example(repo, base / "onnx", "tiny", contexts="1")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+from tests.harness.docs import PAGES, ROOT
+
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

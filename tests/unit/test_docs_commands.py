@@ -130,7 +130,9 @@ INVENTORY = (
             not_here="NVIDIA's package index and a GPU; the extra it names is checked in pyproject.toml"),
     message("note: kept in fp32: ...", GRAPHS + "test_fp16_keeps_values_beyond_its_range_in_fp32"),
     message("Input 0's element type (float) differs from input 1's element type (half)",
-            "tests/builder/test_fp16_shape_arithmetic.py::test_fp16_builds_a_yolo_anchor_grid_on_dynamic_sizes"),
+            "tests/builder/test_fp16_shape_arithmetic.py::test_fp16_builds_a_yolo_anchor_grid_on_dynamic_sizes",
+            not_here="the error the fix avoids (TensorRT-RTX 1.7 on ultralytics' exports, recorded by "
+                     "bench/yolo_fp16.py): the test checks that the same graph now builds"),
     message("rows are not independent",
             "tests/conformance/test_exporter_quirks.py::test_a_first_axis_whose_rows_mix_is_not_made_a_batch_axis"),
     message("cannot parse ...: nodes outside the standard ONNX domain ... ai.onnx.ml.ArrayFeatureExtractor",
@@ -274,7 +276,9 @@ def test_bench_commands_take_the_quoted_flags():
     for script, flags in sorted(scripts.items()):
         done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"{script} --help: {done.stderr}"
-        assert not [flag for flag in flags if not re.search(rf"{re.escape(flag)}\b", done.stdout)], (script, done.stdout)
+        # Only argparse's option lines: the script's docstring, printed above them, quotes the flags too.
+        assert not [flag for flag in flags if not re.search(rf"^\s+(-\w, )?{re.escape(flag)}\b", done.stdout, re.M)], \
+            (script, done.stdout)
 
 
 def test_h200_stages_exist():

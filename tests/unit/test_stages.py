@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -150,7 +149,16 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
         answered(responders)
         assert responders[0].outcome == "failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: SystemExit: 3"
         assert responders[1].outcome == "sent"
-        assert threading.active_count() > 1
+        # The preprocess workers (two threads) serve on: two more requests are answered normally.
+        after = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.25, 0.75], start=2)]
+        answers = [RecordingResponder(cancelled=False) for _ in after]
+        tensors, answering = instance.stage.before(after, answers)
+        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
+                            detach=True)
+        for request, responder in zip(after, answered(answers)):
+            assert responder.outcome == "sent"
+            expected = tiny_reference(request["VALUES"].astype(np.float32))
+            np.testing.assert_allclose(responder.outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
     finally:
         instance.close()
 
