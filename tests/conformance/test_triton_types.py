@@ -84,9 +84,9 @@ def test_every_type_travels_both_ways(plain_server, protocol: str, rows: int) ->
                           else rng.integers(0, 2, (rows, 3))).astype(dtype)
     inputs = []
     for name, array in sent.items():
-        tensor = module.InferInput(name, list(array.shape), name)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
+        sent_input = module.InferInput(name, list(array.shape), name)
+        sent_input.set_data_from_numpy(array)
+        inputs.append(sent_input)
     with module.InferenceServerClient(_url(plain_server, protocol)) as client:
         result = client.infer("echo", inputs)
     for name, array in sent.items():

@@ -52,8 +52,8 @@ def identity_onnx(path: Path) -> Path:
 def wrapping_request(url: str, model: str) -> grpc.RpcError:
     channel = grpc.insecure_channel(url)
     request = service_pb2.ModelInferRequest(model_name=model)
-    tensor = request.inputs.add(name="X", datatype="FP32")
-    tensor.shape.extend(WRAPPING_SHAPE)
+    wrapping = request.inputs.add(name="X", datatype="FP32")
+    wrapping.shape.extend(WRAPPING_SHAPE)
     request.raw_input_contents.append(bytes(SENT_BYTES))
     with channel:
         with pytest.raises(grpc.RpcError) as raised:
