@@ -1,6 +1,7 @@
 """Conformance on the ONNX node-test corpus: how many of the cases that ONNX Runtime answers
 right trtpool answers right, as exported and with every dimension dynamic
-(tests/conformance/node_suite.py says how a case runs).
+(tests/conformance/node_suite.py says how a case runs); and that every case whose graph
+Triton cannot carry (types it lacks, sequences, maps, optionals) is refused by name.
 
     .venv/bin/python bench/conformance.py --out bench/results/conformance.json
 """
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.record import provenance, write_json  # noqa: E402
-from tests.conformance.node_suite import VARIANTS, collect, run_corpus  # noqa: E402
+from tests.conformance.node_suite import VARIANTS, collect, refusal_mistakes, run_corpus, uncarriable  # noqa: E402
 
 
 def _reason_kind(reason: str) -> str:
@@ -48,6 +49,11 @@ def main() -> None:
         record[f"{variant}_excluded_cases"] = result.excluded
         record[f"{variant}_seconds"] = round(time.monotonic() - began, 1)
         print(f"{variant}: {result.right} of {result.valid} right ({len(result.excluded)} excluded)", flush=True)
+    left_out = uncarriable(cases)
+    mistakes = refusal_mistakes(left_out)
+    record.update(uncarriable_cases=len(left_out), uncarriable_refused_by_name=len(left_out) - len(mistakes),
+                  uncarriable_mistakes=mistakes)
+    print(f"Triton cannot carry {len(left_out)}: {len(left_out) - len(mistakes)} refused by name", flush=True)
     record["seconds"] = round(time.monotonic() - started, 1)
     write_json(args.out, record)
     print(f"wrote {args.out}")

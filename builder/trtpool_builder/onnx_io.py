@@ -11,15 +11,19 @@ from google.protobuf.message import DecodeError
 from onnx import helper
 
 from trtpool.errors import ConfigError
+from trtpool.onnx_types import is_tensor, not_a_tensor, type_text
 from trtpool.signature import TRITON_DTYPES, TensorSpec
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    if not is_tensor(value):
+        raise ConfigError(not_a_tensor(value))
     tensor_type = value.type.tensor_type
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
     if dtype not in TRITON_DTYPES:
-        raise ConfigError(f"tensor '{value.name}': ONNX type "
-                          f"{onnx.TensorProto.DataType.Name(tensor_type.elem_type)} has no Triton data type")
+        carried = ", ".join(name.removeprefix("TYPE_") for name in TRITON_DTYPES.values())
+        raise ConfigError(f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which has no Triton "
+                          f"data type (Triton carries {carried})")
     # A dim_value of 0 is a size (an empty tensor), not an unknown one.
     shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
     return TensorSpec(value.name, dtype, shape)

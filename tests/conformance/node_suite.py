@@ -15,6 +15,7 @@ profile.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -113,6 +114,37 @@ def unservable(case: NodeCase) -> str | None:
     if any(not isinstance(a, np.ndarray) for a in (*case.inputs.values(), *case.outputs.values())):
         return "a data set holds a sequence or optional value"
     return None
+
+
+# How trtpool-model refuses a value Triton has no type for (builder/trtpool_builder/onnx_io.py).
+REFUSAL = re.compile(r"^tensor '.+' has ONNX type .+, which (is not a tensor|has no Triton data type)")
+
+
+def uncarriable(cases: list[NodeCase]) -> list[NodeCase]:
+    """The cases whose graph declares a value Triton has no type for (not those where only a
+    data set holds a sequence)."""
+    return [case for case in cases if (why := unservable(case)) and not why.startswith("a data set")]
+
+
+def refusal_mistakes(cases: list[NodeCase]) -> dict[str, str]:
+    """trtpool-model must refuse each of `cases` (uncarriable) naming the tensor and its type:
+    the cases where it did something else, and what it did."""
+    from trtpool.errors import ConfigError
+
+    mistakes = {}
+    with tempfile.TemporaryDirectory(prefix="trtpool-refusals-") as workdir:
+        for case in cases:
+            model_file = Path(workdir) / f"{case.name}.onnx"
+            onnx.save_model(case.model, str(model_file))
+            try:
+                make_model_folder(Path(workdir) / "repo", case.name, model_file, log=lambda _: None)
+                mistakes[case.name] = "accepted"
+            except ConfigError as exc:
+                if not REFUSAL.match(str(exc)):
+                    mistakes[case.name] = f"refused otherwise: {str(exc)[:400]}"
+            except Exception as exc:  # noqa: BLE001 - a traceback is the mistake being measured
+                mistakes[case.name] = f"{type(exc).__name__}: {str(exc)[:400]}"
+    return mistakes
 
 
 def _as_numpy(value: Any) -> np.ndarray:

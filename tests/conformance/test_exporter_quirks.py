@@ -4,6 +4,7 @@ through trtpool-model's folder and the server's load path and is compared with O
 on the user's own file."""
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from onnx import TensorProto, helper
 from tests.conformance.node_suite import mismatch
 from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
+from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.load_check import as_triton_hands_it
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
+from trtpool_builder.trt_module import is_importable
 
 
 def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -132,3 +135,59 @@ def test_a_refusal_names_the_users_file_not_a_working_copy(tmp_path):
     message = str(refused.value)
     assert str(path) in message and "NoSuchOp" in message
     assert "trtpool-model-" not in message, message
+
+
+def _sequence_input() -> onnx.ModelProto:
+    return _graph_model([helper.make_node("SequenceAt", ["s", "i"], ["y"])],
+                        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None),
+                         helper.make_tensor_value_info("i", TensorProto.INT64, [])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+
+
+def _optional_output() -> onnx.ModelProto:
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    model = _graph_model([helper.make_node("Optional", ["x"], ["o"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                         [helper.make_value_info("o", optional)])
+    model.opset_import[0].version = 18
+    return model
+
+
+def _float8_input() -> onnx.ModelProto:
+    model = _graph_model([helper.make_node("Identity", ["x"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [2])])
+    model.opset_import[0].version = 21
+    return model
+
+
+# Graph values Triton has no type for, and the refusal each must get (it used to be a KeyError
+# traceback for the first two).
+UNCARRIABLE = {
+    "sequence input": (_sequence_input, "tensor 's' has ONNX type seq(tensor(float)), which is not a tensor: "
+                                        "Triton carries tensors only"),
+    "optional output": (_optional_output, "tensor 'o' has ONNX type optional(tensor(float)), which is not a "
+                                          "tensor: Triton carries tensors only"),
+    "float8 input": (_float8_input, "tensor 'x' has ONNX type tensor(float8e4m3fn), which has no Triton data type"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNCARRIABLE))
+def test_values_triton_cannot_carry_are_refused_by_name(case, tmp_path):
+    make, expected = UNCARRIABLE[case]
+    path = tmp_path / "odd.onnx"
+    onnx.save(make(), str(path))
+    ort.InferenceSession(str(path))  # a valid model: ONNX Runtime loads it
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        make_model_folder(tmp_path / "repo", "odd", path, log=lambda _: None)
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+@pytest.mark.parametrize("case", sorted(UNCARRIABLE))
+def test_the_builder_refuses_them_by_name_too(case, tmp_path):
+    make, expected = UNCARRIABLE[case]
+    path = tmp_path / "odd.onnx"
+    onnx.save(make(), str(path))
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        build_engine(path, tmp_path / "odd.plan", BuildOptions(trt_module="tensorrt_rtx"))
+    assert not (tmp_path / "odd.plan").exists()

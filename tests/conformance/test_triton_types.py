@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.harness.python_model import python_model, tensor
+from trtpool.signature import TRITON_DTYPES
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 TYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -57,7 +58,8 @@ def plain_server(start_server, tmp_path_factory):
     python_model(repo, "echo", ECHO, [tensor(t, t, [-1, -1]) for t in TYPES],
                  [tensor(f"{t}_OUT", t, [-1, -1]) for t in TYPES])
     python_model(repo, "no_inputs", NO_INPUTS, [], [tensor("SCALAR", "FP32", [1]), tensor("WIDE", "FP32", [1])])
-    server = start_server(repo)
+    python_model(repo, "fp8_echo", ECHO, [tensor("X", "FP8", [2])], [tensor("X_OUT", "FP8", [2])])
+    server = start_server(repo, "--exit-on-error=false", "--strict-readiness=false")
     deadline = time.monotonic() + 120
     with httpclient.InferenceServerClient(server.http_url) as client:
         while not (client.is_model_ready("echo") and client.is_model_ready("no_inputs")):
@@ -102,3 +104,21 @@ def test_a_model_without_inputs_answers_with_shapes_the_config_does_not_fix(plai
         result = client.infer("no_inputs", [])
     assert result.as_numpy("SCALAR").shape == () and float(result.as_numpy("SCALAR")) == 2.5
     assert result.as_numpy("WIDE").shape == (2, 3)
+
+
+def test_triton_has_no_type_for_what_trtpool_refuses() -> None:
+    """Triton's own list of data types (model_config.proto, as tritonclient ships it) is
+    exactly what trtpool serves: float8, float4, int4, uint4, int2 and uint2 have none."""
+    from tritonclient.grpc import model_config_pb2
+
+    triton = set(model_config_pb2.DataType.keys()) - {"TYPE_INVALID"}
+    assert triton == set(TRITON_DTYPES.values())
+
+
+def test_a_plain_python_model_cannot_declare_float8(plain_server) -> None:
+    """The same server refuses the config of a plain Python-backend model declaring TYPE_FP8,
+    and serves the other models of the repository."""
+    with httpclient.InferenceServerClient(plain_server.http_url) as client:
+        assert not client.is_model_ready("fp8_echo")
+        assert client.is_model_ready("echo")
+    assert 'Unknown enumeration value of "TYPE_FP8"' in plain_server.log_text()

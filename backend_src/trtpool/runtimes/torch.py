@@ -72,6 +72,7 @@ from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.host_upload import HostUploader
 from trtpool.onnx_signature import DeclaredTensor
+from trtpool.onnx_types import is_tensor, not_a_tensor
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
 
@@ -126,13 +127,13 @@ def leading(shape: tuple[int, ...]) -> tuple[slice, ...]:
 
 def _dims(value: onnx.ValueInfoProto) -> tuple[int | str, ...]:
     """Fixed dimensions as ints, symbolic ones by name ('' when unnamed)."""
-    if not value.type.HasField("tensor_type"):
-        raise ConfigError(f"tensor '{value.name}' is not a tensor, which trtpool does not serve")
     return tuple(d.dim_value if d.HasField("dim_value") else d.dim_param
                  for d in value.type.tensor_type.shape.dim)
 
 
 def _declared(value: onnx.ValueInfoProto) -> DeclaredTensor:
+    if not is_tensor(value):
+        raise ConfigError(not_a_tensor(value))
     elem_type = value.type.tensor_type.elem_type
     if elem_type not in ONNX_DTYPES:
         raise ConfigError(f"tensor '{value.name}' has type {TensorProto.DataType.Name(elem_type)}, "
