@@ -30,6 +30,7 @@ from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_sh
 from trtpool_builder.profiles import resolve_profiles
 from trtpool_builder.samples import Samples, load_samples, sample_feeds
 from trtpool_builder.scalars import describe_lifted, lift_scalars
+from trtpool_builder.served_copy import repair_for_serving
 from trtpool_builder.squeeze_axes import give_squeezes_axes
 from trtpool_builder.trt_build import (
     ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
@@ -219,6 +220,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
     trt, module_name = load_trt(options.trt_module)
     check_options(options, module_name)
     model = load_graph(onnx_path)
+    repaired = repair_for_serving(model)
     lifted = lift_scalars(model)
     inputs, _ = io_specs(model)
     profiles = resolve_profiles(options.shapes, inputs)
@@ -238,7 +240,9 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
 
     with tempfile.TemporaryDirectory(prefix="trtpool-build-") as workdir, \
             naming_the_users_file(onnx_path, {Path(workdir): "a working copy of {file}"}):
-        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir), bool(lifted or squeezes))
+        source, renamed = _build_source(model, onnx_path, profiles, Path(workdir),
+                                        bool(repaired or lifted or squeezes))
+        notes.extend(repaired)
         notes.extend([describe_lifted(lifted)] if lifted else [])
         notes.extend(squeezes)
         notes.extend(r.describe() for r in renamed)

@@ -191,3 +191,17 @@ def test_the_builder_refuses_them_by_name_too(case, tmp_path):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         build_engine(path, tmp_path / "odd.plan", BuildOptions(trt_module="tensorrt_rtx"))
     assert not (tmp_path / "odd.plan").exists()
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+def test_the_builder_drops_a_zipmap_too_and_names_what_tensorrt_cannot_import(zipmap_classifier, tmp_path):
+    """trtpool-build repairs the ZipMap as trtpool-model does, so its refusal names the real
+    obstacle, the ai.onnx.ml classifier TensorRT has no importer for, and where to serve it."""
+    from trtpool_builder.errors import BuildError
+
+    with pytest.raises(BuildError) as refused:
+        build_engine(zipmap_classifier, tmp_path / "iris.plan", BuildOptions(
+            trt_module="tensorrt_rtx", shapes=("features=1x4:8x4:32x4",)), log=lambda _: None)
+    message = str(refused.value)
+    assert "ai.onnx.ml.LinearClassifier" in message and "trtpool-model" in message, message
+    assert "not a tensor" not in message and not (tmp_path / "iris.plan").exists()
