@@ -33,7 +33,7 @@ from trtpool.signature import Profile, Signature, TensorSpec, is_batched
 from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
-from trtpool_builder.onnx_io import io_specs, load_graph, save_model
+from trtpool_builder.onnx_io import external_data_files, io_specs, load_graph, save_model
 from trtpool_builder.process_folder import ProcessOptions, apply_face, place_files
 from trtpool_builder.served_copy import repair_for_serving
 from trtpool_builder.profiles import opt_batch, resolve_profiles
@@ -164,18 +164,29 @@ def _served_file(model_file: Path, workdir: Path) -> tuple[Path, list[str]]:
     return save_model(model, workdir / model_file.name), notes
 
 
-def _place(source: Path, dest: Path) -> None:
-    """Copy `source` to `dest` unless it already is that file; remove other model files."""
+def _place(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
+    """Copy `source` to `dest`, and its external data files beside it, unless they already
+    are those files; remove other model files."""
     for name in MODEL_FILES:
         other = dest.parent / name
         if other.exists() and other.name not in (dest.name, dest.name + ".json"):
             other.unlink()
-    if not (dest.exists() and dest.samefile(source)):
-        shutil.copyfile(source, dest)
+    for source_file, dest_file in ((source, dest), *((source.parent / f, dest.parent / f) for f in data_files)):
+        if not (dest_file.exists() and dest_file.samefile(source_file)):
+            dest_file.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source_file, dest_file)
 
 
-def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, version: int,
-                  user_file: Path, process: ProcessOptions | None, faces: tuple[str, ...]) -> Loaded:
+def _link(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
+    """`dest` a link to `source`, and its external data files linked beside it."""
+    for source_file, dest_file in ((source, dest), *((source.parent / f, dest.parent / f) for f in data_files)):
+        dest_file.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(source_file.resolve(), dest_file)
+
+
+def _check_staged(config: mc.ModelConfig, model_file: Path, data_files: Sequence[Path], file_name: str,
+                  version: int, user_file: Path, process: ProcessOptions | None,
+                  faces: tuple[str, ...]) -> Loaded:
     """Load the folder-to-be from a temporary place; the server's error if it would not load,
     naming `user_file` (what the user gave) rather than the staged link to `model_file`.
     `faces`: the engine's sections (process.faces(), or all without a process file).
@@ -189,7 +200,7 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, file_name: str, vers
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as staging:
         version_dir = Path(staging) / str(version)
         version_dir.mkdir()
-        os.symlink(model_file.resolve(), version_dir / file_name)
+        _link(model_file, version_dir / file_name, data_files)
         if file_name == "model.plan":
             write_sidecar(version_dir / file_name, read_sidecar(model_file))
         if process is not None:
@@ -221,10 +232,11 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
             naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
         served, notes = _served_file(model_file, Path(workdir))
         signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
+        data_files = external_data_files(served) if file_name == "model.onnx" else []
         staged = model_config(name, signature, options)
         faces = SECTIONS if process is None else process.faces()
-        loaded = _check_staged(_with_face(staged, process, faces), served, file_name, version, model_file,
-                               process, faces)
+        loaded = _check_staged(_with_face(staged, process, faces), served, data_files, file_name, version,
+                               model_file, process, faces)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
         config = _with_face(model_config(name, signature, options), process, faces)
@@ -235,7 +247,7 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         version_dir = folder / str(version)
         version_dir.mkdir(parents=True, exist_ok=True)
         dest = version_dir / file_name
-        _place(served, dest)
+        _place(served, dest, data_files)
         if file_name == "model.plan":
             write_sidecar(dest, read_sidecar(served))
         if process is not None:

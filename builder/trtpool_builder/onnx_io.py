@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from math import prod
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from trtpool.errors import ConfigError
 from trtpool.onnx_types import is_tensor, not_a_tensor, type_text
@@ -108,6 +110,36 @@ def output_shape_inferrer(model: onnx.ModelProto):
 
 # Protobuf refuses messages of 2 GiB and more: larger weights go to a side file.
 EXTERNAL_DATA_ABOVE = 1 << 30
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor stored in the graph: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _tensors(subgraph)
+
+
+def external_data_files(model_file: Path) -> list[Path]:
+    """The files beside `model_file` that hold its external tensor data, relative to its folder
+    (they must travel with it; ONNX Runtime reads them from there and nowhere else)."""
+    model = load_graph(model_file)
+    locations = sorted({ExternalDataInfo(t).location for t in _tensors(model.graph) if uses_external_data(t)})
+    files = []
+    for location in locations:
+        relative = Path(location)
+        if relative.is_absolute() or ".." in relative.parts:
+            raise ConfigError(f"'{model_file}' keeps tensor data in '{location}', outside its folder; "
+                              "ONNX Runtime reads external data only from the model's folder")
+        if not (model_file.parent / relative).is_file():
+            raise ConfigError(f"'{model_file}' keeps tensor data in '{location}', which is not a file "
+                              f"in '{model_file.parent}'")
+        files.append(relative)
+    return files
 
 
 def save_model(model: onnx.ModelProto, path: Path) -> Path:

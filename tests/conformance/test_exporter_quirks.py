@@ -12,7 +12,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import set_external_data
 
 from tests.conformance.node_suite import mismatch
 from trtpool.errors import ConfigError
@@ -205,3 +206,43 @@ def test_the_builder_drops_a_zipmap_too_and_names_what_tensorrt_cannot_import(zi
     message = str(refused.value)
     assert "ai.onnx.ml.LinearClassifier" in message and "trtpool-model" in message, message
     assert "not a tensor" not in message and not (tmp_path / "iris.plan").exists()
+
+
+def test_a_model_with_external_data_travels_with_its_data(tmp_path):
+    """torch.onnx and the ONNX tools keep large weights in files beside the model (here two, one
+    in a subfolder): the folder gets them beside model.onnx, and it answers as the original."""
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), name) for name in "ab"]
+    model = _graph_model([helper.make_node("MatMul", ["x", "a"], ["h"]), helper.make_node("MatMul", ["h", "b"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], weights)
+    for tensor, location in zip(model.graph.initializer, ("a.bin", "weights/b.bin")):
+        set_external_data(tensor, location)
+        (tmp_path / "export" / location).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "export" / location).write_bytes(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        tensor.data_location = TensorProto.EXTERNAL
+    path = tmp_path / "export" / "mlp.onnx"
+    onnx.save(model, str(path))
+    folder = make_model_folder(tmp_path / "repo", "mlp", path, ["x=1x8:4x8:8x8"], log=lambda _: None)
+    assert (folder / "1" / "a.bin").is_file() and (folder / "1" / "weights" / "b.bin").is_file()
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    [expected] = ort.InferenceSession(str(path)).run(None, {"x": x})
+    assert mismatch({"y": expected}, _serve_in_process(folder, {"x": x})) is None
+
+
+def test_external_data_outside_the_models_folder_is_refused_by_name(tmp_path):
+    weights = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    model = _graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [weights])
+    tensor = model.graph.initializer[0]
+    set_external_data(tensor, "../w.bin")
+    (tmp_path / "w.bin").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    (tmp_path / "export").mkdir()
+    path = tmp_path / "export" / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(ConfigError, match=re.escape("keeps tensor data in '../w.bin', outside its folder")):
+        make_model_folder(tmp_path / "repo", "m", path, log=lambda _: None)

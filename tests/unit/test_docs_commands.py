@@ -155,6 +155,7 @@ INVENTORY = (
     text("h0 [layers, 1, hidden]", "a tensor shape"),
     text("dims: [1]", "a config.pbtxt field"),
     text("reshape: { shape: [] }", "a config.pbtxt field"),
+    text("onnx.save(..., save_as_external_data=True)", "a Python call that writes external data"),
     text("||converted - fp32|| / ||fp32||", "a formula"),
     text("[2, 3]", "a tensor shape"),
     text("engine_host_code_allowed = True", "a TensorRT runtime setting"),
