@@ -151,13 +151,13 @@ def _signature(model_file: Path, shapes: Sequence[str], requested_batch: int | N
     return Signature(inputs, outputs, profiles, decision.batched), "model.onnx"
 
 
-def _served_file(model_file: Path, workdir: Path) -> tuple[Path, list[str]]:
-    """The file the folder serves: `model_file`, or for an ONNX file with outputs Triton
-    cannot carry a repaired copy (served_copy.py); and notes."""
+def _served_file(model_file: Path, shapes: Sequence[str], workdir: Path) -> tuple[Path, list[str]]:
+    """The file the folder serves: `model_file`, or for an ONNX file Triton cannot carry as it
+    is a repaired copy (served_copy.py); and notes."""
     if model_file.suffix != ".onnx":
         return model_file, []
     model = load_graph(model_file)
-    notes = repair_for_serving(model)
+    notes = repair_for_serving(model, shapes)
     if not notes:
         return model_file, []
     onnx.load_external_data_for_model(model, str(model_file.parent))
@@ -230,7 +230,7 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         raise ConfigError(f"model file '{model_file}' does not exist")
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir, \
             naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
-        served, notes = _served_file(model_file, Path(workdir))
+        served, notes = _served_file(model_file, shapes, Path(workdir))
         signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
         data_files = external_data_files(served) if file_name == "model.onnx" else []
         staged = model_config(name, signature, options)

@@ -4,12 +4,19 @@ Only what Triton cannot carry as the file has it: a ZipMap output (ai.onnx.ml,
 a sequence of maps from class label to probability, as skl2onnx and
 onnxmltools write classifiers by default) is served as the tensor of
 probabilities the ZipMap reads, one column per class in the order of its
-labels. Everything else is served as ONNX Runtime runs the file.
+labels. An input that declares no shape at all (its rank unknown; ONNX Runtime
+reports it like a scalar) gets the rank its --shapes range gives, every
+dimension dynamic; an output without one gets what shape inference finds. Everything else is served as ONNX Runtime runs the file.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx
 from onnx import helper
+
+from trtpool.errors import ConfigError
+from trtpool.shapes import parse_profile
 
 
 def _zipmap_labels(node: onnx.NodeProto) -> list:
@@ -52,6 +59,46 @@ def drop_zipmaps(model: onnx.ModelProto) -> list[str]:
     return notes
 
 
-def repair_for_serving(model: onnx.ModelProto) -> list[str]:
+def declare_input_ranks(model: onnx.ModelProto, shapes: Sequence[str]) -> list[str]:
+    """Give each input without a declared shape the rank of its range in `shapes` (trtpool.shapes
+    text, one per profile), every dimension dynamic; notes."""
+    ranges = parse_profile(shapes[0]) if shapes else {}
+    weights = {init.name for init in model.graph.initializer}
+    notes = []
+    for value in model.graph.input:
+        tensor_type = value.type.tensor_type
+        if value.name in weights or not value.type.HasField("tensor_type") or tensor_type.HasField("shape"):
+            continue
+        if value.name not in ranges:
+            raise ConfigError(f"input '{value.name}' declares no shape, so its rank is unknown (ONNX Runtime "
+                              f"would take it for a scalar): give its shape ranges, e.g. --shapes "
+                              f"{value.name}=MIN:OPT:MAX")
+        rank = len(ranges[value.name].min)
+        for _ in range(rank):
+            tensor_type.shape.dim.add()
+        notes.append(f"input '{value.name}' declares no shape: served with rank {rank} from --shapes, "
+                     "every dimension dynamic")
+    return notes
+
+
+def declare_output_shapes(model: onnx.ModelProto) -> list[str]:
+    """Give each output without a declared shape the one ONNX shape inference finds, where it
+    finds one; notes."""
+    shapeless = [v for v in model.graph.output
+                 if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
+    if not shapeless:
+        return []
+    inferred = {v.name: v.type.tensor_type for v in onnx.shape_inference.infer_shapes(model).graph.output}
+    notes = []
+    for value in shapeless:
+        found = inferred.get(value.name)
+        if found is not None and found.HasField("shape"):
+            value.type.tensor_type.shape.CopyFrom(found.shape)
+            notes.append(f"output '{value.name}' declares no shape: served with rank {len(found.shape.dim)}, "
+                         "as ONNX shape inference gives it")
+    return notes
+
+
+def repair_for_serving(model: onnx.ModelProto, shapes: Sequence[str] = ()) -> list[str]:
     """Make `model` (the copy to serve) carriable by Triton, in place; one note per change."""
-    return drop_zipmaps(model)
+    return [*drop_zipmaps(model), *declare_input_ranks(model, shapes), *declare_output_shapes(model)]

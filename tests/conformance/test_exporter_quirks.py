@@ -246,3 +246,35 @@ def test_external_data_outside_the_models_folder_is_refused_by_name(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(ConfigError, match=re.escape("keeps tensor data in '../w.bin', outside its folder")):
         make_model_folder(tmp_path / "repo", "m", path, log=lambda _: None)
+
+
+def _shapeless(tmp_path: Path) -> Path:
+    """Relu whose input and output declare a type but no shape (their rank unknown), as some
+    exporters and hand-edited graphs write them; ONNX Runtime reports such an input like a scalar."""
+    model = _graph_model([helper.make_node("Relu", ["x"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "shapeless.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_input_without_a_shape_needs_its_range_and_is_not_taken_for_a_scalar(tmp_path):
+    path = _shapeless(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape("input 'x' declares no shape, so its rank is unknown")):
+        make_model_folder(tmp_path / "repo", "shapeless", path, log=lambda _: None)
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path / "repo", "shapeless", path, ["x=1x3:4x3:8x3"], log=notes.append)
+    config = read_config(folder)
+    assert list(config.input[0].dims) == [-1] and list(config.output[0].dims) == [-1]
+    assert config.max_batch_size == 8 and len(notes) == 2, notes
+    x = np.random.default_rng(4).standard_normal((3, 3)).astype(np.float32)
+    assert mismatch({"y": np.maximum(x, 0)}, _serve_in_process(folder, {"x": x})) is None
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+def test_the_builder_takes_an_input_without_a_shape_from_its_range(tmp_path):
+    result = build_engine(_shapeless(tmp_path), tmp_path / "shapeless.plan",
+                          BuildOptions(trt_module="tensorrt_rtx", shapes=("x=1x3:4x3:8x3",)), log=lambda _: None)
+    [x] = result.sidecar.inputs
+    assert (x.name, len(x.shape)) == ("x", 2), x
