@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -164,6 +164,14 @@ def _served_file(model_file: Path, shapes: Sequence[str], workdir: Path) -> tupl
     return save_model(model, workdir / model_file.name), notes
 
 
+def _with_data(source: Path, dest: Path, data_files: Sequence[Path]) -> Iterator[tuple[Path, Path]]:
+    """(from, to) for the model file and each of its external data files, to be put beside it
+    (their parent folders made)."""
+    for source_file, dest_file in ((source, dest), *((source.parent / f, dest.parent / f) for f in data_files)):
+        dest_file.parent.mkdir(parents=True, exist_ok=True)
+        yield source_file, dest_file
+
+
 def _place(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
     """Copy `source` to `dest`, and its external data files beside it, unless they already
     are those files; remove other model files."""
@@ -171,16 +179,14 @@ def _place(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
         other = dest.parent / name
         if other.exists() and other.name not in (dest.name, dest.name + ".json"):
             other.unlink()
-    for source_file, dest_file in ((source, dest), *((source.parent / f, dest.parent / f) for f in data_files)):
+    for source_file, dest_file in _with_data(source, dest, data_files):
         if not (dest_file.exists() and dest_file.samefile(source_file)):
-            dest_file.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source_file, dest_file)
 
 
 def _link(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
     """`dest` a link to `source`, and its external data files linked beside it."""
-    for source_file, dest_file in ((source, dest), *((source.parent / f, dest.parent / f) for f in data_files)):
-        dest_file.parent.mkdir(parents=True, exist_ok=True)
+    for source_file, dest_file in _with_data(source, dest, data_files):
         os.symlink(source_file.resolve(), dest_file)
 
 

@@ -6,7 +6,8 @@ onnxmltools write classifiers by default) is served as the tensor of
 probabilities the ZipMap reads, one column per class in the order of its
 labels. An input that declares no shape at all (its rank unknown; ONNX Runtime
 reports it like a scalar) gets the rank its --shapes range gives, every
-dimension dynamic; an output without one gets what shape inference finds. Everything else is served as ONNX Runtime runs the file.
+dimension dynamic; an output without one gets what shape inference finds.
+Everything else is served as ONNX Runtime runs the file.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from onnx import helper
 
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
+from trtpool_builder.onnx_io import inferred_value_shapes
 
 
 def _zipmap_labels(node: onnx.NodeProto) -> list:
@@ -88,14 +90,18 @@ def declare_output_shapes(model: onnx.ModelProto) -> list[str]:
                  if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
     if not shapeless:
         return []
-    inferred = {v.name: v.type.tensor_type for v in onnx.shape_inference.infer_shapes(model).graph.output}
+    inferred = inferred_value_shapes(model, {}, [v.name for v in shapeless])
     notes = []
     for value in shapeless:
-        found = inferred.get(value.name)
-        if found is not None and found.HasField("shape"):
-            value.type.tensor_type.shape.CopyFrom(found.shape)
-            notes.append(f"output '{value.name}' declares no shape: served with rank {len(found.shape.dim)}, "
-                         "as ONNX shape inference gives it")
+        if value.name not in inferred:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for size in inferred[value.name]:
+            dim = dims.add()
+            if size >= 0:
+                dim.dim_value = size
+        notes.append(f"output '{value.name}' declares no shape: served with rank {len(dims)}, "
+                     "as ONNX shape inference gives it")
     return notes
 
 

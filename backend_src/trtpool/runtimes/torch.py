@@ -72,7 +72,7 @@ from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.host_upload import HostUploader
 from trtpool.onnx_signature import DeclaredTensor
-from trtpool.onnx_types import is_tensor, not_a_tensor
+from trtpool.onnx_types import is_tensor, not_a_tensor, type_text
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.signature import Signature
 
@@ -136,7 +136,7 @@ def _declared(value: onnx.ValueInfoProto) -> DeclaredTensor:
         raise ConfigError(not_a_tensor(value))
     elem_type = value.type.tensor_type.elem_type
     if elem_type not in ONNX_DTYPES:
-        raise ConfigError(f"tensor '{value.name}' has type {TensorProto.DataType.Name(elem_type)}, "
+        raise ConfigError(f"tensor '{value.name}' has type {type_text(value.type)}, "
                           "which trtpool does not serve")
     return value.name, np.dtype(ONNX_DTYPES[elem_type]), _dims(value)
 
