@@ -23,6 +23,7 @@
       { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
       { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
       { key: "preprocess_processes" value: { string_value: "0" } },    # process.py: worker processes for preprocess
+      { key: "process_faces"   value: { string_value: "auto" } },      # process.py: auto | request | batch (stages.py)
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
@@ -50,7 +51,9 @@ KNOWN_KEYS = {
     "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
     "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads", "preprocess_processes",
+    "process_faces",
 }
+PROCESS_FACES = ("auto", "request", "batch")  # trtpool.stages.choose_faces
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
 # typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
@@ -98,6 +101,7 @@ class PoolConfig:
     preprocess_threads: int = 1   # process.py's preprocess workers (auto: stage_threads)
     postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
     preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
+    process_faces: str = "auto"   # which of process.py's faces serve (trtpool.stages.choose_faces)
 
     @property
     def most_contexts(self) -> int | None:
@@ -286,4 +290,5 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         preprocess_threads=_threads(params, "preprocess_threads"),
         postprocess_threads=_threads(params, "postprocess_threads"),
         preprocess_processes=_whole_number(params, "preprocess_processes", 0, MAX_CONTEXTS, minimum=0),
+        process_faces=_choice(params, "process_faces", PROCESS_FACES, "auto"),
     )

@@ -18,7 +18,7 @@ from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
 from trtpool.sidecar import read_sidecar
 from trtpool.signature import Signature, is_batched
-from trtpool.stages import Stage, StageObserver
+from trtpool.stages import Stage, StageObserver, choose_faces
 
 log = logging.getLogger("trtpool")
 
@@ -115,13 +115,21 @@ class ModelInstance:
                on_stage: StageObserver | None) -> Stage:
         """The process file's stage; its preprocess in worker processes with preprocess_processes."""
         pre_threads = self.cfg.preprocess_threads
-        if process.preprocess is not None and self.cfg.preprocess_processes:
+        faces = choose_faces(process, self.cfg.process_faces, self.cfg.device)
+        if faces.batch_pre and self.cfg.preprocess_processes:
+            raise ConfigError(f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
+                              f"run preprocess(inputs), but this instance serves {process.path.name}'s "
+                              "preprocess_batch (parameter 'process_faces' is "
+                              f"'{self.cfg.process_faces}' on {self.cfg.device}); expected 0, "
+                              "or process_faces 'request'")
+        if not faces.batch_pre and process.preprocess is not None and self.cfg.preprocess_processes:
             self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
             process = replace(process, preprocess=self.pre_processes)
             pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
         return Stage(process, self.runtime.signature,
                      {o["name"]: o["data_type"] for o in model_config.get("output", [])},
-                     pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage)
+                     pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage, faces,
+                     self.cfg.device)
 
     def _size(self) -> int:
         """The most contexts at once: `contexts` or `max_contexts`, else sized from memory

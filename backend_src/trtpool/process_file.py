@@ -2,8 +2,10 @@
 
     def setup(model_config: dict, folder: Path) -> None: ...           # optional, once per instance
                                                                         # (and per preprocess_processes worker)
-    def preprocess(inputs: dict) -> dict: ...                           # optional
-    def postprocess(outputs: dict, inputs: dict) -> dict: ...           # optional
+    def preprocess(inputs: dict) -> dict: ...                           # optional: one request
+    def postprocess(outputs: dict, inputs: dict) -> dict: ...           # optional: one request
+    def preprocess_batch(batch: list[dict], device: str) -> list: ...   # optional: the whole batch
+    def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list: ...  # optional: the whole batch
 
 ``preprocess`` takes one request's inputs as the client sent them (numpy
 arrays named as config.pbtxt declares them; TYPE_STRING arrives as an object
@@ -11,6 +13,16 @@ array of bytes) and returns the engine's inputs for that request.
 ``postprocess`` takes that request's slice of the engine's outputs plus its
 original inputs and returns the response's outputs. A batched model keeps the
 batch axis on both sides: a request of b rows gives and gets b rows.
+
+The batch faces take every request of the batch Triton's dynamic batcher formed
+in one call, and return one entry per request, in order: that request's tensors,
+or an exception that refuses that request alone. ``preprocess_batch`` learns the
+instance's device ("cpu" or "cuda:N") and may return device tensors there (torch
+tensors, or any object with ``__cuda_array_interface__``), complete when it
+returns: the runtime copies them into its context's device buffers on the device,
+so decoded pixels never cross the host. Which faces serve is the parameter
+``process_faces`` (trtpool.stages.choose_faces): by default the batch faces on a
+GPU instance and the per-request faces on a CPU one, each where the file has it.
 
 The file is loaded from the model folder only, with the same trust as a
 Python-backend model's model.py: whoever may write the repository may run code.
@@ -34,15 +46,29 @@ _loaded = itertools.count()  # each instance gets its own module object
 Tensors = dict[str, Any]
 
 
+FACES = ("preprocess", "postprocess", "preprocess_batch", "postprocess_batch")
+Refusable = Tensors | BaseException  # a batch face's entry for one request
+
+
 @dataclass(frozen=True)
 class ProcessFile:
     path: Path
     preprocess: Callable[[Tensors], Tensors] | None
     postprocess: Callable[[Tensors, Tensors], Tensors] | None
+    preprocess_batch: Callable[[list[Tensors], str], list[Refusable]] | None = None
+    postprocess_batch: Callable[[list[Tensors], list[Tensors]], list[Refusable]] | None = None
+
+    @property
+    def has_pre(self) -> bool:
+        return self.preprocess is not None or self.preprocess_batch is not None
+
+    @property
+    def has_post(self) -> bool:
+        return self.postprocess is not None or self.postprocess_batch is not None
 
     @property
     def engine_faces(self) -> tuple[str, ...]:
-        return _engine_faces(self.preprocess is not None, self.postprocess is not None)
+        return _engine_faces(self.has_pre, self.has_post)
 
 
 def _engine_faces(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
@@ -58,14 +84,15 @@ def engine_faces(version_dir: Path) -> tuple[str, ...]:
 
 
 def faces_of_file(path: Path) -> tuple[str, ...]:
-    """Which of preprocess and postprocess a process file binds at its top level (a def,
-    an assignment or an import, as the loaded module's attributes will have them), as engine faces."""
+    """Which faces a process file binds at its top level (a def, an assignment or an
+    import, as the loaded module's attributes will have them), as engine faces."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError as exc:
         raise ConfigError(f"{path}: not valid Python: {exc}") from exc
     bound = set(itertools.chain.from_iterable(_bound_names(node) for node in tree.body))
-    return _engine_faces("preprocess" in bound, "postprocess" in bound)
+    return _engine_faces(bool({"preprocess", "preprocess_batch"} & bound),
+                         bool({"postprocess", "postprocess_batch"} & bound))
 
 
 def _bound_names(statement: ast.stmt) -> list[str]:
@@ -91,16 +118,17 @@ def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> Proces
         spec.loader.exec_module(module)
     except Exception as exc:
         raise ConfigError(f"{path}: importing it raised {type(exc).__name__}: {exc}") from exc
-    functions = {name: getattr(module, name, None) for name in ("setup", "preprocess", "postprocess")}
+    functions = {name: getattr(module, name, None) for name in ("setup", *FACES)}
     for name, function in functions.items():
         if function is not None and not callable(function):
             raise ConfigError(f"{path}: '{name}' is a {type(function).__name__}, expected a function")
-    if functions["preprocess"] is None and functions["postprocess"] is None:
-        raise ConfigError(f"{path}: defines neither preprocess(inputs) nor postprocess(outputs, inputs); "
+    if all(functions[face] is None for face in FACES):
+        raise ConfigError(f"{path}: defines none of preprocess(inputs), postprocess(outputs, inputs), "
+                          "preprocess_batch(batch, device), postprocess_batch(outputs, batch); "
                           "define at least one, or remove the file")
     if functions["setup"] is not None:
         try:
             functions["setup"](model_config, Path(version_dir))
         except Exception as exc:
             raise ConfigError(f"{path}: setup(model_config, folder) raised {type(exc).__name__}: {exc}") from exc
-    return ProcessFile(path, functions["preprocess"], functions["postprocess"])
+    return ProcessFile(path, *(functions[face] for face in FACES))

@@ -19,6 +19,13 @@ engine inputs with responders that postprocess before they answer.
 Postprocessing runs on the post workers in every mode, so a batch's
 postprocessing overlaps the next batch's preprocessing and compute. User code
 never raises into the instance: its exceptions become the request's error.
+
+With the batch faces (``preprocess_batch``, ``postprocess_batch``; which faces
+serve: ``choose_faces``) one call takes the batch's requests together, on the
+worker that holds the batch: on a GPU instance it decodes the batch on the
+device and hands the engine device tensors. It answers per request: an
+exception in its list refuses that request alone, and a call that raises is
+retried one request at a time, so only the request that breaks it fails.
 """
 from __future__ import annotations
 
@@ -28,22 +35,45 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trtpool.device_tensors import keep_after_execute
 from trtpool.errors import InvalidInput, Overloaded, ProcessError
-from trtpool.process_file import ProcessFile, Tensors
+from trtpool.process_file import ProcessFile, Refusable, Tensors
 from trtpool.responders import Responder
 from trtpool.signature import TRITON_DTYPES, Signature
 from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 
-# stage ("pre" or "post"), nanoseconds it took, whether it succeeded
+# stage ("pre", "post", or "pre_batch", "post_batch" for a batch face's call), nanoseconds
+# it took, whether it succeeded (a batch face's refused requests: one failure each, 0 ns)
 StageObserver = Callable[[str, int, bool], None]
 _NUMPY_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Faces:
+    """Which of a process file's faces serve: the batch face (True) or the per-request one."""
+
+    batch_pre: bool = False
+    batch_post: bool = False
+
+
+def choose_faces(process: ProcessFile, wanted: str, device: str) -> Faces:
+    """`wanted` is the parameter process_faces: "batch" or "request" prefers those faces,
+    "auto" the batch faces on a GPU instance (decode on the device) and the per-request
+    faces on a CPU one (requests in parallel on the pre workers). A face the file lacks
+    gives way to the other of its side."""
+    prefer_batch = wanted == "batch" or (wanted == "auto" and device != "cpu")
+
+    def batch(per_request: Callable | None, whole_batch: Callable | None) -> bool:
+        return whole_batch is not None and (per_request is None or prefer_batch)
+    return Faces(batch(process.preprocess, process.preprocess_batch),
+                 batch(process.postprocess, process.postprocess_batch))
 
 
 def kept(requests: list[Tensors]) -> list[Tensors]:
@@ -66,10 +96,13 @@ def _why(exc: BaseException) -> str:
 class Stage:
     def __init__(self, process: ProcessFile, signature: Signature, declared_outputs: dict[str, str],
                  pre_threads: int, post_threads: int, max_waiting: int,
-                 observe: StageObserver | None = None) -> None:
+                 observe: StageObserver | None = None, faces: Faces = Faces(), device: str = "cpu") -> None:
         """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return).
-        `max_waiting`: decoupled requests preprocessing or waiting for a pre worker (max_queue_size)."""
+        `max_waiting`: decoupled requests preprocessing or waiting for a pre worker (max_queue_size).
+        `faces`: which faces serve (choose_faces); `device`: the instance's, told to preprocess_batch."""
         self.process = process
+        self.faces = faces
+        self.device = device
         self.signature = signature
         self.declared_outputs = declared_outputs
         self._declared_names = sorted(declared_outputs)
@@ -99,7 +132,7 @@ class Stage:
                 raise
             except BaseException as exc:  # user code: even SystemExit fails this request only
                 raise InvalidInput(f"{_names(inputs)}: {self._file} preprocess() refused it: {_why(exc)}") from exc
-            tensors = self._engine_inputs(returned)
+            tensors = self._engine_inputs(returned, "preprocess()")
             outcome["ok"] = True
             return tensors
 
@@ -113,19 +146,21 @@ class Stage:
         finally:
             self._observe(stage, time.perf_counter_ns() - start, outcome["ok"])
 
-    def _engine_inputs(self, returned: Any) -> Tensors:
+    def _engine_inputs(self, returned: Any, face: str) -> Tensors:
         if not isinstance(returned, dict):
             expected = [spec.name for spec in self.signature.inputs]
-            raise ProcessError(f"{self._file} preprocess() returned a {type(returned).__name__}, expected a dict "
+            raise ProcessError(f"{self._file} {face} returned a {type(returned).__name__}, expected a dict "
                                f"of the engine's inputs {expected}")
         tensors = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in returned.items()}
         try:
             check_request(self.signature, tensors)
         except InvalidInput as exc:
-            raise ProcessError(f"{self._file} preprocess() returned what the engine cannot take: {exc}") from None
+            raise ProcessError(f"{self._file} {face} returned what the engine cannot take: {exc}") from None
         return tensors
 
     def _preprocess_or_error(self, inputs: Tensors) -> Tensors | Exception:
+        if self.faces.batch_pre:
+            return self.preprocess_batch([inputs])[0]
         try:
             return self.preprocess(inputs)
         except Exception as exc:
@@ -135,18 +170,61 @@ class Stage:
                ) -> tuple[list[Tensors], list[Responder]]:
         """Preprocess the requests, in parallel on the pre workers; answer each that fails.
         Returns the others' engine inputs and responders that postprocess before answering."""
-        if self.process.preprocess is None or len(requests) == 1:
+        if self.faces.batch_pre:
+            results = self.preprocess_batch(requests)
+        elif self.process.preprocess is None or len(requests) == 1:
             results = [self._preprocess_or_error(inputs) for inputs in requests]
         else:
             results = list(self._pre.map(self._preprocess_or_error, requests))
-        engine_inputs, answering = [], []
+        kept_inputs, kept_responders, engine_inputs = [], [], []
         for inputs, result, responder in zip(requests, results, responders):
             if isinstance(result, Exception):
                 responder.fail(result)
             else:
                 engine_inputs.append(result)
-                answering.append(self.answering(responder, inputs))
-        return engine_inputs, answering
+                kept_inputs.append(inputs)
+                kept_responders.append(responder)
+        return engine_inputs, self.answering_all(kept_responders, kept_inputs)
+
+    def preprocess_batch(self, requests: Sequence[Tensors]) -> list[Tensors | Exception]:
+        """Each request's engine inputs, or the exception that refuses it, from the batch face:
+        one call for the batch; a call that raises is made again for each request alone."""
+        returned = self._call_batch_face(list(requests))
+        if isinstance(returned, list):
+            return [self._engine_entry(requests[i], entry, i) for i, entry in enumerate(returned)]
+        if len(requests) > 1:
+            return [entry for inputs in requests for entry in self.preprocess_batch([inputs])]
+        return [returned]
+
+    def _call_batch_face(self, requests: list[Tensors]) -> list[Refusable] | Exception:
+        """The batch face's list (checked: one entry per request), or the exception that refuses
+        the batch: InvalidInput for the user's exception, ProcessError for a wrong return."""
+        with self._timed("pre_batch") as outcome:
+            try:
+                returned = self.process.preprocess_batch(requests, self.device)
+            except ProcessError as exc:
+                return exc
+            except BaseException as exc:  # user code: even SystemExit fails only these requests
+                return InvalidInput(f"{_names(requests[0])}: {self._file} preprocess_batch() refused it: "
+                                    f"{_why(exc)}")
+            if not isinstance(returned, list | tuple) or len(returned) != len(requests):
+                given = f"{len(returned)} entries" if isinstance(returned, list | tuple) else \
+                    f"a {type(returned).__name__}"
+                return ProcessError(f"{self._file} preprocess_batch() returned {given}, expected a list of "
+                                    f"{len(requests)} (one per request: its engine inputs, or an exception)")
+            outcome["ok"] = True
+            return list(returned)
+
+    def _engine_entry(self, inputs: Tensors, entry: Refusable, index: int) -> Tensors | Exception:
+        if isinstance(entry, BaseException):
+            self._observe("pre", 0, False)
+            if isinstance(entry, InvalidInput | ProcessError):
+                return entry
+            return InvalidInput(f"{_names(inputs)}: {self._file} preprocess_batch() refused it: {_why(entry)}")
+        try:
+            return self._engine_inputs(entry, "preprocess_batch()")
+        except ProcessError as exc:
+            return exc
 
     def before_then(self, requests: Sequence[Tensors], responders: Sequence[Responder],
                     then: Callable[[list[Tensors], list[Responder]], None]) -> None:
@@ -183,7 +261,7 @@ class Stage:
                 responder.fail(result)
                 return
             try:
-                then(result, self.answering(responder, inputs))
+                then(result, self.answering_all([responder], [inputs])[0])
             except Exception as exc:  # never leave the request unanswered
                 log.exception("queueing a preprocessed request")
                 responder.fail(exc)
@@ -191,8 +269,14 @@ class Stage:
 
     # --- postprocessing -----------------------------------------------------------
 
-    def answering(self, responder: Responder, inputs: Tensors) -> Responder:
-        return responder if self.process.postprocess is None else _Postprocessing(self, responder, inputs)
+    def answering_all(self, responders: list[Responder], inputs: list[Tensors]) -> list[Responder]:
+        """Responders that postprocess before they answer: each alone, or the batch together."""
+        if self.faces.batch_post:
+            batch = _BatchPostprocessing(self, inputs)
+            return [batch.member(i, responder) for i, responder in enumerate(responders)]
+        if self.process.postprocess is None:
+            return list(responders)
+        return [_Postprocessing(self, responder, request) for responder, request in zip(responders, inputs)]
 
     def postprocess(self, outputs: Tensors, inputs: Tensors) -> Tensors:
         """The response's outputs; ProcessError naming what postprocess did wrong."""
@@ -207,11 +291,35 @@ class Stage:
             outcome["ok"] = True
             return tensors
 
-    def _response_outputs(self, returned: Any) -> Tensors:
+    def postprocess_batch(self, outputs: list[Tensors], inputs: list[Tensors]) -> list[Tensors | Exception]:
+        """The responses' outputs for requests answered together, or each one's error."""
+        with self._timed("post_batch") as outcome:
+            try:
+                returned = self.process.postprocess_batch(outputs, inputs)
+            except BaseException as exc:
+                error = ProcessError(f"{self._file} postprocess_batch() raised {_why(exc)}")
+                return [error] * len(outputs)
+            if not isinstance(returned, list | tuple) or len(returned) != len(outputs):
+                error = ProcessError(f"{self._file} postprocess_batch() returned a {type(returned).__name__}, "
+                                     f"expected a list of {len(outputs)} (one per request)")
+                return [error] * len(outputs)
+            outcome["ok"] = True
+        answers: list[Tensors | Exception] = []
+        for entry in returned:
+            try:
+                if isinstance(entry, BaseException):
+                    raise ProcessError(f"{self._file} postprocess_batch() failed the request: {_why(entry)}")
+                answers.append(self._response_outputs(entry, "postprocess_batch()"))
+            except ProcessError as exc:
+                self._observe("post", 0, False)
+                answers.append(exc)
+        return answers
+
+    def _response_outputs(self, returned: Any, face: str = "postprocess()") -> Tensors:
         declared = self._declared_names
         if not isinstance(returned, dict) or sorted(returned) != declared:
             given = sorted(returned) if isinstance(returned, dict) else f"a {type(returned).__name__}"
-            raise ProcessError(f"{self._file} postprocess() returned {given}, expected a dict of the outputs "
+            raise ProcessError(f"{self._file} {face} returned {given}, expected a dict of the outputs "
                                f"config.pbtxt declares: {declared}")
         outputs = {}
         for name, value in returned.items():
@@ -222,7 +330,7 @@ class Stage:
             array = np.asarray(value)
             want = self._output_dtypes[name]
             if array.dtype != want:
-                raise ProcessError(f"{self._file} postprocess() returned output '{name}' as {array.dtype}, "
+                raise ProcessError(f"{self._file} {face} returned output '{name}' as {array.dtype}, "
                                    f"config.pbtxt declares {data_type} ({want})")
             outputs[name] = array
         return outputs
@@ -239,6 +347,19 @@ class Stage:
             responder.fail(exc)
             return
         responder.send(final)
+
+    def answer_batch_later(self, members: list[tuple[Responder, Tensors, Tensors]]) -> None:
+        """postprocess_batch on a post worker for (responder, outputs, inputs) of a batch, then answer."""
+        self._post.submit(self._answer_batch, members)
+
+    def _answer_batch(self, members: list[tuple[Responder, Tensors, Tensors]]) -> None:
+        responders, outputs, inputs = zip(*members)
+        for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs))):
+            if isinstance(answer, Exception):
+                log.warning("%s", answer)
+                responder.fail(answer)
+            else:
+                responder.send(answer)
 
     def close_pre(self) -> None:
         """Finish the preprocessing in hand; its batches have reached the engine when this returns."""
@@ -265,6 +386,56 @@ class _Postprocessing:
 
     def fail(self, error: Exception) -> None:
         self.responder.fail(error)
+
+    def cancelled(self) -> bool:
+        return self.responder.cancelled()
+
+
+class _BatchPostprocessing:
+    """The requests of one batch, postprocessed together once each has its outputs or its error.
+
+    The runner answers a batch's requests one by one (and a batch split across
+    contexts, or retried, in several goes): each member's outputs are held until
+    the last member is in, then postprocess_batch takes those that have outputs."""
+
+    def __init__(self, stage: Stage, inputs: list[Tensors]) -> None:
+        self.stage = stage
+        self.inputs = inputs
+        self._lock = threading.Lock()
+        self._waiting = len(inputs)
+        self._ready: dict[int, tuple[Responder, Tensors, Tensors]] = {}
+
+    def member(self, index: int, responder: Responder) -> Responder:
+        return _BatchMember(self, index, responder)
+
+    def arrived(self, index: int, responder: Responder, outputs: Tensors | None) -> None:
+        """Member `index` is in: with its outputs, or None once it has been failed."""
+        with self._lock:
+            if outputs is not None:
+                self._ready[index] = (responder, outputs, self.inputs[index])
+            self._waiting -= 1
+            if self._waiting:
+                return
+            members = [self._ready[i] for i in sorted(self._ready)]
+        if members:
+            self.stage.answer_batch_later(members)
+
+
+class _BatchMember:
+    """One request's responder within a _BatchPostprocessing."""
+
+    def __init__(self, batch: _BatchPostprocessing, index: int, responder: Responder) -> None:
+        self.batch = batch
+        self.index = index
+        self.responder = responder
+
+    def send(self, outputs: Tensors) -> None:
+        # Every mode hands a staged batch's outputs over detached: valid on another thread.
+        self.batch.arrived(self.index, self.responder, outputs)
+
+    def fail(self, error: Exception) -> None:
+        self.responder.fail(error)
+        self.batch.arrived(self.index, self.responder, None)
 
     def cancelled(self) -> bool:
         return self.responder.cancelled()

@@ -12,7 +12,16 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.harness.clients import infer_concurrently
-from tests.harness.pipelines import Reference, as_request, build_pipeline_repository, images, texts
+from tests.harness.pipelines import (
+    BATCH_MAX_DECODED_BYTES,
+    Reference,
+    as_request,
+    awkward_images,
+    bad_images,
+    build_pipeline_repository,
+    images,
+    texts,
+)
 from tests.harness.server import TritonServer, process_state
 from tests.harness.streams import run_on_stream
 
@@ -29,7 +38,8 @@ class Pipelines:
 def pipelines(start_server, tmp_path_factory) -> Pipelines:
     repo = build_pipeline_repository(tmp_path_factory.mktemp("pipelines") / "repo")
     server = start_server(repo)     # ready: every model loaded (strict readiness)
-    return Pipelines(server, {name: Reference(repo / name) for name in ("resnet50_jpeg", "bert_text")})
+    return Pipelines(server, {name: Reference(repo / name) for name in ("resnet50_jpeg", "bert_text",
+                                                                         "resnet50_jpeg_batch")})
 
 
 def served_concurrently(pipelines: Pipelines, protocol: str, model: str, name: str, payloads: list[bytes],
@@ -55,12 +65,50 @@ def test_images_in_labels_out_equal_the_reference_loop(pipelines, protocol, mode
     for payload, answer in zip(files, answers):
         if payload is CORRUPT:
             assert isinstance(answer, InferenceServerException)
-            assert "input 'IMAGE': process.py preprocess() refused it: OSError: Truncated File Read" in answer.message()
+            assert ("input 'IMAGE': process.py preprocess() refused it: ImageRefused: input 'IMAGE' element [0]: "
+                    "unreadable image header: OSError: Truncated File Read") in answer.message()
             assert answer.status() in ("400", "StatusCode.INVALID_ARGUMENT")
         else:
             assert not isinstance(answer, Exception), answer
             assert answer["LABELS"].shape == (1, 5)
             assert_equal_answers(answer, reference(as_request("IMAGE", payload)))
+
+
+def test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest(pipelines):
+    """process_faces batch (preprocess_batch and postprocess_batch on this CPU instance): good,
+    awkward (progressive, grayscale, CMYK, EXIF-rotated, GIF, 7x5) and multi-file requests are
+    answered as the per-request reference loop answers them; each bad file (corrupt, empty, not
+    an image, truncated, above max_decoded_bytes) fails its own request with INVALID_ARGUMENT
+    naming the element and the reason, in the batches the dynamic batcher forms from them all."""
+    good = images(8, seed=9)
+    oversized = images(1, seed=10, sizes=((1200, 1000),))[0]
+    requests: list[tuple[np.ndarray, str | None]] = [(np.array([[f]], dtype=np.object_), None) for f in good]
+    requests += [(np.array([[f]], dtype=np.object_), None) for f in awkward_images(seed=11).values()]
+    requests.append((np.array([[good[0]], [good[3]], [good[5]]], dtype=np.object_), None))  # three files
+    for payload, says in bad_images().values():
+        requests.append((np.array([[payload]], dtype=np.object_), says))
+        requests.append((np.array([[good[1]], [payload]], dtype=np.object_), says.replace("[0]", "[1]")))
+    requests.append((np.array([[oversized]], dtype=np.object_),
+                     f"element [0]: 1200x1000 pixels decode to 3,600,000 bytes, above the limit "
+                     f"max_decoded_bytes={BATCH_MAX_DECODED_BYTES:,}"))
+    reference = pipelines.references["resnet50_jpeg_batch"]
+    for protocol in ("grpc", "http"):
+        url = pipelines.server.grpc_url if protocol == "grpc" else pipelines.server.http_url
+        answers = infer_concurrently(url, "resnet50_jpeg_batch", [r for r, _ in requests], workers=16, name="IMAGE",
+                                     protocol=protocol, dtype="BYTES", outputs=("LABELS", "SCORES"))
+        for (request, says), answer in zip(requests, answers):
+            if says is None:
+                assert not isinstance(answer, Exception), (answer.status(), answer.message(), len(request))
+                assert answer["LABELS"].shape == (len(request), 5)
+                assert_equal_answers(answer, reference({"IMAGE": request}))
+            else:
+                assert isinstance(answer, InferenceServerException), f"{says}: answered"
+                assert answer.status() in ("400", "StatusCode.INVALID_ARGUMENT"), answer
+                assert f"preprocess_batch() refused it: ImageRefused: input 'IMAGE' {says}" in answer.message()
+    assert pipelines.server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg_batch", 1, 30,
+                                            stage="pre_batch") > 0
+    assert pipelines.server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg_batch", 1, 30,
+                                            stage="post_batch") > 0
 
 
 def _spawned_children(parent: int) -> list[int]:

@@ -7,6 +7,7 @@ directly, one request at a time: what trtpool serves must equal it exactly.
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,54 @@ SMALL_BERT = {"num_layers": 2, "hidden": 64, "num_heads": 2, "vocab_size": 1000,
 SIZES = ((640, 480), (333, 500), (1024, 768), (120, 90), (256, 256), (801, 601))
 
 
-def images(count: int, seed: int = 0, sizes: tuple[tuple[int, int], ...] = SIZES) -> list[bytes]:
-    """Encoded photos-like images (smooth noise), every third a PNG, the rest JPEG, of mixed sizes."""
+def picture(rng: np.random.Generator, width: int, height: int) -> Image.Image:
+    """A photo-like RGB image: smooth noise."""
+    coarse = rng.integers(0, 256, (max(1, height // 16), max(1, width // 16), 3), dtype=np.uint8)
+    return Image.fromarray(coarse).resize((width, height), Image.BILINEAR)
+
+
+def encoded(image: Image.Image, kind: str = "JPEG", **options: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, kind, **options)
+    return out.getvalue()
+
+
+def images(count: int, seed: int = 0, sizes: tuple[tuple[int, int], ...] = SIZES, png_every: int = 3) -> list[bytes]:
+    """Encoded photo-like images of mixed sizes: every `png_every`-th a PNG (0: none), the rest JPEG."""
     rng = np.random.default_rng(seed)
     files = []
     for index in range(count):
-        width, height = sizes[index % len(sizes)]
-        coarse = rng.integers(0, 256, (max(1, height // 16), max(1, width // 16), 3), dtype=np.uint8)
-        picture = Image.fromarray(coarse).resize((width, height), Image.BILINEAR)
-        encoded = io.BytesIO()
-        picture.save(encoded, "PNG" if index % 3 == 2 else "JPEG", quality=90)
-        files.append(encoded.getvalue())
+        png = png_every and index % png_every == png_every - 1
+        files.append(encoded(picture(rng, *sizes[index % len(sizes)]), "PNG" if png else "JPEG", quality=90))
     return files
+
+
+def awkward_images(seed: int = 0) -> dict[str, bytes]:
+    """Files a decoder may take differently, each of which must get a correct answer."""
+    rng = np.random.default_rng(seed)
+    photo = picture(rng, 400, 300)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotated 90 degrees (ignored, as Pillow's open ignores it)
+    return {
+        "progressive": encoded(photo, progressive=True, quality=85),
+        "grayscale": encoded(photo.convert("L"), quality=85),
+        "cmyk": encoded(photo.convert("CMYK"), quality=85),
+        "exif_rotated": encoded(photo, exif=exif.tobytes(), quality=85),
+        "gif": encoded(photo.convert("P"), "GIF"),
+        "tiny": encoded(picture(rng, 7, 5), quality=90),
+    }
+
+
+def bad_images() -> dict[str, tuple[bytes, str]]:
+    """Files that must be refused alone: the file, and what the refusal says."""
+    whole = encoded(picture(np.random.default_rng(5), 300, 200), quality=90)
+    return {
+        "corrupt": (b"\xff\xd8\xff\xe0 this is not a JPEG after its first bytes",
+                    "element [0]: unreadable image header"),
+        "empty": (b"", "element [0]: the file is empty (0 bytes)"),
+        "text": (b"plain text, no image at all", "element [0]: not an image Pillow can identify"),
+        "truncated": (whole[:len(whole) // 2], "element [0]: cannot be decoded"),
+    }
 
 
 def texts(count: int, seed: int = 0) -> list[bytes]:
@@ -66,13 +103,25 @@ def add_mode(folder: Path, mode: str, name: str | None = None, **parameters: str
     return target
 
 
+# resnet50_jpeg_batch's limit on decoded pixels: above the largest of SIZES (1024x768, 2,359,296 bytes).
+BATCH_MAX_DECODED_BYTES = 2_500_000
+
+
+def set_process_settings(folder: Path, **settings: Any) -> None:
+    path = folder / "1" / "process.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | settings) + "\n")
+
+
 def build_pipeline_repository(repo: Path) -> Path:
-    """resnet50_jpeg in sync, pipelined and decoupled mode, and pipelined with preprocess in
-    2 worker processes; bert_text pipelined; small sizes."""
+    """resnet50_jpeg in sync, pipelined and decoupled mode, pipelined with preprocess in 2 worker
+    processes, and pipelined with the batch faces (process_faces batch: preprocess_batch on the
+    CPU) and a small max_decoded_bytes; bert_text pipelined; small sizes."""
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", SMALL_RESNET).folder
     for mode in ("pipelined", "decoupled"):
         add_mode(jpeg, mode, f"resnet50_jpeg_{mode}", contexts="2")
     add_mode(jpeg, "pipelined", "resnet50_jpeg_processes", contexts="2", preprocess_processes="2")
+    batch = add_mode(jpeg, "pipelined", "resnet50_jpeg_batch", contexts="2", process_faces="batch")
+    set_process_settings(batch, max_decoded_bytes=BATCH_MAX_DECODED_BYTES)
     add_mode(jpeg, "sync", contexts="2")
     add_mode(make_example_folder(repo, "bert_text", "onnx", SMALL_BERT).folder, "pipelined", contexts="2")
     return repo

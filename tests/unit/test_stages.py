@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,8 +19,9 @@ from trtpool import config as pool_config
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model_config import auto_complete, check_agreement
-from trtpool.process_file import engine_faces, load_process_file
+from trtpool.process_file import ProcessFile, engine_faces, load_process_file
 from trtpool.scheduler import Scheduler
+from trtpool.stages import Faces, choose_faces
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -198,7 +200,7 @@ def test_auto_complete_sees_the_functions_the_load_sees(tmp_path, source):
 
 
 @pytest.mark.parametrize("source, message", [
-    ("x = 1\n", r"defines neither preprocess\(inputs\) nor postprocess\(outputs, inputs\)"),
+    ("x = 1\n", r"defines none of preprocess\(inputs\), postprocess\(outputs, inputs\), preprocess_batch"),
     ("preprocess = 3\n", r"'preprocess' is a int, expected a function"),
     ("import no_such_module_here\n", r"importing it raised ModuleNotFoundError"),
     ("def setup(config, folder):\n    open(folder / 'labels.txt')\ndef preprocess(inputs):\n    return inputs\n",
@@ -302,7 +304,7 @@ def test_postprocessing_handed_over_after_close_pre_is_still_answered(instance):
     responder = RecordingResponder(cancelled=False)
     engine_inputs = instance.stage.preprocess(request)
     outputs = {"OUTPUT0": tiny_reference(engine_inputs["INPUT0"]).astype(np.float32)}
-    instance.stage.answering(responder, request).send(outputs)
+    instance.stage.answering_all([responder], [request])[0].send(outputs)
     answered([responder])
     np.testing.assert_allclose(responder.outputs["DOUBLED"], outputs["OUTPUT0"] * 2, rtol=1e-6)
 
@@ -408,3 +410,138 @@ def running(pid: int) -> bool:
     """The process exists and has not exited (a zombie waits only to be reaped)."""
     state = process_state(pid)
     return state is not None and state[0] != "Z"
+
+
+# The same outside face through the batch faces: one call per batch, an entry per request.
+BATCH_PROCESS = '''
+import numpy as np
+
+def setup(model_config, folder):
+    global calls
+    calls = []
+
+def preprocess_batch(batch, device):
+    calls.append((len(batch), device))
+    firsts = [inputs["VALUES"][0, 0] for inputs in batch]
+    if -4 in firsts:
+        raise RuntimeError("the whole call breaks on -4")
+    entries = []
+    for first, inputs in zip(firsts, batch):
+        if first == -1:
+            entries.append(ValueError("first value is -1"))
+        elif first == -2:
+            entries.append({"INPUT0": inputs["VALUES"]})             # float64: not the engine's type
+        else:
+            entries.append({"INPUT0": inputs["VALUES"].astype(np.float32)})
+    return entries
+
+def postprocess_batch(outputs, batch):
+    calls.append(("post", len(outputs)))
+    answers = []
+    for out, inputs in zip(outputs, batch):
+        if inputs["VALUES"][0, 0] == -3:
+            answers.append(RuntimeError("cannot post"))
+        else:
+            answers.append({"TOTAL": out["OUTPUT0"].sum(axis=1, keepdims=True), "DOUBLED": out["OUTPUT0"] * 2})
+    return answers
+'''
+
+
+def batch_instance(tmp_path: Path, source: str = BATCH_PROCESS, **parameters: str) -> ModelInstance:
+    config = {**CONFIG, "parameters": {**CONFIG["parameters"],
+                                       **{k: {"string_value": v} for k, v in parameters.items()}}}
+    return ModelInstance(config, staged_folder(tmp_path, source), "cpu")
+
+
+def run_staged(instance: ModelInstance, requests: list[dict]) -> list[RecordingResponder]:
+    responders = [RecordingResponder(cancelled=False) for _ in requests]
+    tensors, answering = instance.stage.before(requests, responders)
+    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    return answered(responders)
+
+
+def calls_of(instance: ModelInstance) -> list:
+    return instance.stage.process.preprocess_batch.__globals__["calls"]
+
+
+def test_batch_faces_take_the_batch_in_one_call_and_answer_each_request_alone(tmp_path):
+    instance = batch_instance(tmp_path)
+    try:
+        firsts = [0.5, -1.0, 0.25, -2.0, -3.0, 0.75]
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate(firsts)]
+        outcomes = [r.outcome for r in run_staged(instance, requests)]
+        assert calls_of(instance) == [(6, "cpu"), ("post", 4)]  # one call each way; post for the 4 run
+        assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess_batch() refused it: "
+                               "ValueError: first value is -1")
+        assert outcomes[3] == ("failed: ProcessError: process.py preprocess_batch() returned what the engine "
+                               "cannot take: input 'INPUT0': data type FP64 given, expected FP32")
+        assert outcomes[4] == ("failed: ProcessError: process.py postprocess_batch() failed the request: "
+                               "RuntimeError: cannot post")
+        assert [outcomes[i] for i in (0, 2, 5)] == ["sent"] * 3
+    finally:
+        instance.close()
+
+
+def test_a_batch_call_that_raises_is_retried_per_request_so_only_its_culprit_fails(tmp_path):
+    instance = batch_instance(tmp_path)
+    try:
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.5, -4.0, 0.25])]
+        responders = run_staged(instance, requests)
+        assert calls_of(instance)[:4] == [(3, "cpu"), (1, "cpu"), (1, "cpu"), (1, "cpu")]
+        assert responders[1].outcome == ("failed: InvalidInput: input 'VALUES': process.py preprocess_batch() "
+                                         "refused it: RuntimeError: the whole call breaks on -4")
+        for index in (0, 2):
+            expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+            np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+    finally:
+        instance.close()
+
+
+@pytest.mark.parametrize("returned, says", [
+    ("entries[:-1]", r"returned 2 entries, expected a list of 3 \(one per request"),
+    ("None", r"returned a NoneType, expected a list of 3"),
+])
+def test_a_batch_face_returning_the_wrong_count_fails_those_requests_by_name(tmp_path, returned, says):
+    source = BATCH_PROCESS.replace("    return entries\n", f"    return {returned} if len(batch) == 3 else entries\n")
+    instance = batch_instance(tmp_path, source)
+    try:
+        responders = run_staged(instance, [{"VALUES": values(0.5, seed)} for seed in range(3)])
+        # The call is made again per request (then it returns rightly): every request answered.
+        assert [r.outcome for r in responders] == ["sent"] * 3
+        assert calls_of(instance)[:4] == [(3, "cpu"), (1, "cpu"), (1, "cpu"), (1, "cpu")]
+        lone = instance.stage._call_batch_face([{"VALUES": values(0.5, 9)}] * 3)
+        assert isinstance(lone, ProcessError) and re.search(says, str(lone)), lone
+    finally:
+        instance.close()
+
+
+@pytest.mark.parametrize("wanted, device, batch_pre, batch_post", [
+    ("auto", "cpu", False, False), ("auto", "cuda:0", True, True),
+    ("batch", "cpu", True, True), ("request", "cuda:0", False, False),
+])
+def test_choose_faces_follows_the_parameter_and_the_device(wanted, device, batch_pre, batch_post):
+    both = ProcessFile(Path("process.py"), print, print, print, print)
+    assert choose_faces(both, wanted, device) == Faces(batch_pre, batch_post)
+    only_batch = ProcessFile(Path("process.py"), None, None, print, print)
+    assert choose_faces(only_batch, wanted, device) == Faces(True, True)  # a missing face gives way
+    only_request = ProcessFile(Path("process.py"), print, print)
+    assert choose_faces(only_request, wanted, device) == Faces(False, False)
+
+
+def test_batch_faces_are_engine_faces_read_without_running_the_file(tmp_path):
+    version_dir = staged_folder(tmp_path, BATCH_PROCESS)
+    assert engine_faces(version_dir) == ()
+    (version_dir / "process.py").write_text("def postprocess_batch(outputs, batch):\n    return outputs\n")
+    assert engine_faces(version_dir) == ("input",)
+
+
+def test_preprocess_processes_with_the_batch_face_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"parameter 'preprocess_processes': 2 worker processes run "
+                                          r"preprocess\(inputs\), but this instance serves process.py's "
+                                          r"preprocess_batch \(parameter 'process_faces' is 'batch' on cpu\)"):
+        batch_instance(tmp_path, BATCH_PROCESS, process_faces="batch", preprocess_processes="2")
+
+
+def test_process_faces_takes_only_its_choices():
+    with pytest.raises(ConfigError, match=r"parameter 'process_faces'.*auto, request, batch"):
+        pool_config.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")

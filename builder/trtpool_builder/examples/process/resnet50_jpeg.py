@@ -1,63 +1,98 @@
 """process.py of the `resnet50_jpeg` example: encoded images in, the top-5 classes out.
 
-    IMAGE  TYPE_STRING [1]   a JPEG or PNG file's bytes
+    IMAGE  TYPE_STRING [1]   a JPEG or PNG file's bytes (a request of N rows: N files)
     LABELS TYPE_STRING [5]   class names, most likely first
     SCORES TYPE_FP32   [5]   their softmax probabilities
 
-Standard ImageNet preprocessing with Pillow: shorter side resized to 256/224 of
-the crop, center crop, RGB scaled to [0, 1] and normalized by ImageNet's mean
-and std, as NCHW float32. Pillow was chosen by measurement (BENCHMARKS.md,
-"Decode library"): on par with OpenCV's antialiased resize (INTER_AREA) on the
-benchmark's mixed sizes, 7x faster on camera-sized photos, which its JPEG draft
-mode decodes at a reduced DCT scale.
-The folder's process.json gives the crop size, labels.txt the class names.
+Standard ImageNet preprocessing (trtpool.images): shorter side resized to 256/224 of
+the crop, centre crop, RGB scaled to [0, 1] and normalized by ImageNet's mean and
+std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.choose_faces):
+
+    GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
+                  the device, resized and normalized there; the engine reads them from
+                  the device. postprocess_batch: one softmax and top-5 for the batch.
+    CPU instance  preprocess / postprocess per request, in parallel on the stage's
+                  workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
+
+A file that is not an image, or is too large (process.json's max_decoded_bytes), fails
+its request alone, naming the element. The folder's process.json gives the crop size,
+labels.txt the class names (synthetic: the example's weights are random).
 """
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
+from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, DeviceCrops, ImageRefused, cpu_crop
+
 TOP = 5
 
-_crop = 224
-_resize = 256
+_spec = CropSpec.imagenet(224)
 _labels = np.array([], dtype=object)
+_device_crops: dict[str, DeviceCrops] = {}
 
 
 def setup(model_config: dict, folder: Path) -> None:
-    global _crop, _resize, _labels
-    _crop = int(json.loads((folder / "process.json").read_text())["image_size"])
-    _resize = round(_crop * 256 / 224)
+    global _spec, _labels
+    settings = json.loads((folder / "process.json").read_text())
+    _spec = CropSpec.imagenet(int(settings["image_size"]),
+                              int(settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
 
 
-def _image(data: bytes) -> np.ndarray:
-    """[3, crop, crop] float32 from one encoded image."""
-    with Image.open(io.BytesIO(data)) as image:
-        image.draft("RGB", (_resize, _resize))  # JPEG: decode at the smallest DCT scale still >= resize
-        rgb = image.convert("RGB")
-    width, height = rgb.size
-    scale = _resize / min(width, height)
-    width, height = max(_resize, round(width * scale)), max(_resize, round(height * scale))
-    rgb = rgb.resize((width, height), Image.BILINEAR)
-    left, top = (width - _crop) // 2, (height - _crop) // 2
-    pixels = np.asarray(rgb.crop((left, top, left + _crop, top + _crop)), dtype=np.float32) / 255.0
-    return ((pixels - MEAN) / STD).transpose(2, 0, 1)
+def _refusal(element: int, reason: ImageRefused) -> ImageRefused:
+    return ImageRefused(f"input 'IMAGE' element [{element}]: {reason}")
+
+
+def _crop(element: int, data: bytes) -> np.ndarray:
+    try:
+        return cpu_crop(data, _spec)
+    except ImageRefused as exc:
+        raise _refusal(element, exc) from None
 
 
 def preprocess(inputs: dict) -> dict:
-    return {"input": np.stack([_image(row[0]) for row in inputs["IMAGE"]])}
+    return {"input": np.stack([_crop(element, row[0]) for element, row in enumerate(inputs["IMAGE"])])}
 
 
-def postprocess(outputs: dict, inputs: dict) -> dict:
-    logits = outputs["logits"].astype(np.float64)
+def preprocess_batch(batch: list[dict], device: str) -> list:
+    """Every request's files decoded together; each request gets its rows of the batch, or the
+    refusal of its first bad file."""
+    if device == "cpu":
+        entries = []
+        for inputs in batch:
+            try:
+                entries.append(preprocess(inputs))
+            except ImageRefused as exc:
+                entries.append(exc)
+        return entries
+    crops = _device_crops.get(device) or _device_crops.setdefault(device, DeviceCrops(_spec, device))
+    files = [row[0] for inputs in batch for row in inputs["IMAGE"]]
+    pixels, refused = crops(files)
+    entries, start = [], 0
+    for inputs in batch:
+        stop = start + len(inputs["IMAGE"])
+        bad = next((i for i in range(start, stop) if i in refused), None)
+        entries.append({"input": pixels[start:stop]} if bad is None else _refusal(bad - start, refused[bad]))
+        start = stop
+    return entries
+
+
+def _top(logits: np.ndarray) -> dict:
+    logits = logits.astype(np.float64)
     probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
     probabilities /= probabilities.sum(axis=1, keepdims=True)
     top = np.argsort(-probabilities, axis=1, kind="stable")[:, :TOP]
     return {"LABELS": _labels[top], "SCORES": np.take_along_axis(probabilities, top, axis=1).astype(np.float32)}
+
+
+def postprocess(outputs: dict, inputs: dict) -> dict:
+    return _top(outputs["logits"])
+
+
+def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list:
+    answers = _top(np.concatenate([o["logits"] for o in outputs]))
+    bounds = np.cumsum([0, *(len(o["logits"]) for o in outputs)])
+    return [{name: value[start:stop] for name, value in answers.items()} for start, stop in zip(bounds, bounds[1:])]
