@@ -1,4 +1,4 @@
-"""JPEG in, top-5 labels out, three ways, on ONE server in one run:
+"""JPEG in, top-5 labels out, several ways, on ONE server in one run:
 
     inprocess    trtpool's resnet50_jpeg: process.py's stages in the model instance
     ensemble     a Triton ensemble: a Python-backend model running the same preprocess
@@ -18,9 +18,26 @@ against the reference loop's (fp32 ONNX Runtime) for its file: the untrained
 example's top-5 scores lie close together, and fp16 on the GPU may reorder the
 lower places.
 
+With ``--gpu-variants`` (the torch runtime on a GPU: bench/gpu/h200.sh stage
+`pipeline-gpu`) the run is perf_analyzer's alone, from --input-data of JPEG files
+of mixed sizes, at each concurrency, over five models on the one server:
+
+    gpu_inprocess   (a) resnet50_jpeg on the GPU: preprocess_batch decodes the dynamic
+                    batch with nvJPEG on the device (trtpool.images), postprocess_batch
+    cpu_inprocess   (b) the same folder with process_faces request: Pillow in
+                    --pre-processes worker processes
+    cpu_ensemble    (c) the ensemble above (Python-backend Pillow preprocessing)
+    gpu_ensemble    (d) an ensemble whose Python-backend preprocessing model (KIND_GPU)
+                    runs the same GPU decode and hands its GPU tensor on by DLPack
+    null_jpeg       (e) a Python-backend model that takes the JPEG and answers at once
+
+plus nvidia-smi's GPU utilization sampled while (a) runs.
+
     .venv/bin/python bench/pipeline.py --image-size 64 --out bench/results/pipeline.json
     python3 bench/pipeline.py --runtime torch --image-size 224 --client-processes 4 \
         --out $OUT/pipeline.json      # bench/gpu/h200.sh stage `pipeline`
+    python3 bench/pipeline.py --runtime torch --gpu-variants --concurrency 1 16 64 256 \
+        --out $OUT/pipeline.json      # bench/gpu/h200.sh stage `pipeline-gpu`
 """
 from __future__ import annotations
 
@@ -31,6 +48,7 @@ import multiprocessing
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -93,6 +111,64 @@ class TritonPythonModel:
 '''
 
 
+# (d): the GPU decode a Triton user builds today: a Python-backend model on the GPU running the
+# same preprocess_batch, its device tensor handed to the next step by DLPack.
+GPU_STAGE_MODEL = '''
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        folder = Path(args["model_repository"]) / args["model_version"]
+        spec = importlib.util.spec_from_file_location("process", folder / "process.py")
+        self.process = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.process)
+        self.process.setup(config, folder)
+        on_gpu = args["model_instance_kind"] == "GPU"
+        self.device = f"cuda:{args['model_instance_device_id']}" if on_gpu else "cpu"
+        if on_gpu:
+            import torch.utils.dlpack
+            self.to_dlpack = torch.utils.dlpack.to_dlpack
+
+    def execute(self, requests):
+        batch = [{"IMAGE": pb_utils.get_input_tensor_by_name(r, "IMAGE").as_numpy()} for r in requests]
+        responses = []
+        for entry in self.process.preprocess_batch(batch, self.device):
+            if isinstance(entry, Exception):
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(entry), pb_utils.TritonError.INVALID_ARG)))
+            else:
+                pixels = entry["input"]
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("input", pixels) if isinstance(pixels, np.ndarray)
+                    else pb_utils.Tensor.from_dlpack("input", self.to_dlpack(pixels))]))
+        return responses
+'''
+# (e): the server's ceiling for this payload: takes the JPEG, answers the declared outputs at once.
+NULL_JPEG_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.labels = np.array([[b"none"] * 5], dtype=np.object_)
+        self.scores = np.zeros((1, 5), np.float32)
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("LABELS", self.labels),
+                                            pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
+'''
+GPU_VARIANTS = {"gpu_inprocess": "resnet50_jpeg", "cpu_inprocess": "resnet50_jpeg_cpu",
+                "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg"}
+
+
 def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
                 outputs: list[str]) -> None:
     folder = python_model(repo, name, STAGE_MODEL, inputs, outputs, max_batch_size=32, extra=f"""\
@@ -137,6 +213,29 @@ def serving(folder: Path, args: argparse.Namespace) -> None:
         set_parameters(folder, runtime="torch", model_file="model.onnx", precision=args.precision)
 
 
+def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None:
+    """(b) to (e) beside (a), the GPU folder `jpeg` (resnet50_jpeg) and the ensembles' engine
+    (on a machine without a GPU, for a dry run: the same models on the CPU)."""
+    add_mode(jpeg, args.mode, "resnet50_jpeg_cpu", contexts=str(args.contexts), process_faces="request",
+             preprocess_processes=str(args.pre_processes))
+    set_parameters(jpeg, preprocess_processes="0")  # (a) decodes on the GPU, in the stub's threads
+    set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
+    stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
+                [tensor("input", "FP32", [3, args.image_size, args.image_size])])
+    ensemble(repo, "ensemble_cpu", "pre_cpu", "resnet50_plain", "post")
+    folder = python_model(repo, "pre_gpu", GPU_STAGE_MODEL, [tensor("IMAGE", "BYTES", [1])],
+                          [tensor("input", "FP32", [3, args.image_size, args.image_size])], max_batch_size=32,
+                          extra=f"""\
+dynamic_batching {{ max_queue_delay_microseconds: 100 }}
+instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} count: {args.gpu_pre_instances} }}""")
+    for file in ("process.py", "labels.txt", "process.json"):
+        shutil.copyfile(jpeg / "1" / file, folder / file)
+    ensemble(repo, "ensemble_gpu", "pre_gpu", "resnet50_plain", "post")
+    python_model(repo, "null_jpeg", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
+                 [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
+                 extra="dynamic_batching { max_queue_delay_microseconds: 100 }")
+
+
 def build(repo: Path, args: argparse.Namespace) -> Path:
     size = args.image_size
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": size}).folder
@@ -146,13 +245,16 @@ def build(repo: Path, args: argparse.Namespace) -> Path:
     plain = make_model_folder(repo, "resnet50_plain", jpeg / "1" / "model.onnx",
                               get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
     serving(plain, args)
+    stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
+                [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
+                [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])])
+    if args.gpu_variants:
+        build_gpu_variants(repo, jpeg, args)
+        return jpeg
     for count in args.pre_instances:
         stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, [tensor("IMAGE", "BYTES", [1])],
                     [tensor("input", "FP32", [3, size, size])])
         ensemble(repo, f"ensemble_{count}", f"pre_{count}", "resnet50_plain", "post")
-    stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
-                [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
-                [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])])
     return jpeg
 
 
@@ -253,9 +355,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--client-processes", type=int, default=1)
     parser.add_argument("--files", type=int, default=48)
+    parser.add_argument("--gpu-variants", action="store_true",
+                        help="(a)-(e) above, by perf_analyzer alone (the torch runtime on a GPU)")
+    parser.add_argument("--gpu-pre-instances", type=int, default=2, help="(d)'s GPU preprocessing instances")
+    parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer's measurement interval")
     parser.add_argument("--out", type=Path, default=RESULTS / "pipeline.json")
     args = parser.parse_args()
 
+    if args.gpu_variants:
+        return gpu_variants(args)
     files = images(args.files, seed=7)
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch) / "repo"
@@ -284,10 +392,7 @@ def main() -> int:
                     for variant in order:
                         rows[variant].append(run(variants[variant], concurrency))
                 by_concurrency[str(concurrency)] = summary(rows)
-            input_data = Path(scratch) / "files.json"
-            input_data.write_text(json.dumps({"data": [
-                {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}}
-                for f in files]}))
+            input_data = write_input_data(Path(scratch) / "files.json", files)
             by_perf_analyzer = {str(c): {variant: perf_row(server.grpc_url, variants[variant], c, input_data)
                                          for variant in ("inprocess", "ensemble")} for c in args.concurrency}
             # Where the in-process model's time went, over the whole run (warm-ups and tuning included).
@@ -319,14 +424,99 @@ def main() -> int:
     return 0
 
 
-def perf_row(url: str, model: str, concurrency: int, input_data: Path) -> dict:
+def write_input_data(path: Path, files: list[bytes]) -> Path:
+    """perf_analyzer's --input-data: each file as one IMAGE element (a BYTES tensor's "b64" is the
+    serialized tensor: each element's 4-byte little-endian length, then its bytes)."""
+    path.write_text(json.dumps({"data": [
+        {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}} for f in files]}))
+    return path
+
+
+class GpuUtilization:
+    """nvidia-smi's utilization.gpu sampled every 200 ms while the block runs: its mean, in percent."""
+
+    def __enter__(self) -> GpuUtilization:
+        self.samples: list[float] = []
+        self._process = None
+        if shutil.which("nvidia-smi"):
+            self._process = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                              "--format=csv,noheader,nounits", "-lms", "200"],
+                                             stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        for line in self._process.stdout:
+            if line.strip().isdigit():
+                self.samples.append(float(line))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(10)
+
+    @property
+    def mean(self) -> float | None:
+        return round(statistics.mean(self.samples), 1) if self.samples else None
+
+
+def gpu_variants(args: argparse.Namespace) -> int:
+    """(a)-(e) on one server, by perf_analyzer from JPEG files of mixed sizes; the best
+    concurrency of each, and the GPU's busy share while (a) ran."""
+    files = images(args.files, seed=7, png_every=0)
+    with tempfile.TemporaryDirectory() as scratch:
+        repo = Path(scratch) / "repo"
+        build(repo, args)
+        input_data = write_input_data(Path(scratch) / "files.json", files)
+        server = TritonServer(repo, Path(scratch) / "server.log",
+                              ("--cuda-memory-pool-byte-size=0:2147483648",)).start(timeout=900)
+        table: dict[str, dict[str, dict]] = {v: {} for v in GPU_VARIANTS}
+        busy: dict[str, float | None] = {}
+        try:
+            for turn, concurrency in enumerate(args.concurrency):
+                order = list(GPU_VARIANTS) if turn % 2 == 0 else list(GPU_VARIANTS)[::-1]
+                for variant in order:
+                    with GpuUtilization() as utilization:
+                        row = perf_row(server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data,
+                                       args.interval_ms)
+                    row["gpu_utilization_percent"] = utilization.mean
+                    table[variant][str(concurrency)] = row
+                    if variant == "gpu_inprocess":
+                        busy[str(concurrency)] = utilization.mean
+            stages = {stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
+                      for stage in ("pre_batch", "queue", "engine", "post_batch")}
+        finally:
+            server.stop()
+    best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
+    record = {
+        **provenance(),
+        "what": ("batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
+                 f"({len(files)} files, {sum(map(len, files)) // len(files):,} bytes on average); "
+                 "the best concurrency of each variant"),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        **{f"{v}_infer_per_s": best[v].get("infer_per_s") for v in GPU_VARIANTS},
+        **{f"{v}_{q}": best[v].get(q) for v in GPU_VARIANTS for q in ("p50_ms", "p99_ms", "concurrency")},
+        "gpu_inprocess_gpu_busy_percent": busy,
+        "gpu_inprocess_stage_us_total": stages,
+        "by_concurrency": table,
+    }
+    a, e = record["gpu_inprocess_infer_per_s"] or 0, record["null_jpeg_infer_per_s"] or 0
+    c, d = record["cpu_ensemble_infer_per_s"] or 0, record["gpu_ensemble_infer_per_s"] or 0
+    record["ratios"] = {"a_over_e": round(a / e, 3) if e else None, "a_over_c": round(a / c, 2) if c else None,
+                        "a_over_d": round(a / d, 2) if d else None}
+    write_json(args.out, record)
+    print(json.dumps(record["ratios"]), f"wrote {args.out}")
+    return 0
+
+
+def perf_row(url: str, model: str, concurrency: int, input_data: Path, interval_ms: int = 5000) -> dict:
     try:
-        [row] = perf_analyzer(model, url, concurrency=str(concurrency), interval_ms=5000, max_trials=5,
+        [row] = perf_analyzer(model, url, concurrency=str(concurrency), interval_ms=interval_ms, max_trials=5,
                               extra=("--input-data", str(input_data), "--stability-percentage", "30"))
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-500:]}
     found = {"infer_per_s": row["Inferences/Second"], "p50_ms": row["p50 latency"] / 1000,
-             "p99_ms": row["p99 latency"] / 1000}
+             "p99_ms": row["p99 latency"] / 1000, "concurrency": concurrency}
     print(f"perf_analyzer {model:16s} c={concurrency:3d} {found['infer_per_s']:8.1f} infer/s "
           f"p99 {found['p99_ms']:7.1f} ms", flush=True)
     return found

@@ -4,8 +4,10 @@ normalized by ``mean`` and ``std``, channels first (float32 [3, crop, crop]).
 
     cpu_crop(data, spec)          one file on the CPU with Pillow (the per-request faces)
     DeviceCrops(spec, device)     a batch of files on the GPU: JPEG decoded by nvJPEG
-                                  (torchvision.io.decode_jpeg), resized, cropped and
-                                  normalized with torch; the batch never leaves the device
+                                  (decoder "torchvision": torchvision.io.decode_jpeg; or
+                                  "nvimgcodec": nvImageCodec, which also drives the GPU's
+                                  hardware JPEG decoders), resized, cropped and normalized
+                                  with torch; the batch never leaves the device
 
 Every file is first read from its header alone (Pillow opens lazily): a file that is
 no image, or whose decoded pixels would pass ``max_decoded_bytes``, is refused alone
@@ -14,10 +16,12 @@ or progressive, RGB or grayscale) are decoded in batches whose decoded pixels st
 within ``max_decoded_bytes``; other files (PNG, CMYK JPEG, ...) take the CPU path and
 are uploaded. EXIF orientation is ignored on both paths, as Pillow's ``open`` ignores it.
 
-The two paths differ slightly by design: libjpeg (Pillow) decodes a large JPEG at a
-reduced DCT scale first (draft mode), nvJPEG decodes it whole, and both then resize
-with an antialiased bilinear filter (BENCHMARKS.md, "GPU decode", has the measured
-difference).
+The GPU path follows the CPU path: libjpeg (Pillow's draft mode) decodes a large JPEG
+at a reduced DCT scale (1/2, 1/4 or 1/8: the smallest still at least ``resize`` on
+both sides); nvJPEG decodes it whole and the GPU path averages the same 2x2, 4x4 or
+8x8 blocks; both then resize with an antialiased bilinear filter. What remains are
+the decoders' own differences (IDCT rounding, chroma upsampling) and rounding
+between passes: BENCHMARKS.md, "GPU decode", has them measured.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # Decoded pixels one GPU decode call may hold, and the largest image taken: 8000x8000 RGB fits.
 DEFAULT_MAX_DECODED_BYTES = 256 * 2**20
+DECODERS = ("torchvision", "nvimgcodec")
 _GPU_MODES = ("RGB", "L")  # JPEG colour modes nvJPEG decodes to RGB on the device
 
 
@@ -58,6 +63,12 @@ class CropSpec:
         scale = self.resize / min(width, height)
         return max(self.resize, round(width * scale)), max(self.resize, round(height * scale))
 
+    def draft_scale(self, width: int, height: int) -> int:
+        """The DCT scale Pillow's JPEG draft decodes at: the largest of 8, 4, 2, 1 that leaves
+        both sides at least `resize` (JpegImagePlugin.draft); the size is then rounded up."""
+        scale = min(width // self.resize, height // self.resize)
+        return next((s for s in (8, 4, 2) if scale >= s), 1)
+
     def crop_origin(self, width: int, height: int) -> tuple[int, int]:
         """(left, top) of the centre crop in the resized image."""
         return (width - self.crop) // 2, (height - self.crop) // 2
@@ -70,6 +81,7 @@ class Header:
     height: int
     mode: str
     progressive: bool
+    ends: bool  # a JPEG's end-of-image marker is there (0xFFD9 appears nowhere else after the header)
 
     @property
     def decoded_bytes(self) -> int:
@@ -77,7 +89,9 @@ class Header:
 
     @property
     def gpu_decodable(self) -> bool:
-        return self.format == "JPEG" and self.mode in _GPU_MODES
+        """nvJPEG takes it, and decodes it as libjpeg would: a truncated JPEG goes to Pillow,
+        which refuses it (nvJPEG may fill the missing part in)."""
+        return self.format == "JPEG" and self.mode in _GPU_MODES and self.ends
 
 
 def read_header(data: bytes, spec: CropSpec) -> Header:
@@ -87,7 +101,8 @@ def read_header(data: bytes, spec: CropSpec) -> Header:
     try:
         with Image.open(io.BytesIO(data)) as image:
             header = Header(image.format or "unknown", *image.size, image.mode,
-                            bool(image.info.get("progressive") or image.info.get("progression")))
+                            bool(image.info.get("progressive") or image.info.get("progression")),
+                            b"\xff\xd9" in data[-4096:])
     except UnidentifiedImageError:
         raise ImageRefused(f"not an image Pillow can identify ({len(data):,} bytes starting {data[:8]!r})") from None
     except Exception as exc:  # a header Pillow cannot parse
@@ -119,15 +134,17 @@ class DeviceCrops:
     """Crops of a batch of files made on one GPU; callable from several threads at once
     (each thread works on a CUDA stream of its own)."""
 
-    def __init__(self, spec: CropSpec, device: str) -> None:
+    def __init__(self, spec: CropSpec, device: str, decoder: str = "torchvision",
+                 backends: tuple[str, ...] = ()) -> None:
+        """`backends`: nvImageCodec's BackendKind names to allow (e.g. HW_GPU_ONLY); () all of them."""
         import torch
-        import torchvision.io
 
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder '{decoder}' is not one of {', '.join(DECODERS)}")
         self.spec = spec
         self.torch = torch
-        self.decode_jpeg = torchvision.io.decode_jpeg
-        self.rgb = torchvision.io.ImageReadMode.RGB
         self.device = torch.device(device)
+        self._decode = self._nvimgcodec(backends) if decoder == "nvimgcodec" else self._torchvision()
         shape = (3, 1, 1)
         std = torch.tensor(spec.std, dtype=torch.float32, device=self.device).view(shape)
         self.scale = 1.0 / (255.0 * std)  # (x / 255 - mean) / std == x * scale - shift
@@ -159,7 +176,7 @@ class DeviceCrops:
             else:
                 on_cpu.append(index)
         stream = self._stream()
-        with torch.cuda.stream(stream), torch.inference_mode():
+        with torch.cuda.stream(stream), torch.no_grad():
             batch = torch.zeros((len(files), 3, spec.crop, spec.crop), dtype=torch.float32, device=self.device)
             for chunk in self._chunks(on_gpu):
                 for index, image in self._decoded(files, chunk, on_cpu).items():
@@ -188,31 +205,65 @@ class DeviceCrops:
             held += header.decoded_bytes
         return chunks
 
-    def _decoded(self, files: list[bytes], chunk: list[int], on_cpu: list[int]) -> dict[int, Any]:
-        """uint8 [3, H, W] device images by index; a file nvJPEG refuses joins `on_cpu`
-        (Pillow then decodes it, or refuses it with its reason)."""
-        torch = self.torch
-        encoded = [torch.frombuffer(bytearray(files[i]), dtype=torch.uint8) for i in chunk]
-        try:
-            return dict(zip(chunk, self.decode_jpeg(encoded, mode=self.rgb, device=self.device)))
-        except RuntimeError:
-            if len(chunk) == 1:
-                on_cpu.append(chunk[0])
-                return {}
-        decoded = {}
-        for index, data in zip(chunk, encoded):  # one at a time: only the file that fails goes to the CPU
+    def _torchvision(self) -> Any:
+        """list of files -> list of uint8 [3, H, W] device tensors, None where one failed."""
+        import torchvision.io
+
+        torch, decode_jpeg, rgb = self.torch, torchvision.io.decode_jpeg, torchvision.io.ImageReadMode.RGB
+
+        def decode(files: list[bytes]) -> list[Any]:
+            encoded = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in files]
             try:
-                decoded[index] = self.decode_jpeg(data, mode=self.rgb, device=self.device)
+                return decode_jpeg(encoded, mode=rgb, device=self.device)
             except RuntimeError:
+                if len(encoded) == 1:
+                    return [None]
+            return [decode([data])[0] for data in files]  # one at a time: only the file that fails is None
+        return decode
+
+    def _nvimgcodec(self, backends: tuple[str, ...]) -> Any:
+        from nvidia import nvimgcodec
+
+        allowed = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, name)) for name in backends] or None
+        decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=allowed)
+        params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
+                                         sample_format=nvimgcodec.SampleFormat.P_RGB)
+
+        def decode(files: list[bytes]) -> list[Any]:
+            stream = self.torch.cuda.current_stream(self.device).cuda_stream
+            images = decoder.decode(files, params=params, cuda_stream=stream)
+            return [None if image is None else _planar(self.torch.as_tensor(image, device=self.device))
+                    for image in images]
+        return decode
+
+    def _decoded(self, files: list[bytes], chunk: list[int], on_cpu: list[int]) -> dict[int, Any]:
+        """uint8 [3, H, W] device images by index; a file the decoder refuses joins `on_cpu`
+        (Pillow then decodes it, or refuses it with its reason)."""
+        decoded = {}
+        for index, image in zip(chunk, self._decode([files[i] for i in chunk])):
+            if image is None:
                 on_cpu.append(index)
+            else:
+                decoded[index] = image
         return decoded
 
     def _place(self, row: Any, image: Any) -> None:
-        """Resize (antialiased bilinear) and centre-crop one uint8 [3, H, W] image into `row`."""
+        """Reduce as JPEG draft mode does, resize (antialiased bilinear) and centre-crop one uint8
+        [3, H, W] image into `row`."""
         spec = self.spec
-        height, width = image.shape[1:]
+        functional = self.torch.nn.functional
+        pixels = image[None].float()
+        scale = spec.draft_scale(image.shape[2], image.shape[1])
+        if scale > 1:  # blocks at the right and bottom edges average what they hold
+            pixels = functional.avg_pool2d(pixels, scale, scale, ceil_mode=True).round_()
+        height, width = pixels.shape[2:]
         new_width, new_height = spec.resized(width, height)
-        resized = self.torch.nn.functional.interpolate(image[None].float(), size=(new_height, new_width),
-                                                       mode="bilinear", antialias=True, align_corners=False)
+        resized = functional.interpolate(pixels, size=(new_height, new_width), mode="bilinear", antialias=True,
+                                         align_corners=False)
         left, top = spec.crop_origin(new_width, new_height)
         row.copy_(resized[0, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_())
+
+
+def _planar(image: Any) -> Any:
+    """[3, H, W] from an image the decoder laid out [H, W, 3] (interleaved) or [3, H, W]."""
+    return image if image.shape[0] == 3 else image.permute(2, 0, 1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Downloads what bench/gpu/h200.sh needs on the GPU machine, which has no network:
 #   .whl_big/   nvidia-pytriton (55 MB: tritonserver 2.51), carried alone (stage `stash`)
+#   .whl_gpu/   nvImageCodec and nvJPEG (28 MB), carried alone (stage `stash-gpu`)
 #   .whl/pip/   cp312 wheels installed into the serving venv there (numpy<2 for the stub,
 #               tritonclient and its HTTP deps, onnx2torch, py-spy for profiling the stub,
 #               Pillow and tokenizers for the pipeline examples)
@@ -24,8 +25,10 @@ fetch .whl_big nvidia-pytriton==0.7.0
 fetch .whl/pip numpy==1.26.4 ml_dtypes==0.5.4 tritonclient==2.73.0 python-rapidjson geventhttpclient \
   gevent greenlet zope.event zope.interface brotli onnx2torch==1.5.15 py-spy==0.4.1 \
   pillow==13.0.0 tokenizers==0.23.3
+# nvImageCodec and its nvJPEG (issue 28's GPU decode), carried in a call of their own (stage stash-gpu)
+fetch .whl_gpu nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.3.2.43
 fetch .whl/house tritonclient==2.41.0 nvidia-cuda-runtime-cu12==12.9.79
 if [ ! -e .whl/house/libb64.so.0d ]; then
   cp .triton/lib/libb64.so.0d .whl/house/
 fi
-du -sh .whl_big .whl/pip .whl/house
+du -sh .whl_big .whl_gpu .whl/pip .whl/house

@@ -3,6 +3,7 @@
 # The wheels it carries come from bench/gpu/fetch_wheels.sh (.whl_big/, .whl/).
 # Stages, in order, each given as an argument:
 #   stash     keep the nvidia-pytriton wheel (.whl_big/) under $HOME/wh for later calls
+#   stash-gpu keep nvImageCodec and nvJPEG (.whl_gpu/) under $HOME/wh-gpu; `setup` installs them
 #   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
 #   tests     the gpu-marked tests (torch runtime in-process, cuda.py, served GPU instances)
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
@@ -47,6 +48,14 @@
 #   memory-breakdown  bench/memory_breakdown.py (issue 21): where one instance's GPU memory goes,
 #             step by step (CUDA context, weights, each context, graphs at the served shapes and at
 #             the largest), BERT-base and ResNet-50, 4 contexts -> memory_breakdown_*.json
+#   decode    bench/gpu_decode.py (issue 28): the GPU decoder chosen by measurement: torchvision's
+#             nvJPEG, nvImageCodec (all back-ends, hardware only, CUDA only), Pillow on one core;
+#             decode and whole-crop images/s at batches 1-64, 1 and 4 threads; grey levels
+#             from the CPU path -> gpu_decode.json
+#   gpu-pipeline-tests  tests/gpu/test_gpu_pipeline.py (issue 28) -> gpu_pipeline_tests.log
+#   pipeline-gpu  bench/pipeline.py --gpu-variants (issue 28): (a) in-process GPU decode, (b)
+#             in-process Pillow in 8 processes, (c) CPU ensemble, (d) GPU-decode ensemble, (e) the
+#             null JPEG model; perf_analyzer at 1, 16, 64, 256 -> pipeline.json
 #   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
 #             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
 #             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes;
@@ -69,6 +78,9 @@ for stage in "$@"; do
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
       python3 -c 'import sys, torch, numpy, onnx, onnxruntime; print(sys.version, torch.__version__, numpy.__version__, onnx.__version__, onnxruntime.__version__)'
       ;;
+    stash-gpu)
+      mkdir -p "$HOME/wh-gpu" && cp .whl_gpu/*.whl "$HOME/wh-gpu/"
+      ;;
     setup)
       ls "$HOME"/wh/nvidia_pytriton-*.whl >/dev/null || { echo "NO PYTRITON WHEEL: run stash first"; exit 3; }
       # The stub's Python is the python3 first on PATH, with that environment's
@@ -79,7 +91,8 @@ for stage in "$@"; do
       image_site=$("$IMAGE_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
       "$IMAGE_PYTHON" -m venv --without-pip "$SERVE_VENV" || exit 4
       site=$("$SERVE_VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl || exit 4
+      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/pip/*.whl \
+        $(ls "$HOME"/wh-gpu/*.whl 2>/dev/null) || exit 4
       ln -sf "$site/bin/py-spy" "$SERVE_VENV/bin/py-spy"
       printf '%s\n' "$PWD/backend_src" "$PWD/builder" "$PWD/ops" "$PWD" "import site; site.addsitedir('$image_site')" \
         > "$site/zz-trtpool-h200.pth"
@@ -250,6 +263,18 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 -c 'import PIL' || exit 6
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 \
         --concurrency 1 16 64 --rounds 2 --seconds 6 --pre-instances 4 8 --pre-processes 8 --client-processes 4 \
+        --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    decode)
+      python3 bench/gpu_decode.py --out "$OUT/gpu_decode.json" 2>&1 | tail -n 16
+      ;;
+    gpu-pipeline-tests)
+      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py 2>&1 \
+        | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    pipeline-gpu)
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 --gpu-variants \
+        --concurrency 1 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 3000 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;

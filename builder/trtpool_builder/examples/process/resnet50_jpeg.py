@@ -16,7 +16,8 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
 
 A file that is not an image, or is too large (process.json's max_decoded_bytes), fails
 its request alone, naming the element. The folder's process.json gives the crop size,
-labels.txt the class names (synthetic: the example's weights are random).
+labels.txt the class names (synthetic: the example's weights are random); process.json's
+"decoder" picks the GPU decoder (trtpool.images.DECODERS).
 """
 from __future__ import annotations
 
@@ -30,15 +31,17 @@ from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, DeviceCrops, Ima
 TOP = 5
 
 _spec = CropSpec.imagenet(224)
+_decoder = "torchvision"
 _labels = np.array([], dtype=object)
 _device_crops: dict[str, DeviceCrops] = {}
 
 
 def setup(model_config: dict, folder: Path) -> None:
-    global _spec, _labels
+    global _spec, _decoder, _labels
     settings = json.loads((folder / "process.json").read_text())
     _spec = CropSpec.imagenet(int(settings["image_size"]),
                               int(settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
+    _decoder = settings.get("decoder", _decoder)
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
 
 
@@ -68,7 +71,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
             except ImageRefused as exc:
                 entries.append(exc)
         return entries
-    crops = _device_crops.get(device) or _device_crops.setdefault(device, DeviceCrops(_spec, device))
+    crops = _device_crops.get(device) or _device_crops.setdefault(device, DeviceCrops(_spec, device, _decoder))
     files = [row[0] for inputs in batch for row in inputs["IMAGE"]]
     pixels, refused = crops(files)
     entries, start = [], 0

@@ -1,0 +1,129 @@
+"""JPEG in, labels out on the GPU: trtpool.images' device path against the CPU path, and
+the resnet50_jpeg example served on a GPU instance (the torch runtime, fp32: its batch
+faces decode on the device) against the CPU reference loop (process.py's per-request
+faces around ONNX Runtime fp32).
+
+Tolerances, stated: decoded crops within a mean of 1.5 and a 99th percentile of 8 grey
+levels of the CPU path per file (nvJPEG and libjpeg differ in IDCT rounding and chroma
+upsampling; BENCHMARKS.md "GPU decode" has the measured figures); served answers with the
+reference's top-1 label for every file, its top-5 labels for at least 90% of them, and
+top-1 scores within 0.02 (the example's random weights leave its top-5 scores close
+together, so a level of pixel difference may reorder the lower places).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch"),
+]
+
+from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+from tests.harness.clients import infer_concurrently  # noqa: E402
+from tests.harness.pipelines import (  # noqa: E402
+    Reference,
+    add_mode,
+    awkward_images,
+    bad_images,
+    encoded,
+    images,
+    picture,
+    set_process_settings,
+)
+from trtpool.images import CropSpec, DeviceCrops, cpu_crop  # noqa: E402
+from trtpool_builder.example_repo import make_example_folder  # noqa: E402
+from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
+
+SIZE = 224
+SPEC = CropSpec.imagenet(SIZE)
+LEVELS = np.array(SPEC.std, np.float32).reshape(3, 1, 1) * 255  # normalized units -> grey levels
+
+
+def sample_files() -> list[bytes]:
+    return [*images(24, seed=7, png_every=0), *awkward_images(seed=3).values()]
+
+
+def test_device_crops_follow_the_cpu_path():
+    files = sample_files()
+    crops, refused = DeviceCrops(SPEC, "cuda:0")(files)
+    assert refused == {}
+    served = crops.cpu().numpy()
+    report = []
+    for index, data in enumerate(files):
+        levels = np.abs(served[index] - cpu_crop(data, SPEC)) * LEVELS
+        report.append((index, float(levels.mean()), float(np.percentile(levels, 99)), float(levels.max())))
+    print("file, mean, p99, max grey levels from the CPU path:", *report, sep="\n")
+    assert all(mean <= 1.5 and p99 <= 8 for _, mean, p99, _ in report), report
+
+
+@pytest.fixture(scope="module")
+def gpu_pipeline(start_server, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("gpu_pipeline") / "repo"
+    folder = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": SIZE}).folder
+    add_mode(folder, "pipelined", contexts="2")
+    config = read_config(folder)
+    del config.instance_group[:]
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1)
+    for key, value in (("runtime", "torch"), ("model_file", "model.onnx"), ("precision", "fp32")):
+        config.parameters[key].string_value = value
+    write_config(folder, config)
+    limited = add_mode(folder, "pipelined", "resnet50_jpeg_limited")
+    set_process_settings(limited, max_decoded_bytes=50_000_000)
+    server = start_server(repo)
+    return server, Reference(folder)
+
+
+def served(server, model: str, requests: list[np.ndarray]) -> list:
+    return infer_concurrently(server.grpc_url, model, requests, workers=16, name="IMAGE", dtype="BYTES",
+                              outputs=("LABELS", "SCORES"))
+
+
+def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline):
+    server, reference = gpu_pipeline
+    files = sample_files()
+    answers = served(server, "resnet50_jpeg", [np.array([[f]], dtype=np.object_) for f in files])
+    top5_equal = 0
+    for data, answer in zip(files, answers):
+        assert not isinstance(answer, Exception), answer
+        expected = reference({"IMAGE": np.array([[data]], dtype=np.object_)})
+        assert answer["LABELS"][0][0] == expected["LABELS"][0][0]
+        assert abs(float(answer["SCORES"][0][0]) - float(expected["SCORES"][0][0])) <= 0.02
+        top5_equal += list(answer["LABELS"][0]) == list(expected["LABELS"][0])
+    print(f"top-5 labels equal for {top5_equal} of {len(files)} files")
+    assert top5_equal >= 0.9 * len(files)
+
+
+def test_each_bad_file_fails_its_request_alone_on_the_gpu(gpu_pipeline):
+    """Bad files alone and beside a good one, batch clients (3 files in a request), awkward
+    formats and an 8000x8000 photo (answered; refused by name where max_decoded_bytes is 50 MB)."""
+    server, reference = gpu_pipeline
+    good = images(6, seed=9, png_every=0)
+    huge = encoded(picture(np.random.default_rng(1), 8000, 8000), quality=80)
+    requests: list[tuple[np.ndarray, str | None]] = [(np.array([[f]], dtype=np.object_), None) for f in good]
+    requests.append((np.array([[good[0]], [good[2]], [good[4]]], dtype=np.object_), None))
+    requests.append((np.array([[huge]], dtype=np.object_), None))
+    for payload, says in bad_images().values():
+        requests.append((np.array([[payload]], dtype=np.object_), says))
+        requests.append((np.array([[good[1]], [payload]], dtype=np.object_), says.replace("[0]", "[1]")))
+    answers = served(server, "resnet50_jpeg", [r for r, _ in requests])
+    for (request, says), answer in zip(requests, answers):
+        if says is None:
+            assert not isinstance(answer, Exception), answer
+            expected = reference({"IMAGE": request})
+            assert list(answer["LABELS"][:, 0]) == list(expected["LABELS"][:, 0])
+        else:
+            assert isinstance(answer, InferenceServerException), f"{says}: answered"
+            assert answer.status() == "StatusCode.INVALID_ARGUMENT", answer
+            assert f"preprocess_batch() refused it: ImageRefused: input 'IMAGE' {says}" in answer.message()
+    [limited] = served(server, "resnet50_jpeg_limited", [np.array([[huge]], dtype=np.object_)])
+    assert isinstance(limited, InferenceServerException)
+    assert ("element [0]: 8000x8000 pixels decode to 192,000,000 bytes, above the limit "
+            "max_decoded_bytes=50,000,000") in limited.message()
+    assert server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg", 1, 30, stage="pre_batch") > 0
