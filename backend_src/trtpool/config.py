@@ -98,7 +98,7 @@ class PoolConfig:
     response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
     cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
     elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
-    preprocess_threads: int = 1   # process.py's preprocess workers (auto: stage_threads)
+    preprocess_threads: int | None = None  # process.py's preprocess workers; None (auto): see instance.py
     postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
     preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
     process_faces: str = "auto"   # which of process.py's faces serve (trtpool.stages.choose_faces)
@@ -145,8 +145,12 @@ def stage_threads() -> int:
     return max(1, min(MAX_CONTEXTS, len(os.sched_getaffinity(0))))
 
 
+def _is_auto(params: dict[str, str], key: str) -> bool:
+    return params.get(key, "").strip() in ("", "auto")
+
+
 def _threads(params: dict[str, str], key: str) -> int:
-    if params.get(key, "").strip() in ("", "auto"):
+    if _is_auto(params, key):
         return stage_threads()
     return _whole_number(params, key, 1, MAX_CONTEXTS)
 
@@ -287,7 +291,7 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         response_threads=_whole_number(params, "response_threads", 1, MAX_CONTEXTS),
         cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
         elastic=_elasticity(params, contexts),
-        preprocess_threads=_threads(params, "preprocess_threads"),
+        preprocess_threads=None if _is_auto(params, "preprocess_threads") else _threads(params, "preprocess_threads"),
         postprocess_threads=_threads(params, "postprocess_threads"),
         preprocess_processes=_whole_number(params, "preprocess_processes", 0, MAX_CONTEXTS, minimum=0),
         process_faces=_choice(params, "process_faces", PROCESS_FACES, "auto"),

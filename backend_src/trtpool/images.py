@@ -35,7 +35,8 @@ from PIL import Image, UnidentifiedImageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# Decoded pixels one GPU decode call may hold, and the largest image taken: 8000x8000 RGB fits.
+# Decoded pixels (uint8) one GPU decode call may hold, and the largest image taken: 8000x8000
+# RGB fits. Resizing a group of one size holds float32 copies of it besides (up to 4x more).
 DEFAULT_MAX_DECODED_BYTES = 256 * 2**20
 DECODERS = ("torchvision", "nvimgcodec")
 _GPU_MODES = ("RGB", "L")  # JPEG colour modes nvJPEG decodes to RGB on the device
@@ -179,17 +180,14 @@ class DeviceCrops:
         with torch.cuda.stream(stream), torch.no_grad():
             batch = torch.zeros((len(files), 3, spec.crop, spec.crop), dtype=torch.float32, device=self.device)
             for chunk in self._chunks(on_gpu):
-                for index, image in self._decoded(files, chunk, on_cpu).items():
-                    self._place(batch[index], image)
+                decoded = self._decoded(files, chunk, on_cpu)
+                for indices in _by_shape(decoded).values():
+                    self._place(batch, indices, [decoded[i] for i in indices])
             for index in on_cpu:
                 try:
                     batch[index].copy_(torch.from_numpy(cpu_crop(files[index], spec)), non_blocking=False)
                 except ImageRefused as exc:
                     refused[index] = exc
-            gpu_rows = [index for index, _ in on_gpu if index not in on_cpu]
-            if gpu_rows:  # normalize what the GPU decoded (cpu_crop normalized its own rows)
-                rows = torch.tensor(gpu_rows, device=self.device)
-                batch[rows] = batch[rows] * self.scale - self.shift
         stream.synchronize()
         return batch, refused
 
@@ -247,13 +245,13 @@ class DeviceCrops:
                 decoded[index] = image
         return decoded
 
-    def _place(self, row: Any, image: Any) -> None:
-        """Reduce as JPEG draft mode does, resize (antialiased bilinear) and centre-crop one uint8
-        [3, H, W] image into `row`."""
+    def _place(self, batch: Any, indices: list[int], images: list[Any]) -> None:
+        """Reduce as JPEG draft mode does, resize (antialiased bilinear), centre-crop and normalize
+        uint8 [3, H, W] images of one size into their rows of `batch`: one pass for the group."""
         spec = self.spec
         functional = self.torch.nn.functional
-        pixels = image[None].float()
-        scale = spec.draft_scale(image.shape[2], image.shape[1])
+        pixels = self.torch.stack(images).float()
+        scale = spec.draft_scale(pixels.shape[3], pixels.shape[2])
         if scale > 1:  # blocks at the right and bottom edges average what they hold
             pixels = functional.avg_pool2d(pixels, scale, scale, ceil_mode=True).round_()
         height, width = pixels.shape[2:]
@@ -261,7 +259,16 @@ class DeviceCrops:
         resized = functional.interpolate(pixels, size=(new_height, new_width), mode="bilinear", antialias=True,
                                          align_corners=False)
         left, top = spec.crop_origin(new_width, new_height)
-        row.copy_(resized[0, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_())
+        crops = resized[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
+        batch[self.torch.tensor(indices, device=self.device)] = crops * self.scale - self.shift
+
+
+def _by_shape(images: dict[int, Any]) -> dict[tuple[int, ...], list[int]]:
+    """Indices of the decoded images, grouped by their shape (resized together)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, image in images.items():
+        groups.setdefault(tuple(image.shape), []).append(index)
+    return groups
 
 
 def _planar(image: Any) -> Any:

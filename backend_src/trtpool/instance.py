@@ -113,9 +113,13 @@ class ModelInstance:
 
     def _stage(self, process: ProcessFile, model_config: dict[str, Any], version_dir: Path,
                on_stage: StageObserver | None) -> Stage:
-        """The process file's stage; its preprocess in worker processes with preprocess_processes."""
-        pre_threads = self.cfg.preprocess_threads
+        """The process file's stage; its preprocess in worker processes with preprocess_processes.
+        preprocess_threads auto: one per core for the per-request face (Pillow releases the GIL),
+        one per context for the batch face (a batch decoding while another runs: more threads
+        only contend for the stub's GIL, measured on the H200, BENCHMARKS.md "GPU pipeline")."""
         faces = choose_faces(process, self.cfg.process_faces, self.cfg.device)
+        pre_threads = self.cfg.preprocess_threads or (self.pool.size if faces.batch_pre else
+                                                      pool_config.stage_threads())
         if faces.batch_pre and self.cfg.preprocess_processes:
             raise ConfigError(f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
                               f"run preprocess(inputs), but this instance serves {process.path.name}'s "

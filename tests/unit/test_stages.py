@@ -226,12 +226,12 @@ def test_setup_gets_the_model_config_and_its_folder(tmp_path):
 
 
 def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
-    def threads(**values: str) -> tuple[int, int]:
+    def threads(**values: str) -> tuple[int | None, int]:
         cfg = pool_config.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
                                tmp_path, "cpu")
         return cfg.preprocess_threads, cfg.postprocess_threads
 
-    assert threads() == (pool_config.stage_threads(),) * 2
+    assert threads() == (None, pool_config.stage_threads())  # preprocess auto: decided with the faces
     assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
     with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
                                           r"number from 1 to 64"):
@@ -533,6 +533,20 @@ def test_batch_faces_are_engine_faces_read_without_running_the_file(tmp_path):
     assert engine_faces(version_dir) == ()
     (version_dir / "process.py").write_text("def postprocess_batch(outputs, batch):\n    return outputs\n")
     assert engine_faces(version_dir) == ("input",)
+
+
+def test_auto_preprocess_threads_are_one_per_context_for_the_batch_face(tmp_path):
+    batch = batch_instance(tmp_path, process_faces="batch", contexts="3", preprocess_threads="auto")
+    try:
+        assert batch.stage._pre._max_workers == batch.pool.size == 3
+    finally:
+        batch.close()
+    (tmp_path / "request").mkdir()
+    request = batch_instance(tmp_path / "request", PROCESS, contexts="3", preprocess_threads="auto")
+    try:
+        assert request.stage._pre._max_workers == pool_config.stage_threads()
+    finally:
+        request.close()
 
 
 def test_preprocess_processes_with_the_batch_face_is_refused_by_name(tmp_path):
