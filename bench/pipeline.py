@@ -64,7 +64,14 @@ sys.path.insert(0, str(ROOT))
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
-from tests.harness.pipelines import Reference, add_mode, as_request, images, process_of  # noqa: E402
+from tests.harness.pipelines import (  # noqa: E402
+    Reference,
+    add_mode,
+    as_request,
+    images,
+    process_of,
+    set_process_settings,
+)
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -165,8 +172,12 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("LABELS", self.labels),
                                             pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
 '''
-GPU_VARIANTS = {"gpu_inprocess": "resnet50_jpeg", "cpu_inprocess": "resnet50_jpeg_cpu",
+GPU_VARIANTS = {"gpu_inprocess": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
+                "gpu_inprocess_sync_x2": "resnet50_jpeg_sync_x2", "gpu_inprocess_cuda": "resnet50_jpeg_cuda",
+                "cpu_inprocess": "resnet50_jpeg_cpu",
                 "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg"}
+# (a)'s arrangements: the headline is the best of them
+GPU_INPROCESS = ("gpu_inprocess", "gpu_inprocess_sync", "gpu_inprocess_sync_x2", "gpu_inprocess_cuda")
 
 
 def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
@@ -219,6 +230,16 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
     add_mode(jpeg, args.mode, "resnet50_jpeg_cpu", contexts=str(args.contexts), process_faces="request",
              preprocess_processes=str(args.pre_processes))
     set_parameters(jpeg, preprocess_processes="0")  # (a) decodes on the GPU, in the stub's threads
+    # (a) in sync mode: execute() runs the batch whole and returns the responses; once more with
+    # two instances (two stubs, each its own engine and GIL)
+    add_mode(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
+    twice = add_mode(jpeg, "sync", "resnet50_jpeg_sync_x2", contexts="1")
+    set_process_settings(add_mode(jpeg, "sync", "resnet50_jpeg_cuda", contexts="1"), gpu_path="cuda")  # no torch
+    config = read_config(twice)
+    if not config.instance_group:  # the dry run on the CPU
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.instance_group[0].count = 2
+    write_config(twice, config)
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
     stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
                 [tensor("input", "FP32", [3, args.image_size, args.image_size])])
@@ -471,7 +492,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         server = TritonServer(repo, Path(scratch) / "server.log",
                               ("--cuda-memory-pool-byte-size=0:2147483648",)).start(timeout=900)
         table: dict[str, dict[str, dict]] = {v: {} for v in GPU_VARIANTS}
-        busy: dict[str, float | None] = {}
+        busy: dict[str, dict[str, float | None]] = {}
         try:
             for turn, concurrency in enumerate(args.concurrency):
                 order = list(GPU_VARIANTS) if turn % 2 == 0 else list(GPU_VARIANTS)[::-1]
@@ -481,13 +502,15 @@ def gpu_variants(args: argparse.Namespace) -> int:
                                        args.interval_ms)
                     row["gpu_utilization_percent"] = utilization.mean
                     table[variant][str(concurrency)] = row
-                    if variant == "gpu_inprocess":
-                        busy[str(concurrency)] = utilization.mean
-            stages = {stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
-                      for stage in ("pre_batch", "queue", "engine", "post_batch")}
+                    if variant in GPU_INPROCESS:
+                        busy.setdefault(variant, {})[str(concurrency)] = utilization.mean
+            stages = {model: {stage: server.metric_total("trtpool_stage_us_total", model, stage=stage)
+                              for stage in ("pre_batch", "queue", "engine", "post_batch")}
+                      for model in (GPU_VARIANTS[v] for v in GPU_INPROCESS)}
         finally:
             server.stop()
     best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
+    headline = max(GPU_INPROCESS, key=lambda v: best[v].get("infer_per_s", 0.0))
     record = {
         **provenance(),
         "what": ("batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
@@ -496,11 +519,14 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         **{f"{v}_infer_per_s": best[v].get("infer_per_s") for v in GPU_VARIANTS},
         **{f"{v}_{q}": best[v].get(q) for v in GPU_VARIANTS for q in ("p50_ms", "p99_ms", "concurrency")},
+        "gpu_inprocess_best": headline,
+        "gpu_inprocess_best_infer_per_s": best[headline].get("infer_per_s"),
+        "gpu_inprocess_best_p99_ms": best[headline].get("p99_ms"),
         "gpu_inprocess_gpu_busy_percent": busy,
         "gpu_inprocess_stage_us_total": stages,
         "by_concurrency": table,
     }
-    a, e = record["gpu_inprocess_infer_per_s"] or 0, record["null_jpeg_infer_per_s"] or 0
+    a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record["null_jpeg_infer_per_s"] or 0
     c, d = record["cpu_ensemble_infer_per_s"] or 0, record["gpu_ensemble_infer_per_s"] or 0
     record["ratios"] = {"a_over_e": round(a / e, 3) if e else None, "a_over_c": round(a / c, 2) if c else None,
                         "a_over_d": round(a / d, 2) if d else None}

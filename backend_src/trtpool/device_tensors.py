@@ -1,9 +1,11 @@
 """Request tensors that arrive on the GPU (Triton hands them over by DLPack when
 FORCE_CPU_ONLY_INPUT_TENSORS is "no", e.g. from CUDA shared-memory clients).
 
-They are torch tensors here. A GPU runtime's context copies them straight
-into its device buffers; a host runtime copies them to the host. torch is
-imported only when such a tensor exists.
+They are torch tensors here, or, from a process file's preprocess_batch, any
+object with the CUDA array interface (trtpool.crop_kernel.DeviceArray, made
+without torch). A GPU runtime's context copies them straight into its device
+buffers; a host runtime copies them to the host. torch is imported only when
+such a tensor exists.
 """
 from __future__ import annotations
 
@@ -24,7 +26,20 @@ def dtype_of(tensor: Any) -> np.dtype:
 
 
 def to_host(tensor: Any) -> np.ndarray:
-    return tensor if isinstance(tensor, np.ndarray) else tensor.cpu().numpy()
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    return tensor.cpu().numpy() if hasattr(tensor, "cpu") else tensor.to_host()
+
+
+def device_pointer(tensor: Any) -> int:
+    """The device address of a contiguous device tensor (torch's, or by the CUDA array interface)."""
+    if hasattr(tensor, "data_ptr"):
+        return tensor.data_ptr()
+    return int(tensor.__cuda_array_interface__["data"][0])
+
+
+def device_nbytes(tensor: Any) -> int:
+    return tensor.numel() * tensor.element_size() if hasattr(tensor, "numel") else int(tensor.nbytes)
 
 
 def from_dlpack(capsule_owner: Any) -> Any:

@@ -23,7 +23,7 @@ from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
-from trtpool.responders import SenderResponder, error_response, response
+from trtpool.responders import ListResponder, SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
 
@@ -68,16 +68,30 @@ class SyncHandler:
         self.metrics.after_work()
         return responses
 
-    def _staged(self, requests: list[Any]) -> None:
+    def _staged(self, requests: list[Any]) -> list[Any] | None:
         """With a process file: the batch runs here, and its postprocessing on the
         stage's workers answers through the response senders after execute() returns,
-        overlapping the next batch."""
+        overlapping the next batch. With the batch faces the whole batch, its
+        postprocess_batch included, runs here and execute() returns the responses:
+        one round trip to the server per batch instead of one per response."""
+        if self.instance.stage.faces.batch_post:
+            return self._staged_batch(requests)
         tensors, responders = self.instance.stage.before(
             kept([request_tensors(r) for r in requests]),
             [SenderResponder(self.pb, request) for request in requests])
         self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
                                  lambda i, error: responders[i].fail(error), detach=True)
         self.metrics.after_work()
+
+    def _staged_batch(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        tensors, responders = self.instance.stage.before(  # nothing outlives execute(): no copies kept
+            [request_tensors(r) for r in requests],
+            [ListResponder(self.pb, responses, index) for index in range(len(requests))], inline=True)
+        self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
+                                 lambda i, error: responders[i].fail(error), detach=True)
+        self.metrics.after_work()
+        return responses
 
     def close(self) -> None:
         pass

@@ -131,6 +131,46 @@ def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
     return ((pixels - mean) / std).transpose(2, 0, 1)
 
 
+def sort_files(files: list[bytes], spec: CropSpec
+               ) -> tuple[list[tuple[int, Header]], list[int], dict[int, ImageRefused]]:
+    """By index: the files a GPU decoder takes (with their headers), those Pillow takes, those refused."""
+    on_gpu: list[tuple[int, Header]] = []
+    on_cpu: list[int] = []
+    refused: dict[int, ImageRefused] = {}
+    for index, data in enumerate(files):
+        try:
+            header = read_header(data, spec)
+        except ImageRefused as exc:
+            refused[index] = exc
+            continue
+        if header.gpu_decodable:
+            on_gpu.append((index, header))
+        else:
+            on_cpu.append(index)
+    return on_gpu, on_cpu, refused
+
+
+def decode_chunks(files: list[tuple[int, Header]], limit: int) -> list[list[int]]:
+    """Indices in decode calls whose decoded pixels stay within `limit` bytes."""
+    chunks: list[list[int]] = []
+    held = limit
+    for index, header in files:
+        if held + header.decoded_bytes > limit:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(index)
+        held += header.decoded_bytes
+    return chunks
+
+
+def placement(spec: CropSpec, width: int, height: int) -> tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """A decoded image's draft scale, then (width, height) drafted and resized, and the crop's (left, top)."""
+    scale = spec.draft_scale(width, height)
+    drafted = (-(-width // scale), -(-height // scale))
+    resized = spec.resized(*drafted)
+    return scale, drafted, resized, spec.crop_origin(*resized)
+
+
 class DeviceCrops:
     """Crops of a batch of files made on one GPU; callable from several threads at once
     (each thread works on a CUDA stream of its own)."""
@@ -163,23 +203,11 @@ class DeviceCrops:
         returns, and the files refused by index (their rows are left as zeros)."""
         torch = self.torch
         spec = self.spec
-        refused: dict[int, ImageRefused] = {}
-        on_gpu: list[tuple[int, Header]] = []
-        on_cpu: list[int] = []
-        for index, data in enumerate(files):
-            try:
-                header = read_header(data, spec)
-            except ImageRefused as exc:
-                refused[index] = exc
-                continue
-            if header.gpu_decodable:
-                on_gpu.append((index, header))
-            else:
-                on_cpu.append(index)
+        on_gpu, on_cpu, refused = sort_files(files, spec)
         stream = self._stream()
         with torch.cuda.stream(stream), torch.no_grad():
             batch = torch.zeros((len(files), 3, spec.crop, spec.crop), dtype=torch.float32, device=self.device)
-            for chunk in self._chunks(on_gpu):
+            for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
                 decoded = self._decoded(files, chunk, on_cpu)
                 for indices in _by_shape(decoded).values():
                     self._place(batch, indices, [decoded[i] for i in indices])
@@ -190,18 +218,6 @@ class DeviceCrops:
                     refused[index] = exc
         stream.synchronize()
         return batch, refused
-
-    def _chunks(self, files: list[tuple[int, Header]]) -> list[list[int]]:
-        """Indices in decode calls whose decoded pixels stay within max_decoded_bytes."""
-        chunks: list[list[int]] = []
-        held = self.spec.max_decoded_bytes
-        for index, header in files:
-            if held + header.decoded_bytes > self.spec.max_decoded_bytes:
-                chunks.append([])
-                held = 0
-            chunks[-1].append(index)
-            held += header.decoded_bytes
-        return chunks
 
     def _torchvision(self) -> Any:
         """list of files -> list of uint8 [3, H, W] device tensors, None where one failed."""

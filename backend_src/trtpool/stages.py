@@ -166,10 +166,11 @@ class Stage:
         except Exception as exc:
             return exc
 
-    def before(self, requests: Sequence[Tensors], responders: Sequence[Responder]
+    def before(self, requests: Sequence[Tensors], responders: Sequence[Responder], inline: bool = False
                ) -> tuple[list[Tensors], list[Responder]]:
         """Preprocess the requests, in parallel on the pre workers; answer each that fails.
-        Returns the others' engine inputs and responders that postprocess before answering."""
+        Returns the others' engine inputs and responders that postprocess before answering
+        (`inline`: postprocess_batch runs in the thread that hands over the batch's last outputs)."""
         if self.faces.batch_pre:
             results = self.preprocess_batch(requests)
         elif self.process.preprocess is None or len(requests) == 1:
@@ -184,7 +185,7 @@ class Stage:
                 engine_inputs.append(result)
                 kept_inputs.append(inputs)
                 kept_responders.append(responder)
-        return engine_inputs, self.answering_all(kept_responders, kept_inputs)
+        return engine_inputs, self.answering_all(kept_responders, kept_inputs, inline)
 
     def preprocess_batch(self, requests: Sequence[Tensors]) -> list[Tensors | Exception]:
         """Each request's engine inputs, or the exception that refuses it, from the batch face:
@@ -269,10 +270,12 @@ class Stage:
 
     # --- postprocessing -----------------------------------------------------------
 
-    def answering_all(self, responders: list[Responder], inputs: list[Tensors]) -> list[Responder]:
-        """Responders that postprocess before they answer: each alone, or the batch together."""
+    def answering_all(self, responders: list[Responder], inputs: list[Tensors], inline: bool = False
+                      ) -> list[Responder]:
+        """Responders that postprocess before they answer: each alone, or the batch together
+        (on a post worker, or with `inline` in the thread that completes the batch)."""
         if self.faces.batch_post:
-            batch = _BatchPostprocessing(self, inputs)
+            batch = _BatchPostprocessing(self, inputs, inline)
             return [batch.member(i, responder) for i, responder in enumerate(responders)]
         if self.process.postprocess is None:
             return list(responders)
@@ -350,9 +353,9 @@ class Stage:
 
     def answer_batch_later(self, members: list[tuple[Responder, Tensors, Tensors]]) -> None:
         """postprocess_batch on a post worker for (responder, outputs, inputs) of a batch, then answer."""
-        self._post.submit(self._answer_batch, members)
+        self._post.submit(self.answer_batch, members)
 
-    def _answer_batch(self, members: list[tuple[Responder, Tensors, Tensors]]) -> None:
+    def answer_batch(self, members: list[tuple[Responder, Tensors, Tensors]]) -> None:
         responders, outputs, inputs = zip(*members)
         for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs))):
             if isinstance(answer, Exception):
@@ -398,9 +401,10 @@ class _BatchPostprocessing:
     contexts, or retried, in several goes): each member's outputs are held until
     the last member is in, then postprocess_batch takes those that have outputs."""
 
-    def __init__(self, stage: Stage, inputs: list[Tensors]) -> None:
+    def __init__(self, stage: Stage, inputs: list[Tensors], inline: bool = False) -> None:
         self.stage = stage
         self.inputs = inputs
+        self.inline = inline
         self._lock = threading.Lock()
         self._waiting = len(inputs)
         self._ready: dict[int, tuple[Responder, Tensors, Tensors]] = {}
@@ -417,7 +421,9 @@ class _BatchPostprocessing:
             if self._waiting:
                 return
             members = [self._ready[i] for i in sorted(self._ready)]
-        if members:
+        if members and self.inline:
+            self.stage.answer_batch(members)
+        elif members:
             self.stage.answer_batch_later(members)
 
 

@@ -53,7 +53,8 @@
 #             decode and whole-crop images/s at batches 1-64, 1 and 4 threads; grey levels
 #             from the CPU path -> gpu_decode.json
 #   gpu-pipeline-tests  tests/gpu/test_gpu_pipeline.py (issue 28) -> gpu_pipeline_tests.log
-#   pipeline-gpu  bench/pipeline.py --gpu-variants (issue 28): (a) in-process GPU decode, (b)
+#   pipeline-gpu  bench/pipeline.py --gpu-variants (issue 28): (a) in-process GPU decode (pipelined;
+#             sync; sync with 2 instances; sync on the torch-less path), (b)
 #             in-process Pillow in 8 processes, (c) CPU ensemble, (d) GPU-decode ensemble, (e) the
 #             null JPEG model; perf_analyzer at 1, 16, 64, 256 -> pipeline.json
 #   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
@@ -266,15 +267,15 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     decode)
-      python3 bench/gpu_decode.py --out "$OUT/gpu_decode.json" 2>&1 | tail -n 16
+      python3 bench/gpu_decode.py --seconds 1 --out "$OUT/gpu_decode.json" 2>&1 | tail -n 16
       ;;
     gpu-pipeline-tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py 2>&1 \
+      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py tests/unit/test_torch_runtime.py 2>&1 \
         | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 30
       ;;
     pipeline-gpu)
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 --gpu-variants \
-        --concurrency 1 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 3000 \
+        --concurrency 1 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 2500 \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;

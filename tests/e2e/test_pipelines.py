@@ -74,12 +74,14 @@ def test_images_in_labels_out_equal_the_reference_loop(pipelines, protocol, mode
             assert_equal_answers(answer, reference(as_request("IMAGE", payload)))
 
 
-def test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest(pipelines):
+@pytest.mark.parametrize("model", ["resnet50_jpeg_batch", "resnet50_jpeg_batch_sync"])
+def test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest(pipelines, model):
     """process_faces batch (preprocess_batch and postprocess_batch on this CPU instance): good,
     awkward (progressive, grayscale, CMYK, EXIF-rotated, GIF, 7x5) and multi-file requests are
     answered as the per-request reference loop answers them; each bad file (corrupt, empty, not
     an image, truncated, above max_decoded_bytes) fails its own request with INVALID_ARGUMENT
-    naming the element and the reason, in the batches the dynamic batcher forms from them all."""
+    naming the element and the reason, in the batches the dynamic batcher forms from them all.
+    Pipelined (responses sent from the post workers) and sync (execute() returns them)."""
     good = images(8, seed=9)
     oversized = images(1, seed=10, sizes=((1200, 1000),))[0]
     requests: list[tuple[np.ndarray, str | None]] = [(np.array([[f]], dtype=np.object_), None) for f in good]
@@ -94,7 +96,7 @@ def test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest(pipelines):
     reference = pipelines.references["resnet50_jpeg_batch"]
     for protocol in ("grpc", "http"):
         url = pipelines.server.grpc_url if protocol == "grpc" else pipelines.server.http_url
-        answers = infer_concurrently(url, "resnet50_jpeg_batch", [r for r, _ in requests], workers=16, name="IMAGE",
+        answers = infer_concurrently(url, model, [r for r, _ in requests], workers=16, name="IMAGE",
                                      protocol=protocol, dtype="BYTES", outputs=("LABELS", "SCORES"))
         for (request, says), answer in zip(requests, answers):
             if says is None:
@@ -105,10 +107,8 @@ def test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest(pipelines):
                 assert isinstance(answer, InferenceServerException), f"{says}: answered"
                 assert answer.status() in ("400", "StatusCode.INVALID_ARGUMENT"), answer
                 assert f"preprocess_batch() refused it: ImageRefused: input 'IMAGE' {says}" in answer.message()
-    assert pipelines.server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg_batch", 1, 30,
-                                            stage="pre_batch") > 0
-    assert pipelines.server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg_batch", 1, 30,
-                                            stage="post_batch") > 0
+    for stage in ("pre_batch", "post_batch"):
+        assert pipelines.server.wait_for_metric("trtpool_stage_us_total", model, 1, 30, stage=stage) > 0, stage
 
 
 def _spawned_children(parent: int) -> list[int]:

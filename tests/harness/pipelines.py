@@ -114,14 +114,15 @@ def set_process_settings(folder: Path, **settings: Any) -> None:
 
 def build_pipeline_repository(repo: Path) -> Path:
     """resnet50_jpeg in sync, pipelined and decoupled mode, pipelined with preprocess in 2 worker
-    processes, and pipelined with the batch faces (process_faces batch: preprocess_batch on the
-    CPU) and a small max_decoded_bytes; bert_text pipelined; small sizes."""
+    processes, and pipelined and sync with the batch faces (process_faces batch: preprocess_batch
+    on the CPU) and a small max_decoded_bytes; bert_text pipelined; small sizes."""
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", SMALL_RESNET).folder
     for mode in ("pipelined", "decoupled"):
         add_mode(jpeg, mode, f"resnet50_jpeg_{mode}", contexts="2")
     add_mode(jpeg, "pipelined", "resnet50_jpeg_processes", contexts="2", preprocess_processes="2")
     batch = add_mode(jpeg, "pipelined", "resnet50_jpeg_batch", contexts="2", process_faces="batch")
     set_process_settings(batch, max_decoded_bytes=BATCH_MAX_DECODED_BYTES)
+    add_mode(batch, "sync", "resnet50_jpeg_batch_sync")
     add_mode(jpeg, "sync", contexts="2")
     add_mode(make_example_folder(repo, "bert_text", "onnx", SMALL_BERT).folder, "pipelined", contexts="2")
     return repo
@@ -145,3 +146,36 @@ class Reference:
         engine_inputs = self.process.preprocess(inputs)
         outputs = dict(zip(self.outputs, self.session.run(self.outputs, engine_inputs)))
         return self.process.postprocess(outputs, inputs)
+
+
+def _axis_weights(size_in: int, size_out: int, first: int, count: int) -> np.ndarray:
+    """Rows of the antialiased bilinear filter (torch's and Pillow's) for outputs first..first+count."""
+    scale = size_in / size_out
+    support, inverse = (scale, 1 / scale) if scale >= 1 else (1.0, 1.0)
+    weights = np.zeros((count, size_in))
+    for row in range(count):
+        centre = scale * (first + row + 0.5)
+        low, high = max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), size_in)
+        taps = np.maximum(0, 1 - np.abs((np.arange(low, high) - centre + 0.5) * inverse))
+        weights[row, low:high] = taps / taps.sum()
+    return weights
+
+
+def crop_reference(decoded: np.ndarray, spec: Any) -> np.ndarray:
+    """What trtpool.crop_kernel computes from a decoded uint8 [H, W, 3] image, in float64 numpy:
+    the draft's rounded block means, the antialiased resize of the crop's rows and columns,
+    rounding to grey levels, normalization."""
+    from trtpool.images import placement
+
+    height, width = decoded.shape[:2]
+    scale, (wd, hd), (wr, hr), (left, top) = placement(spec, width, height)
+    padded = np.zeros((hd * scale, wd * scale, 3))
+    counts = np.zeros((hd * scale, wd * scale, 1))
+    padded[:height, :width] = decoded
+    counts[:height, :width] = 1
+    blocks = padded.reshape(hd, scale, wd, scale, 3).sum(axis=(1, 3))
+    drafted = np.rint(blocks / counts.reshape(hd, scale, wd, scale, 1).sum(axis=(1, 3)))
+    rows, columns = _axis_weights(hd, hr, top, spec.crop), _axis_weights(wd, wr, left, spec.crop)
+    levels = np.rint(np.clip(np.einsum("yh,hwc,xw->cyx", rows, drafted, columns, optimize=True), 0, 255))
+    mean, std = np.array(spec.mean).reshape(3, 1, 1), np.array(spec.std).reshape(3, 1, 1)
+    return ((levels / 255 - mean) / std).astype(np.float32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.harness.pipelines import awkward_images, bad_images, encoded, picture
+from tests.harness.pipelines import awkward_images, bad_images, crop_reference, encoded, picture
 from trtpool.images import CropSpec, ImageRefused, cpu_crop, read_header
 
 SPEC = CropSpec.imagenet(224)
@@ -55,3 +55,18 @@ def test_awkward_files_are_cropped_and_their_headers_say_which_path_takes_them()
     for data in awkward_images().values():
         crop = cpu_crop(data, SPEC)
         assert crop.shape == (3, 224, 224) and crop.dtype == np.float32 and np.isfinite(crop).all()
+
+
+@pytest.mark.parametrize("size", [(640, 480), (333, 500), (256, 256), (120, 90), (1024, 768), (801, 601)])
+def test_the_crop_kernels_arithmetic_follows_pillow(size):
+    """The GPU paths' arithmetic (crop_reference: the kernel's formula in float64 numpy), fed
+    Pillow's full decode, lands within a grey level of Pillow's own crop where no draft scale
+    applies, and within the draft's difference (block means vs libjpeg's DCT scaling) where it does."""
+    data = encoded(picture(np.random.default_rng(sum(size)), *size), quality=92)
+    with Image.open(io.BytesIO(data)) as image:
+        decoded = np.asarray(image.convert("RGB"))
+    levels = np.abs(crop_reference(decoded, SPEC) - cpu_crop(data, SPEC)) * np.array(SPEC.std).reshape(3, 1, 1) * 255
+    if SPEC.draft_scale(*size) == 1:
+        assert levels.max() <= 1.01, levels.max()
+    else:
+        assert levels.mean() <= 3 and np.percentile(levels, 99) <= 10, (levels.mean(), np.percentile(levels, 99))

@@ -27,6 +27,7 @@ from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_
 from trtpool import config as pool_config
 from trtpool import cuda, trt_api
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
+from trtpool.crop_kernel import DeviceArray
 from trtpool.pool import ContextPool
 from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
 from trtpool.serving import BatchRunner
@@ -343,6 +344,19 @@ def test_device_inputs_are_copied_on_the_device_and_taken_before_submit_returns(
     context.submit({"x": [DeviceTensor(fake, p) for p in parts]})
     assert fake.calls["cudaEventSynchronize"] == syncs + 1  # inputs taken before returning
     check({k: v.copy() for k, v in context.complete().items()}, np.concatenate(parts))
+    context.close()
+
+
+def test_device_arrays_without_torch_are_taken_by_the_cuda_array_interface(runtime, fake):
+    """A process file's preprocess_batch may hand over trtpool.crop_kernel.DeviceArray rows
+    (no torch): slices of one device batch, copied into the context's buffer on the device."""
+    context = runtime.create_context(0)
+    whole = batch(3)
+    tensor = DeviceTensor(fake, whole)
+    rows = DeviceArray(tensor, tensor.buffer.ptr, whole.shape)
+    assert whole.dtype == rows.dtype
+    context.submit({"x": [rows[0:2], rows[2:3]]})
+    check({k: v.copy() for k, v in context.complete().items()}, whole)
     context.close()
 
 

@@ -62,7 +62,7 @@ import numpy as np
 from trtpool import cuda, trt_api
 from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
-from trtpool.device_tensors import is_device
+from trtpool.device_tensors import device_nbytes, device_pointer, is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.host_upload import HostUploader
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
@@ -445,8 +445,8 @@ class TensorRTContext(ExecutionContext):
         if is_device(parts[0]):
             offset = 0
             for part in parts:
-                nbytes = part.numel() * part.element_size()
-                cuda.memcpy_dtod_async(device + offset, part.data_ptr(), nbytes, self._stream)
+                nbytes = device_nbytes(part)
+                cuda.memcpy_dtod_async(device + offset, device_pointer(part), nbytes, self._stream)
                 offset += nbytes
         else:
             self._runtime.uploader.upload(parts, self.staging.view(name, shape), device, self._stream)

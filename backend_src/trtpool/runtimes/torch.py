@@ -538,7 +538,8 @@ class TorchContext(ExecutionContext):
             offset = 0
             for part in parts:
                 rows = part.shape[0] if self._runtime.signature.batched else shape[0]
-                region[offset:offset + rows].copy_(part)
+                # torch's own tensors as they are; others by the CUDA array interface, not copied
+                region[offset:offset + rows].copy_(torch.as_tensor(part, device=region.device))
                 offset += rows
             return
         target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)

@@ -11,13 +11,15 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
     GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
                   the device, resized and normalized there; the engine reads them from
                   the device. postprocess_batch: one softmax and top-5 for the batch.
+                  process.json's "gpu_path": "torch" (torchvision's nvJPEG and torch;
+                  "decoder" picks nvImageCodec instead) or "cuda" (nvImageCodec and
+                  trtpool's crop kernel: no torch, as in NVIDIA's Triton image).
     CPU instance  preprocess / postprocess per request, in parallel on the stage's
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
 A file that is not an image, or is too large (process.json's max_decoded_bytes), fails
 its request alone, naming the element. The folder's process.json gives the crop size,
-labels.txt the class names (synthetic: the example's weights are random); process.json's
-"decoder" picks the GPU decoder (trtpool.images.DECODERS).
+labels.txt the class names (synthetic: the example's weights are random).
 """
 from __future__ import annotations
 
@@ -31,17 +33,16 @@ from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, DeviceCrops, Ima
 TOP = 5
 
 _spec = CropSpec.imagenet(224)
-_decoder = "torchvision"
+_settings: dict = {}
 _labels = np.array([], dtype=object)
-_device_crops: dict[str, DeviceCrops] = {}
+_device_crops: dict = {}
 
 
 def setup(model_config: dict, folder: Path) -> None:
-    global _spec, _decoder, _labels
-    settings = json.loads((folder / "process.json").read_text())
-    _spec = CropSpec.imagenet(int(settings["image_size"]),
-                              int(settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
-    _decoder = settings.get("decoder", _decoder)
+    global _spec, _settings, _labels
+    _settings = json.loads((folder / "process.json").read_text())
+    _spec = CropSpec.imagenet(int(_settings["image_size"]),
+                              int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
 
 
@@ -71,7 +72,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
             except ImageRefused as exc:
                 entries.append(exc)
         return entries
-    crops = _device_crops.get(device) or _device_crops.setdefault(device, DeviceCrops(_spec, device, _decoder))
+    crops = _device_crops.get(device) or _device_crops.setdefault(device, _crops_on(device))
     files = [row[0] for inputs in batch for row in inputs["IMAGE"]]
     pixels, refused = crops(files)
     entries, start = [], 0
@@ -81,6 +82,14 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
         entries.append({"input": pixels[start:stop]} if bad is None else _refusal(bad - start, refused[bad]))
         start = stop
     return entries
+
+
+def _crops_on(device: str):
+    if _settings.get("gpu_path", "torch") == "cuda":
+        from trtpool.crop_kernel import CudaCrops
+
+        return CudaCrops(_spec, device)
+    return DeviceCrops(_spec, device, _settings.get("decoder", "torchvision"))
 
 
 def _top(logits: np.ndarray) -> dict:
