@@ -211,11 +211,20 @@ ensemble_scheduling {{
 ''')
 
 
+def variant(folder: Path, mode: str, name: str | None = None, **parameters: str) -> Path:
+    """add_mode with the benchmark's queue delay (add_mode's is the tests' 20 ms, which made the
+    2026-12-04 03:19 UTC H200 run's copies wait 20 ms for every batch below a preferred size)."""
+    target = add_mode(folder, mode, name, **parameters)
+    config = read_config(target)
+    config.dynamic_batching.max_queue_delay_microseconds = 100
+    write_config(target, config)
+    return target
+
+
 def serving(folder: Path, args: argparse.Namespace) -> None:
     """trtpool's serving choices, the same for the in-process model and the ensemble's engine."""
-    add_mode(folder, args.mode, contexts=str(args.contexts))
+    variant(folder, args.mode, contexts=str(args.contexts))
     config = read_config(folder)
-    config.dynamic_batching.max_queue_delay_microseconds = 100
     if args.runtime == "torch":
         del config.instance_group[:]
         config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1)
@@ -227,14 +236,14 @@ def serving(folder: Path, args: argparse.Namespace) -> None:
 def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None:
     """(b) to (e) beside (a), the GPU folder `jpeg` (resnet50_jpeg) and the ensembles' engine
     (on a machine without a GPU, for a dry run: the same models on the CPU)."""
-    add_mode(jpeg, args.mode, "resnet50_jpeg_cpu", contexts=str(args.contexts), process_faces="request",
+    variant(jpeg, args.mode, "resnet50_jpeg_cpu", contexts=str(args.contexts), process_faces="request",
              preprocess_processes=str(args.pre_processes))
     set_parameters(jpeg, preprocess_processes="0")  # (a) decodes on the GPU, in the stub's threads
     # (a) in sync mode: execute() runs the batch whole and returns the responses; once more with
     # two instances (two stubs, each its own engine and GIL)
-    add_mode(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
-    twice = add_mode(jpeg, "sync", "resnet50_jpeg_sync_x2", contexts="1")
-    set_process_settings(add_mode(jpeg, "sync", "resnet50_jpeg_cuda", contexts="1"), gpu_path="cuda")  # no torch
+    variant(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
+    twice = variant(jpeg, "sync", "resnet50_jpeg_sync_x2", contexts="1")
+    set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_cuda", contexts="1"), gpu_path="cuda")  # no torch
     config = read_config(twice)
     if not config.instance_group:  # the dry run on the CPU
         config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
