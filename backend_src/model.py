@@ -67,7 +67,11 @@ class TritonPythonModel:
         for section, add in (("input", auto_complete_model_config.add_input),
                              ("output", auto_complete_model_config.add_output)):
             for entry in added.get(section, []):
-                add(entry)
+                add({key: value for key, value in entry.items() if key != "reshape"})
+                if "reshape" in entry:  # a per-row scalar; add_input/add_output take no reshape,
+                    # but as_dict() is the config they fill (triton_python_backend_utils, 2.51)
+                    filled = {e["name"]: e for e in auto_complete_model_config.as_dict()[section]}
+                    filled[entry["name"]]["reshape"] = entry["reshape"]
         return auto_complete_model_config
 
     def initialize(self, args):

@@ -5,7 +5,6 @@ on the user's own file."""
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 from tests.conformance.node_suite import mismatch
+from tests.conformance.row_scalars import PROFILE, row_scalar_model
 from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
 from trtpool_builder.build import BuildOptions, build_engine
@@ -40,26 +40,6 @@ def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
 def _graph_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "quirk", inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-@pytest.fixture(scope="module")
-def zipmap_classifier(tmp_path_factory) -> Path:
-    """skl2onnx's default export of a scikit-learn classifier: its probabilities as a ZipMap."""
-    from skl2onnx import to_onnx
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.datasets import load_iris
-    from sklearn.linear_model import LogisticRegression
-
-    features, labels = load_iris(return_X_y=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        classifier = LogisticRegression(max_iter=500).fit(features.astype(np.float32), labels)
-    model = to_onnx(classifier, initial_types=[("features", FloatTensorType([None, 4]))],
-                    target_opset={"": 17, "ai.onnx.ml": 3})
-    assert any(node.op_type == "ZipMap" for node in model.graph.node)
-    path = tmp_path_factory.mktemp("zipmap") / "iris.onnx"
-    onnx.save(model, str(path))
-    return path
 
 
 def test_a_zipmap_output_is_served_as_its_probabilities_in_label_order(zipmap_classifier, tmp_path):
@@ -278,3 +258,18 @@ def test_the_builder_takes_an_input_without_a_shape_from_its_range(tmp_path):
                           BuildOptions(trt_module="tensorrt_rtx", shapes=("x=1x3:4x3:8x3",)), log=lambda _: None)
     [x] = result.sidecar.inputs
     assert (x.name, len(x.shape)) == ("x", 2), x
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+@pytest.mark.parametrize("name", sorted(PROFILE))
+def test_the_builder_builds_an_output_declared_rank_0_with_its_rows(name, tmp_path):
+    """Built as the graph computes it: a profile of up to 8 rows builds (it used to be reshaped
+    to [1]: 'reshape would change volume 8 to 1'), and the sidecar gives the output one
+    element per row."""
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(row_scalar_model(name), str(path))
+    result = build_engine(path, tmp_path / f"{name}.plan",
+                          BuildOptions(trt_module="tensorrt_rtx", shapes=(PROFILE[name],)), log=lambda _: None)
+    [y] = result.sidecar.outputs
+    assert (y.name, len(y.shape)) == ("y", 1), y
+    assert any("declared as a scalar" in note for note in result.notes), result.notes
