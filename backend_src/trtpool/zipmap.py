@@ -29,6 +29,15 @@ def _tensor_type_of(model: onnx.ModelProto, name: str) -> onnx.TypeProto | None:
     return None
 
 
+def _import_default_domain(model: onnx.ModelProto) -> None:
+    """Import the standard ONNX domain, which the Identity needs, into a model that uses only
+    ai.onnx.ml (onnxmltools' tree classifiers): at the newest opset its IR version allows."""
+    if any(entry.domain in ("", "ai.onnx") for entry in model.opset_import):
+        return
+    opset = max((row[2] for row in helper.VERSION_TABLE if row[1] <= model.ir_version), default=1)
+    model.opset_import.append(helper.make_opsetid("", opset))
+
+
 def drop_zipmaps(model: onnx.ModelProto) -> list[str]:
     """Serve each ZipMap graph output of `model` (in place) as the probability tensor it reads; notes."""
     graph = model.graph
@@ -39,6 +48,7 @@ def drop_zipmaps(model: onnx.ModelProto) -> list[str]:
         if node is None or node.op_type != "ZipMap" or output.type.HasField("tensor_type"):
             continue
         probabilities, labels = node.input[0], _zipmap_labels(node) or "of its class labels"
+        _import_default_domain(model)
         tensor_type = _tensor_type_of(model, probabilities)
         node.CopyFrom(helper.make_node("Identity", [probabilities], [output.name], name=node.name or output.name))
         output.type.Clear()

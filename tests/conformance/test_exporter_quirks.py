@@ -273,3 +273,56 @@ def test_the_builder_builds_an_output_declared_rank_0_with_its_rows(name, tmp_pa
     [y] = result.sidecar.outputs
     assert (y.name, len(y.shape)) == ("y", 1), y
     assert any("declared as a scalar" in note for note in result.notes), result.notes
+
+
+def _ml_only_classifier(tmp_path: Path) -> Path:
+    """A classifier whose graph uses only ai.onnx.ml, so it imports no other domain, as
+    onnxmltools writes tree and linear classifiers: LinearClassifier, then ZipMap."""
+    coefficients = np.random.default_rng(5).standard_normal(12).astype(np.float32).tolist()
+    nodes = [helper.make_node("LinearClassifier", ["features"], ["label", "scores"], domain="ai.onnx.ml",
+                              classlabels_ints=[0, 1, 2], coefficients=coefficients, intercepts=[0.1, 0.2, 0.3],
+                              post_transform="SOFTMAX", multi_class=1),
+             helper.make_node("ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1, 2])]
+    maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None)))
+    graph = helper.make_graph(nodes, "ml_only", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, 4])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                               helper.make_value_info("probabilities", maps)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 7
+    path = tmp_path / "ml_only.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_zipmap_in_a_graph_of_ai_onnx_ml_alone_is_served_as_its_probabilities(tmp_path):
+    """The Identity that replaces the ZipMap needs the standard domain, which such a graph does
+    not import: the served copy imports it, and answers as ONNX Runtime on the user's file."""
+    path = _ml_only_classifier(tmp_path)
+    folder = make_model_folder(tmp_path / "repo", "ml_only", path, ["features=1x4:4x4:8x4"],
+                               ServingOptions(contexts="1", instance_kind="cpu"), log=lambda _: None)
+    features = np.random.default_rng(6).uniform(0, 7, (3, 4)).astype(np.float32)
+    label, maps = ort.InferenceSession(str(path)).run(None, {"features": features})
+    expected = {"label": label, "probabilities": np.array([[row[c] for c in (0, 1, 2)] for row in maps], np.float32)}
+    assert mismatch(expected, _serve_in_process(folder, {"features": features})) is None
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_every_precision_names_what_tensorrt_cannot_import(precision, tmp_path):
+    """fp16 and int8 convert the graph first, with ONNX shape inference, which failed on the
+    repaired ZipMap ('No opset import for domain optype Identity'): every precision must name
+    the ai.onnx.ml node TensorRT has no importer for, and where to serve the model, as fp32 does."""
+    from trtpool_builder.errors import BuildError
+
+    path = _ml_only_classifier(tmp_path)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, features=np.random.default_rng(7).uniform(0, 7, (16, 4)).astype(np.float32))
+    with pytest.raises(BuildError) as refused:
+        build_engine(path, tmp_path / "ml.plan", BuildOptions(
+            trt_module="tensorrt_rtx", precision=precision, shapes=("features=1x4:8x4:32x4",),
+            calib=calib if precision == "int8" else None), log=lambda _: None)
+    message = str(refused.value)
+    assert "ai.onnx.ml.LinearClassifier" in message and "trtpool-model" in message, message
+    assert "No opset import" not in message and not (tmp_path / "ml.plan").exists()
