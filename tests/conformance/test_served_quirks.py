@@ -4,7 +4,8 @@ indices and the classifier's probabilities come out of the same ONNX Runtime ker
 
     row scalars  outputs declared rank 0 that the graph computes per row (row_scalars.py),
                  through trtpool-model's folders: one element per row, as ONNX Runtime answers
-                 ([1] for one row, [N] for N), served batched like any per-row output
+                 ([1] for one row, [N] for N), served batched like any per-row output;
+                 and the user's file in a folder without a batch axis: ONNX Runtime's shapes
     zipmap       skl2onnx's iris classifier with its ZipMap output, in a folder with the
                  smallest config (backend "trtpool", the user's file, auto-complete): the
                  load path serves the probabilities as trtpool-model does
@@ -37,6 +38,12 @@ def served(start_server, tmp_path_factory, zipmap_classifier):
         onnx.save(row_scalar_model(name), str(files[name]))
         make_model_folder(repo, name, files[name], [PROFILE[name]],
                           ServingOptions(instance_kind="cpu", contexts="1"), log=lambda _: None)
+        own = repo / f"{name}_own"  # the user's file in a folder of their own, without a batch axis
+        (own / "1").mkdir(parents=True)
+        (own / "config.pbtxt").write_text(f'backend: "trtpool"\nmax_batch_size: 0\n'
+                                          f'parameters {{ key: "profile" value: {{ string_value: "{PROFILE[name]}" }} }}\n')
+        (own / "1" / "model.onnx").write_bytes(files[name].read_bytes())
+        files[own.name] = files[name]
     (repo / "iris" / "1").mkdir(parents=True)
     (repo / "iris" / "config.pbtxt").write_text('backend: "trtpool"\n')
     (repo / "iris" / "1" / "model.onnx").write_bytes(zipmap_classifier.read_bytes())
@@ -80,6 +87,21 @@ def test_an_output_declared_rank_0_is_answered_as_onnx_runtime_computes_it(serve
     # dims [1] says (config.pbtxt: dims [1], reshape []), so a request of `count` rows gets [count, 1].
     assert got.shape == (count, 1) and got.dtype == expected.dtype, (got.shape, got.dtype)
     np.testing.assert_array_equal(got[:, 0], expected)
+
+
+@pytest.mark.parametrize("protocol", sorted(CLIENTS))
+@pytest.mark.parametrize("count", [1, 5])
+@pytest.mark.parametrize("model", sorted(PROFILE))
+def test_the_load_path_answers_an_output_declared_rank_0_as_onnx_runtime(served, model, count, protocol):
+    """The user's file in a folder without a batch axis: the answer has ONNX Runtime's shape,
+    [1] for one row (it used to be [], from a buffer sized by the declaration) and [N] for N."""
+    server, files, states = served
+    _ready(states, f"{model}_own")
+    x = rows(model, count)
+    [expected] = ort.InferenceSession(str(files[model]), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = _infer(protocol, server, f"{model}_own", x, ["y"])["y"]
+    assert got.shape == expected.shape == (count,) and got.dtype == expected.dtype, (got.shape, got.dtype)
+    np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("protocol", sorted(CLIENTS))

@@ -89,11 +89,13 @@ class OnnxRuntime(Runtime):
         # IOBinding takes no string tensors: a model with any runs through session.run.
         self.binds = not any(spec.dtype == STRING for spec in tensors)
         # Outputs ONNX Runtime allocates per batch: those whose size the declared shape does
-        # not fix, bfloat16 ones (numpy cannot receive them), and any whose declared shape a
-        # run has contradicted (a size computed from the data, declared as one example's).
+        # not fix, bfloat16 ones (numpy cannot receive them), declared scalars (exporters that
+        # trace on one row declare a per-row output so: a [] buffer took the [1] of one row and
+        # answered [], where ONNX Runtime answers [1]), and any whose declared shape a run has
+        # contradicted (a size computed from the data, declared as one example's).
         self.runtime_allocated = frozenset(
             spec.name for spec in self.signature.outputs
-            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16)
+            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16 or not spec.shape)
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
