@@ -52,51 +52,66 @@ def _stub_version_dir() -> Path:
         return Path(cmdline.read().split(b"\0")[1].decode()).parent
 
 
+def _refusal(exc: TrtpoolError):
+    return pb_utils.TritonModelException(f"trtpool: {exc}")
+
+
+def _auto_complete(auto_complete_model_config):
+    config = auto_complete_model_config.as_dict()
+    if "forward_to" in parameters_of(config):
+        return auto_complete_model_config  # a front declares its target's I/O
+    version_dir = _stub_version_dir()
+    added = auto_complete(config, describe(config, version_dir), engine_faces(version_dir))
+    if "max_batch_size" in added:
+        auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
+    if "dynamic_batching" in added:
+        auto_complete_model_config.set_dynamic_batching()
+    for section, add in (("input", auto_complete_model_config.add_input),
+                         ("output", auto_complete_model_config.add_output)):
+        for entry in added.get(section, []):
+            add({key: value for key, value in entry.items() if key != "reshape"})
+            if "reshape" in entry:  # a per-row scalar; add_input/add_output take no reshape,
+                # but as_dict() is the config they fill (triton_python_backend_utils, 2.51)
+                filled = {e["name"]: e for e in auto_complete_model_config.as_dict()[section]}
+                filled[entry["name"]]["reshape"] = entry["reshape"]
+    return auto_complete_model_config
+
+
 class TritonPythonModel:
+    # trtpool's own refusals are raised again from these entry points, so that the load error
+    # Triton reports ends at the refusal: the Python backend appends the frames from where an
+    # exception was raised up to the entry point ("At: ..."), here the entry point's line alone.
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
-        config = auto_complete_model_config.as_dict()
-        if "forward_to" in parameters_of(config):
-            return auto_complete_model_config  # a front declares its target's I/O
-        version_dir = _stub_version_dir()
-        added = auto_complete(config, describe(config, version_dir), engine_faces(version_dir))
-        if "max_batch_size" in added:
-            auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
-        if "dynamic_batching" in added:
-            auto_complete_model_config.set_dynamic_batching()
-        for section, add in (("input", auto_complete_model_config.add_input),
-                             ("output", auto_complete_model_config.add_output)):
-            for entry in added.get(section, []):
-                add(entry)
-        return auto_complete_model_config
+        try:
+            return _auto_complete(auto_complete_model_config)
+        except TrtpoolError as exc:
+            raise _refusal(exc) from None
 
     def initialize(self, args):
+        try:
+            self._initialize(args)
+        except TrtpoolError as exc:
+            raise _refusal(exc) from None
+
+    def _initialize(self, args):
         logger = logging.getLogger("trtpool")
         if not logger.handlers:
             logger.addHandler(_TritonLogHandler())
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
         self.instance = None
-        try:
-            check_numpy_handover(pb_utils)
-        except TrtpoolError as exc:
-            raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
+        check_numpy_handover(pb_utils)
         if "forward_to" in parameters_of(model_config):
-            try:
-                target = check_front(model_config, Path(args["model_repository"]))
-            except TrtpoolError as exc:
-                raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
+            target = check_front(model_config, Path(args["model_repository"]))
             # Errors from the target come back over BLS without their status code: status_relay.
             self.handler = ForwardHandler(untagging(pb_utils), target, [o["name"] for o in model_config["output"]])
             return
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
-        try:
-            self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch,
-                                          self.metrics.record_stage)
-        except TrtpoolError as exc:
-            raise pb_utils.TritonModelException(f"trtpool: {exc}") from exc
+        self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch,
+                                      self.metrics.record_stage)
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
         mode = self.instance.cfg.mode
         if mode == "decoupled":  # a front may forward to it: its errors name their status code

@@ -91,7 +91,17 @@ def request_inputs(server: TritonServer, model: str, seq_len: int) -> dict[str, 
 # ---- clients -------------------------------------------------------------------------------
 
 def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, control, answered, failed) -> None:
-    """One batch-1 client: while control[slot] is BUSY, one request at a time on its stream."""
+    """One batch-1 client: while control[slot] is BUSY, one request at a time on a stream of that
+    burst's own (a stream held open across an unload holds a decoupled model in Triton 2.51:
+    docs/reliability.md)."""
+    while (state := control[slot]) != STOP:
+        if state == IDLE:
+            time.sleep(0.01)
+            continue
+        _burst(url, model, inputs, slot, control, answered, failed)
+
+
+def _burst(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, control, answered, failed) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
 
@@ -104,10 +114,7 @@ def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, contr
     answers: queue.Queue = queue.Queue()
     stream.start_stream(callback=lambda result, error: answers.put(error))
     try:
-        while (state := control[slot]) != STOP:
-            if state == IDLE:
-                time.sleep(0.01)
-                continue
+        while control[slot] == BUSY:
             stream.async_stream_infer(model, tensors)
             try:
                 error = answers.get(timeout=120)

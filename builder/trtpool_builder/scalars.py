@@ -6,7 +6,9 @@ are not supported"), and a model with a scalar input has no batch axis.
 silero VAD's sample rate is such an input. So the copy that is built or
 served takes each scalar as [1] and a Reshape at the graph's edge turns it
 back into the scalar the rest of the graph reads (and a scalar output into
-[1]); clients send and receive shape [1]. The user's file is not changed.
+[1]); clients send and receive shape [1]. The user's file is not changed. An
+output declared as a scalar that the graph computes per row is no scalar: the
+served copy declares its real shape first (served_copy.declare_row_outputs).
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
             node.output[:] = [new if name == old else name for name in node.output]
 
 
-def _is_scalar(value: onnx.ValueInfoProto) -> bool:
+def is_scalar(value: onnx.ValueInfoProto) -> bool:
+    """Whether `value` is declared a tensor of rank 0."""
     kind = value.type.tensor_type
     return kind.HasField("shape") and not kind.shape.dim
 
@@ -46,7 +49,7 @@ def lift_scalars(model: onnx.ModelProto) -> list[str]:
     weights = {init.name for init in graph.initializer}
     lifted, entry, exit_ = [], [], []
     for value in graph.input:
-        if value.name in weights or not _is_scalar(value):
+        if value.name in weights or not is_scalar(value):
             continue
         inner = value.name + SUFFIX
         _rename_uses(graph, value.name, inner)
@@ -55,7 +58,7 @@ def lift_scalars(model: onnx.ModelProto) -> list[str]:
         value.type.tensor_type.shape.dim.add().dim_value = 1
         lifted.append(value.name)
     for value in graph.output:
-        if not _is_scalar(value):
+        if not is_scalar(value):
             continue
         inner = value.name + SUFFIX
         _rename_uses(graph, value.name, inner)

@@ -1,12 +1,13 @@
 """Repairs made to the copy of an ONNX file that a folder serves (the user's file is not changed).
 
-Only what Triton cannot carry as the file has it: a ZipMap output (ai.onnx.ml,
-a sequence of maps from class label to probability, as skl2onnx and
-onnxmltools write classifiers by default) is served as the tensor of
-probabilities the ZipMap reads, one column per class in the order of its
-labels. An input that declares no shape at all (its rank unknown; ONNX Runtime
-reports it like a scalar) gets the rank its --shapes range gives, every
-dimension dynamic; an output without one gets what shape inference finds.
+Only what Triton cannot carry as the file has it: a ZipMap output is served
+as the tensor of probabilities it reads (trtpool.zipmap). An input that
+declares no shape at all (its rank unknown; ONNX Runtime reports it like a
+scalar) gets the rank its --shapes range gives, every dimension dynamic; an output without one gets what shape inference finds. An
+output declared as a scalar that the graph computes with one element per row
+(a ReduceSum, ArgMax or Squeeze over all but the first axis, traced on one row;
+ONNX Runtime answers [1] for one row and [N] for N) is declared with the shape
+shape inference finds for it, so it is served as ONNX Runtime answers.
 Everything else is served as ONNX Runtime runs the file.
 """
 from __future__ import annotations
@@ -14,51 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import onnx
-from onnx import helper
 
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
+from trtpool.zipmap import drop_zipmaps
 from trtpool_builder.onnx_io import inferred_value_shapes
-
-
-def _zipmap_labels(node: onnx.NodeProto) -> list:
-    for attribute in node.attribute:
-        if attribute.name in ("classlabels_int64s", "classlabels_strings"):
-            values = helper.get_attribute_value(attribute)
-            return [v.decode() if isinstance(v, bytes) else v for v in values]
-    return []
-
-
-def _tensor_type_of(model: onnx.ModelProto, name: str) -> onnx.TypeProto | None:
-    """The type ONNX shape inference gives the value `name`, if it is a tensor."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    for value in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
-        if value.name == name and value.type.HasField("tensor_type"):
-            return value.type
-    return None
-
-
-def drop_zipmaps(model: onnx.ModelProto) -> list[str]:
-    """Serve each ZipMap graph output as the probability tensor it reads; notes."""
-    graph = model.graph
-    producers = {out: node for node in graph.node for out in node.output}
-    notes = []
-    for output in graph.output:
-        node = producers.get(output.name)
-        if node is None or node.op_type != "ZipMap" or output.type.HasField("tensor_type"):
-            continue
-        probabilities, labels = node.input[0], _zipmap_labels(node) or "of its class labels"
-        tensor_type = _tensor_type_of(model, probabilities)
-        node.CopyFrom(helper.make_node("Identity", [probabilities], [output.name], name=node.name or output.name))
-        output.type.Clear()
-        if tensor_type is not None:
-            output.type.CopyFrom(tensor_type)
-        else:
-            output.type.CopyFrom(helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [None, None]))
-        notes.append(f"output '{output.name}' is a ZipMap (a sequence of maps, which Triton cannot carry): it is "
-                     f"served as the probability tensor it is made from, one column per class in the order "
-                     f"{labels}")
-    return notes
+from trtpool_builder.scalars import is_scalar
 
 
 def declare_input_ranks(model: onnx.ModelProto, shapes: Sequence[str]) -> list[str]:
@@ -105,6 +67,32 @@ def declare_output_shapes(model: onnx.ModelProto) -> list[str]:
     return notes
 
 
+def declare_row_outputs(model: onnx.ModelProto) -> list[str]:
+    """Give each output declared as a scalar the shape of rank 1 or more that ONNX shape
+    inference finds for what the graph computes, where it finds one; notes. A true scalar
+    (inference finds rank 0, or nothing) stays as declared."""
+    scalars = [v for v in model.graph.output if is_scalar(v)]
+    if not scalars:
+        return []
+    for value in scalars:  # inference then takes the shape from the graph, not from the declaration
+        value.type.tensor_type.ClearField("shape")
+    inferred = inferred_value_shapes(model, {}, [v.name for v in scalars])
+    notes = []
+    for value in scalars:
+        shape = value.type.tensor_type.shape
+        shape.SetInParent()
+        for size in inferred.get(value.name, ()):
+            dim = shape.dim.add()
+            if size >= 0:
+                dim.dim_value = size
+        if shape.dim:
+            notes.append(f"output '{value.name}' is declared as a scalar but the graph computes it with shape "
+                         f"{[d.dim_value if d.HasField('dim_value') else -1 for d in shape.dim]} (-1: dynamic): "
+                         "served so, as ONNX Runtime answers it")
+    return notes
+
+
 def repair_for_serving(model: onnx.ModelProto, shapes: Sequence[str] = ()) -> list[str]:
     """Make `model` (the copy to serve) carriable by Triton, in place; one note per change."""
-    return [*drop_zipmaps(model), *declare_input_ranks(model, shapes), *declare_output_shapes(model)]
+    return [*drop_zipmaps(model), *declare_input_ranks(model, shapes), *declare_output_shapes(model),
+            *declare_row_outputs(model)]

@@ -5,7 +5,6 @@ on the user's own file."""
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 from tests.conformance.node_suite import mismatch
+from tests.conformance.row_scalars import PROFILE, row_scalar_model
 from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
 from trtpool_builder.build import BuildOptions, build_engine
@@ -40,26 +40,6 @@ def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
 def _graph_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "quirk", inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-@pytest.fixture(scope="module")
-def zipmap_classifier(tmp_path_factory) -> Path:
-    """skl2onnx's default export of a scikit-learn classifier: its probabilities as a ZipMap."""
-    from skl2onnx import to_onnx
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.datasets import load_iris
-    from sklearn.linear_model import LogisticRegression
-
-    features, labels = load_iris(return_X_y=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        classifier = LogisticRegression(max_iter=500).fit(features.astype(np.float32), labels)
-    model = to_onnx(classifier, initial_types=[("features", FloatTensorType([None, 4]))],
-                    target_opset={"": 17, "ai.onnx.ml": 3})
-    assert any(node.op_type == "ZipMap" for node in model.graph.node)
-    path = tmp_path_factory.mktemp("zipmap") / "iris.onnx"
-    onnx.save(model, str(path))
-    return path
 
 
 def test_a_zipmap_output_is_served_as_its_probabilities_in_label_order(zipmap_classifier, tmp_path):
@@ -278,3 +258,71 @@ def test_the_builder_takes_an_input_without_a_shape_from_its_range(tmp_path):
                           BuildOptions(trt_module="tensorrt_rtx", shapes=("x=1x3:4x3:8x3",)), log=lambda _: None)
     [x] = result.sidecar.inputs
     assert (x.name, len(x.shape)) == ("x", 2), x
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+@pytest.mark.parametrize("name", sorted(PROFILE))
+def test_the_builder_builds_an_output_declared_rank_0_with_its_rows(name, tmp_path):
+    """Built as the graph computes it: a profile of up to 8 rows builds (it used to be reshaped
+    to [1]: 'reshape would change volume 8 to 1'), and the sidecar gives the output one
+    element per row."""
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(row_scalar_model(name), str(path))
+    result = build_engine(path, tmp_path / f"{name}.plan",
+                          BuildOptions(trt_module="tensorrt_rtx", shapes=(PROFILE[name],)), log=lambda _: None)
+    [y] = result.sidecar.outputs
+    assert (y.name, len(y.shape)) == ("y", 1), y
+    assert any("declared as a scalar" in note for note in result.notes), result.notes
+
+
+def _ml_only_classifier(tmp_path: Path) -> Path:
+    """A classifier whose graph uses only ai.onnx.ml, so it imports no other domain, as
+    onnxmltools writes tree and linear classifiers: LinearClassifier, then ZipMap."""
+    coefficients = np.random.default_rng(5).standard_normal(12).astype(np.float32).tolist()
+    nodes = [helper.make_node("LinearClassifier", ["features"], ["label", "scores"], domain="ai.onnx.ml",
+                              classlabels_ints=[0, 1, 2], coefficients=coefficients, intercepts=[0.1, 0.2, 0.3],
+                              post_transform="SOFTMAX", multi_class=1),
+             helper.make_node("ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1, 2])]
+    maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None)))
+    graph = helper.make_graph(nodes, "ml_only", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, 4])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                               helper.make_value_info("probabilities", maps)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 7
+    path = tmp_path / "ml_only.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_zipmap_in_a_graph_of_ai_onnx_ml_alone_is_served_as_its_probabilities(tmp_path):
+    """The Identity that replaces the ZipMap needs the standard domain, which such a graph does
+    not import: the served copy imports it, and answers as ONNX Runtime on the user's file."""
+    path = _ml_only_classifier(tmp_path)
+    folder = make_model_folder(tmp_path / "repo", "ml_only", path, ["features=1x4:4x4:8x4"],
+                               ServingOptions(contexts="1", instance_kind="cpu"), log=lambda _: None)
+    features = np.random.default_rng(6).uniform(0, 7, (3, 4)).astype(np.float32)
+    label, maps = ort.InferenceSession(str(path)).run(None, {"features": features})
+    expected = {"label": label, "probabilities": np.array([[row[c] for c in (0, 1, 2)] for row in maps], np.float32)}
+    assert mismatch(expected, _serve_in_process(folder, {"features": features})) is None
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_every_precision_names_what_tensorrt_cannot_import(precision, tmp_path):
+    """fp16 and int8 convert the graph first, with ONNX shape inference, which failed on the
+    repaired ZipMap ('No opset import for domain optype Identity'): every precision must name
+    the ai.onnx.ml node TensorRT has no importer for, and where to serve the model, as fp32 does."""
+    from trtpool_builder.errors import BuildError
+
+    path = _ml_only_classifier(tmp_path)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, features=np.random.default_rng(7).uniform(0, 7, (16, 4)).astype(np.float32))
+    with pytest.raises(BuildError) as refused:
+        build_engine(path, tmp_path / "ml.plan", BuildOptions(
+            trt_module="tensorrt_rtx", precision=precision, shapes=("features=1x4:8x4:32x4",),
+            calib=calib if precision == "int8" else None), log=lambda _: None)
+    message = str(refused.value)
+    assert "ai.onnx.ml.LinearClassifier" in message and "trtpool-model" in message, message
+    assert "No opset import" not in message and not (tmp_path / "ml.plan").exists()

@@ -5,8 +5,8 @@ One thread per client kind, each with its own connection, until the deadline:
     sync/http          HTTP /infer to tiny_sync, batch 1..8
     pipelined/grpc     unary gRPC to tiny_pipe, batch 1..8
     front/http         HTTP /infer to tiny_dec_unary (BLS to tiny_dec), batch 1..8
-    decoupled/stream   bursts of 8 requests on one gRPC stream to tiny_dec, batch 1..64
-    sequences/stream   bursts of 8 on one stream to seq_dec, batch 1..4, sequence length 1..64
+    decoupled/stream   bursts of 8 requests, each on a gRPC stream of its own, to tiny_dec, batch 1..64
+    sequences/stream   bursts of 8, each on a stream of its own, to seq_dec, batch 1..4, sequence length 1..64
 
 An answer is wrong when an output differs from the float64 reference by more
 than 1e-5, relative and absolute (tiny_reference, sequence_reference).
@@ -86,17 +86,17 @@ def _streamed(server: TritonServer, model: str, input_name: str, make: Callable[
               reference: Reference) -> Callable[[Tally, np.random.Generator, float], None]:
     def run(tally: Tally, rng: np.random.Generator, deadline: float) -> None:
         sent = 0
-        with StreamClient(server.grpc_url) as stream:
-            while time.monotonic() < deadline:
-                burst = {str(sent + i): make(rng) for i in range(BURST)}
-                sent += BURST
+        while time.monotonic() < deadline:
+            burst = {str(sent + i): make(rng) for i in range(BURST)}
+            sent += BURST
+            with StreamClient(server.grpc_url) as stream:  # a stream per burst (docs/reliability.md)
                 for request_id, x in burst.items():
                     stream.send(model, {input_name: x}, request_id)
                 answers = stream.collect(BURST)
-                for error in answers.errors:
-                    tally.failed(model, str(error))
-                for request_id, outputs in answers.outputs.items():
-                    tally.check(model, outputs, reference(burst[request_id]))
+            for error in answers.errors:
+                tally.failed(model, str(error))
+            for request_id, outputs in answers.outputs.items():
+                tally.check(model, outputs, reference(burst[request_id]))
     return run
 
 

@@ -11,6 +11,7 @@ widen what a config can reach, does not load, and the reason says why.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -130,6 +131,19 @@ def test_refused_at_load_with_the_reason(index, model):
     assert entry["state"] == "UNAVAILABLE", entry
     for fragment in REFUSED[model]:
         assert fragment in entry["reason"], f"{model}: '{fragment}' not in: {entry['reason']}"
+
+
+@pytest.mark.parametrize("model", sorted(REFUSED))
+def test_a_refusal_ends_at_trtpools_own_words(index, model):
+    """No frames from inside trtpool after the refusal: the Python backend appends the frames
+    from where the exception was raised up to the entry point, so trtpool raises its refusals
+    again at the entry point (model.py), and only that line follows."""
+    reason = index["models"][model]["reason"]
+    assert "trtpool: " in reason, reason
+    frames = [line.strip() for line in reason.split("At:", 1)[1].splitlines() if line.strip()] \
+        if "At:" in reason else []
+    assert len(frames) <= 1 and all(re.search(r"/model\.py\(\d+\): (auto_complete_config|initialize)$", frame)
+                                    for frame in frames), reason
 
 
 def test_what_can_work_loads_and_serves(index):

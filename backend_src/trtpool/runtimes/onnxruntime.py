@@ -28,6 +28,7 @@ from trtpool.onnx_signature import DeclaredTensor, is_static, read_signature
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
 from trtpool.signature import BFLOAT16, STRING
+from trtpool.zipmap import drop_zipmaps
 
 ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -38,6 +39,24 @@ ORT_DTYPES = {
 log = logging.getLogger("trtpool")
 # ONNX Runtime's messages for failures of the machine, not of the request.
 RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
+
+
+def _session(ort, path: Path, options):
+    """The session for `path`; a ZipMap output (which Triton cannot carry) is repaired in memory
+    as trtpool-model repairs it in the copy it serves (trtpool.zipmap)."""
+    providers = ["CPUExecutionProvider"]
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    if not any(arg.type.startswith("seq(map(") for arg in session.get_outputs()):
+        return session
+    import onnx
+
+    model = onnx.load(str(path))
+    notes = drop_zipmaps(model)
+    if not notes:
+        return session
+    for note in notes:
+        log.info("'%s': %s", path, note)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
 
 
 class OnnxRuntime(Runtime):
@@ -61,7 +80,7 @@ class OnnxRuntime(Runtime):
         # spinning against 36-38 sleeping at batch 1, 15-29 against 59-62 at batch 16).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.session = _session(ort, path, options)
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
         self.signature = read_signature([self._declared(arg) for arg in self.session.get_inputs()],
@@ -70,11 +89,13 @@ class OnnxRuntime(Runtime):
         # IOBinding takes no string tensors: a model with any runs through session.run.
         self.binds = not any(spec.dtype == STRING for spec in tensors)
         # Outputs ONNX Runtime allocates per batch: those whose size the declared shape does
-        # not fix, bfloat16 ones (numpy cannot receive them), and any whose declared shape a
-        # run has contradicted (a size computed from the data, declared as one example's).
+        # not fix, bfloat16 ones (numpy cannot receive them), declared scalars (exporters that
+        # trace on one row declare a per-row output so: a [] buffer took the [1] of one row and
+        # answered [], where ONNX Runtime answers [1]), and any whose declared shape a run has
+        # contradicted (a size computed from the data, declared as one example's).
         self.runtime_allocated = frozenset(
             spec.name for spec in self.signature.outputs
-            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16)
+            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16 or not spec.shape)
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
