@@ -235,6 +235,12 @@ INVENTORY = (
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
+    # docs/modes.md and docs/configuration.md: the batch faces (issue 28)
+    text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
+         "or an exception", "process.py's batch interface"),
+    text("preprocess_threads: auto", "a config parameter"),
+    message("input 'IMAGE' element [1]: ...",
+            "tests/e2e/test_pipelines.py::test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest"),
 )
 BY_TEXT = {quote.text: quote for quote in INVENTORY}
 
