@@ -388,6 +388,8 @@ def main() -> int:
     parser.add_argument("--gpu-variants", action="store_true",
                         help="(a)-(e) above, by perf_analyzer alone (the torch runtime on a GPU)")
     parser.add_argument("--gpu-pre-instances", type=int, default=2, help="(d)'s GPU preprocessing instances")
+    parser.add_argument("--variants", nargs="+", choices=list(GPU_VARIANTS), default=list(GPU_VARIANTS),
+                        help="with --gpu-variants: those measured (all are served)")
     parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer's measurement interval")
     parser.add_argument("--out", type=Path, default=RESULTS / "pipeline.json")
     args = parser.parse_args()
@@ -500,11 +502,11 @@ def gpu_variants(args: argparse.Namespace) -> int:
         input_data = write_input_data(Path(scratch) / "files.json", files)
         server = TritonServer(repo, Path(scratch) / "server.log",
                               ("--cuda-memory-pool-byte-size=0:2147483648",)).start(timeout=900)
-        table: dict[str, dict[str, dict]] = {v: {} for v in GPU_VARIANTS}
+        table: dict[str, dict[str, dict]] = {v: {} for v in args.variants}
         busy: dict[str, dict[str, float | None]] = {}
         try:
             for turn, concurrency in enumerate(args.concurrency):
-                order = list(GPU_VARIANTS) if turn % 2 == 0 else list(GPU_VARIANTS)[::-1]
+                order = list(args.variants) if turn % 2 == 0 else list(args.variants)[::-1]
                 for variant in order:
                     with GpuUtilization() as utilization:
                         row = perf_row(server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data,
@@ -519,15 +521,15 @@ def gpu_variants(args: argparse.Namespace) -> int:
         finally:
             server.stop()
     best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
-    headline = max(GPU_INPROCESS, key=lambda v: best[v].get("infer_per_s", 0.0))
+    headline = max((v for v in GPU_INPROCESS if v in best), key=lambda v: best[v].get("infer_per_s", 0.0))
     record = {
         **provenance(),
         "what": ("batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
                  f"({len(files)} files, {sum(map(len, files)) // len(files):,} bytes on average); "
                  "the best concurrency of each variant"),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        **{f"{v}_infer_per_s": best[v].get("infer_per_s") for v in GPU_VARIANTS},
-        **{f"{v}_{q}": best[v].get(q) for v in GPU_VARIANTS for q in ("p50_ms", "p99_ms", "concurrency")},
+        **{f"{v}_infer_per_s": best[v].get("infer_per_s") for v in best},
+        **{f"{v}_{q}": best[v].get(q) for v in best for q in ("p50_ms", "p99_ms", "concurrency")},
         "gpu_inprocess_best": headline,
         "gpu_inprocess_best_infer_per_s": best[headline].get("infer_per_s"),
         "gpu_inprocess_best_p99_ms": best[headline].get("p99_ms"),
@@ -535,8 +537,8 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "gpu_inprocess_stage_us_total": stages,
         "by_concurrency": table,
     }
-    a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record["null_jpeg_infer_per_s"] or 0
-    c, d = record["cpu_ensemble_infer_per_s"] or 0, record["gpu_ensemble_infer_per_s"] or 0
+    a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record.get("null_jpeg_infer_per_s") or 0
+    c, d = record.get("cpu_ensemble_infer_per_s") or 0, record.get("gpu_ensemble_infer_per_s") or 0
     record["ratios"] = {"a_over_e": round(a / e, 3) if e else None, "a_over_c": round(a / c, 2) if c else None,
                         "a_over_d": round(a / d, 2) if d else None}
     write_json(args.out, record)
