@@ -80,8 +80,8 @@ from trtpool_builder.examples import get_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-# A Python-backend model running one process.py function per request (the ensemble's stages).
-STAGE_MODEL = '''
+# The stage models' common start: import the folder's process.py and set it up.
+PROCESS_MODEL_HEAD = '''
 import importlib.util
 import json
 from pathlib import Path
@@ -97,7 +97,9 @@ class TritonPythonModel:
         self.process = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.process)
         self.process.setup(config, folder)
-        self.stage = config["parameters"]["stage"]["string_value"]
+'''
+# A Python-backend model running one process.py function per request (the ensemble's stages).
+STAGE_MODEL = PROCESS_MODEL_HEAD + '''        self.stage = config["parameters"]["stage"]["string_value"]
         self.outputs = [o["name"] for o in config["output"]]
 
     def execute(self, requests):
@@ -120,24 +122,7 @@ class TritonPythonModel:
 
 # (d): the GPU decode a Triton user builds today: a Python-backend model on the GPU running the
 # same preprocess_batch, its device tensor handed to the next step by DLPack.
-GPU_STAGE_MODEL = '''
-import importlib.util
-import json
-from pathlib import Path
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        folder = Path(args["model_repository"]) / args["model_version"]
-        spec = importlib.util.spec_from_file_location("process", folder / "process.py")
-        self.process = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.process)
-        self.process.setup(config, folder)
-        on_gpu = args["model_instance_kind"] == "GPU"
+GPU_STAGE_MODEL = PROCESS_MODEL_HEAD + '''        on_gpu = args["model_instance_kind"] == "GPU"
         self.device = f"cuda:{args['model_instance_device_id']}" if on_gpu else "cpu"
         if on_gpu:
             import torch.utils.dlpack
@@ -153,7 +138,7 @@ class TritonPythonModel:
             else:
                 pixels = entry["input"]
                 responses.append(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("input", pixels) if isinstance(pixels, np.ndarray)
+                    pb_utils.Tensor("input", pixels) if type(pixels).__module__ == "numpy"
                     else pb_utils.Tensor.from_dlpack("input", self.to_dlpack(pixels))]))
         return responses
 '''
