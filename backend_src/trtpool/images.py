@@ -95,34 +95,41 @@ class Header:
         return self.format == "JPEG" and self.mode in _GPU_MODES and self.ends
 
 
-def read_header(data: bytes, spec: CropSpec) -> Header:
-    """The file's format and size from its header; ImageRefused for what is no image or too large."""
+def opened(data: bytes, spec: CropSpec) -> Image.Image:
+    """The file opened by Pillow, its header read (nothing decoded yet); ImageRefused for what is
+    no image or would decode past max_decoded_bytes."""
     if len(data) == 0:
         raise ImageRefused("the file is empty (0 bytes)")
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            header = Header(image.format or "unknown", *image.size, image.mode,
-                            bool(image.info.get("progressive") or image.info.get("progression")),
-                            b"\xff\xd9" in data[-4096:])
+        image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise ImageRefused(f"not an image Pillow can identify ({len(data):,} bytes starting {data[:8]!r})") from None
     except Exception as exc:  # a header Pillow cannot parse
         raise ImageRefused(f"unreadable image header: {type(exc).__name__}: {exc}") from None
-    if header.decoded_bytes > spec.max_decoded_bytes:
-        raise ImageRefused(f"{header.width}x{header.height} pixels decode to {header.decoded_bytes:,} bytes, "
+    width, height = image.size
+    if width * height * 3 > spec.max_decoded_bytes:
+        image.close()
+        raise ImageRefused(f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
                            f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}")
-    return header
+    return image
+
+
+def read_header(data: bytes, spec: CropSpec) -> Header:
+    """The file's format and size from its header; ImageRefused for what is no image or too large."""
+    with opened(data, spec) as image:
+        return Header(image.format or "unknown", *image.size, image.mode,
+                      bool(image.info.get("progressive") or image.info.get("progression")),
+                      b"\xff\xd9" in data[-4096:])
 
 
 def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
     """[3, crop, crop] float32 from one encoded image, with Pillow; ImageRefused names why not."""
-    read_header(data, spec)
-    try:
-        with Image.open(io.BytesIO(data)) as image:
+    with opened(data, spec) as image:
+        try:
             image.draft("RGB", (spec.resize, spec.resize))  # JPEG: the smallest DCT scale still >= resize
             rgb = image.convert("RGB")
-    except Exception as exc:  # truncated or corrupt data past the header
-        raise ImageRefused(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # truncated or corrupt data past the header
+            raise ImageRefused(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
     width, height = spec.resized(*rgb.size)
     rgb = rgb.resize((width, height), Image.BILINEAR)
     left, top = spec.crop_origin(width, height)
