@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -287,8 +288,16 @@ def finish(args: argparse.Namespace, profile: ClientProfile, objective: Objectiv
     return 0 if choice.met else EXIT_BOUND_NOT_MET
 
 
+def stop_on_signal(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # Ctrl-C and SIGTERM stop it cleanly, also where its parent started it with SIGINT ignored
+    # (a background job of a script): KeyboardInterrupt unwinds every server and perf_analyzer.
+    signal.signal(signal.SIGINT, stop_on_signal)
+    signal.signal(signal.SIGTERM, stop_on_signal)
     try:
         return tune(args)
     except (ValueError, ProfileError) as exc:

@@ -78,7 +78,7 @@ class Server:
 @contextmanager
 def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) -> Iterator[Server]:
     """Every model of `repo` loaded and READY, or LoadFailed with Triton's reason; stopped on the way out."""
-    prefix = own_prefix(())
+    prefix = own_prefix((), tool="tune")
     options = ServeOptions(repo, (), "127.0.0.1", free_port(), free_port(), free_port(),
                            passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10"))
     with log.open("wb") as out:

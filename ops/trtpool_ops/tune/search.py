@@ -52,6 +52,7 @@ class Search:
             for index, axis in enumerate(self.space.axes):
                 self._left = self._axes_left(index)
                 best = self.climb(axis, best)
+        self._left = 0
         return list(self.measured.values())
 
     def modes_and_contexts(self) -> Candidate | None:
