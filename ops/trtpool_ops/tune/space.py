@@ -38,6 +38,12 @@ class Candidate:
     def as_dict(self) -> dict:
         return {"mode": self.mode, "contexts": self.contexts, **dict(self.settings)}
 
+    @classmethod
+    def from_dict(cls, fields: dict) -> Candidate:
+        """The inverse of as_dict (a candidate read back from tune.json)."""
+        rest = {k: str(v) for k, v in fields.items() if k not in ("mode", "contexts")}
+        return cls(fields["mode"], int(fields["contexts"]), tuple(sorted(rest.items())))
+
 
 def _set_parameter(config: mc.ModelConfig, key: str, value: str) -> None:
     config.parameters[key].string_value = value
