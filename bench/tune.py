@@ -91,6 +91,17 @@ def side_by_side(folder: Path, record: dict, named: dict[str, Candidate], rounds
     return rows
 
 
+def with_transport(client: tuple[str, ...], shm: str | None) -> list[str]:
+    """The case's client flags, its --shm replaced by `shm` where one is given."""
+    if shm is None:
+        return list(client)
+    flags = list(client)
+    if "--shm" in flags:
+        at = flags.index("--shm")
+        del flags[at:at + 2]
+    return [*flags, "--shm", shm]
+
+
 def grid_best_under(grid: dict, bound: float) -> dict | None:
     meeting = [m for m in grid["measurements"] if "p99_ms" in m and m["p99_ms"] <= bound]
     return max(meeting, key=lambda m: m["infer_per_s"]) if meeting else None
@@ -102,7 +113,7 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path) -> dic
                          **({"image_size": args.image_size} if case.example == "resnet50" else {}))
     add_model(repo, onnx, case.example, case.example, args, contexts=1, mode="sync")
     folder = repo / case.example
-    flags = [*case.client, *args.tune_flags.split()]
+    flags = [*with_transport(case.client, args.shm), *args.tune_flags.split()]
     grid = tune(folder, base / f"{name}-grid", [*flags, "--grid"])
     searched = tune(folder, base / f"{name}-search", flags)
     grid_p99 = [m["p99_ms"] for m in grid["measurements"] if "p99_ms" in m]
@@ -145,6 +156,9 @@ def main() -> None:
                         help="torch: GPU instances, fp16 (the H200)")
     parser.add_argument("--precision", default="fp16", help="the torch runtime's precision")
     parser.add_argument("--image-size", type=int, default=32, help="ResNet-50's input size")
+    parser.add_argument("--shm", choices=("none", "system", "cuda"),
+                        help="replace the cases' transport (e.g. system for the CUDA-shm cases on a machine "
+                             "without a GPU)")
     parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds of the side-by-side re-measure")
     parser.add_argument("--tune-flags", default="--contexts 1,2,4 --queue-delays 100,2000 --preferred keep,none "
                         "--interval-ms 1000 --max-trials 4 --stability 30 --budget 20",
@@ -155,6 +169,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
     record = {"benchmark": "tune", **provenance(), "runtime": args.runtime, "tune_flags": args.tune_flags,
+              "shm_override": args.shm,
               "cases": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases.split(","):

@@ -19,13 +19,15 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input
+from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_example
-from tests.harness.server import ROOT, SHM, TRITONSERVER, TritonServer
+from tests.harness.server import SHM, TRITONSERVER, TritonServer
 from trtpool_builder.examples.tiny import tiny_reference
 
 TRTPOOL_TUNE = Path(sys.executable).parent / "trtpool-tune"
 # Short windows, a loose stability bound: a few seconds a point on two shared cores.
-QUICK = ("--interval-ms", "500", "--max-trials", "3", "--stability", "60", "--concurrency", "2")
+WINDOW = ("--interval-ms", "500", "--max-trials", "3", "--stability", "60")
+QUICK = (*WINDOW, "--concurrency", "2")
 
 
 @pytest.fixture
@@ -34,11 +36,16 @@ def tiny(tmp_path) -> Path:
     return add_example(tmp_path / "repo", tmp_path / "onnx", "tiny", contexts="1")
 
 
-def tune(folder: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
-    """trtpool-tune with its scratch under tmp_path (so its processes can be told from any other)."""
+def run(argv: list[str], tmp_path: Path) -> subprocess.Popen:
+    """A trtpool-tune command line with its scratch under tmp_path (so its processes can be told
+    from any other) and its report in tmp_path/out."""
     env = {**os.environ, "TMPDIR": str(tmp_path), "TRTPOOL_TRITONSERVER": str(TRITONSERVER)}
-    return subprocess.Popen([str(TRTPOOL_TUNE), str(folder), "--out", str(tmp_path / "out"), *args],
+    return subprocess.Popen([*argv, "--out", str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+
+
+def tune(folder: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
+    return run([str(TRTPOOL_TUNE), str(folder), *args], tmp_path)
 
 
 def finished(process: subprocess.Popen, timeout: float = 240) -> str:
@@ -67,9 +74,12 @@ def regions() -> set[str]:
 
 
 def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
+    """docs/tuning.md's command (its mode and context axes, 5 minutes of budget), with two queue
+    delays and short measurement windows."""
     original = (tiny / "config.pbtxt").read_text()
-    output = finished(tune(tiny, tmp_path, *QUICK, "--modes", "sync,pipelined", "--contexts", "1,2",
-                           "--queue-delays", "100,1000", "--preferred", "keep", "--budget", "3"))
+    quoted = command_argv(quoted_command(".venv/bin/trtpool-tune", "docs/tuning.md"),
+                          {".venv/bin/trtpool-tune": str(TRTPOOL_TUNE), "model_repository/tiny": str(tiny)})
+    output = finished(run([*quoted, *WINDOW, "--queue-delays", "100,1000", "--preferred", "keep"], tmp_path))
     assert "[tune] point 1 (done 0, at most" in output and "min of budget left" in output, output
     record = json.loads((tmp_path / "out" / "tune.json").read_text())
     measured = record["measurements"]

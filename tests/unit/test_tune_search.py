@@ -7,7 +7,7 @@ import itertools
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool_ops.tune.cli import BudgetSpent, Runner
+from trtpool_ops.tune.runner import BudgetSpent, Runner
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
 from trtpool_ops.tune.search import Search

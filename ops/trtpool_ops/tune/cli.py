@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from trtpool_ops.tune.measure import LoadFailed, Measurer, served_config
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import OBJECTIVES, Objective
 from trtpool_ops.tune.profile import PROTOCOLS, TRANSPORTS, ClientProfile, ProfileError, check
+from trtpool_ops.tune.runner import BudgetSpent, Runner, say
 from trtpool_ops.tune.search import Search
 from trtpool_ops.tune.space import AXES, KEEP, MODES, Axis, Candidate, Space, render
 
@@ -44,14 +44,6 @@ EXIT_BAD_INPUT, EXIT_BOUND_NOT_MET, EXIT_INTERRUPTED = 2, 1, 130
 AXIS_FLAGS = {"max_batch_sizes": "max_batch_size", "preferred": "preferred_batch_size",
               "queue_delays": "queue_delay_us", "cuda_graphs": "cuda_graphs",
               "preprocess_threads": "preprocess_threads", "preprocess_processes": "preprocess_processes"}
-
-
-class BudgetSpent(Exception):
-    pass
-
-
-def say(message: str) -> None:
-    print(f"[tune] {message}", flush=True)
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -160,40 +152,6 @@ def build_space(args: argparse.Namespace, served: dict[str, Any], has_process: b
         now = current(name, served)
         axes.append(Axis(name, values, now if now in values else values[0]))
     return Space(tuple(modes), tuple(contexts), tuple(axes))
-
-
-class Runner:
-    """Measures candidates within the budget, with a progress line per point."""
-
-    def __init__(self, measurer: Measurer, objective: Objective, budget_s: float, total: int) -> None:
-        self.measurer, self.objective = measurer, objective
-        self.begun = time.monotonic()
-        self.deadline = self.begun + budget_s
-        self.measured: list[Measurement] = []
-        self.left = lambda: total - len(self.measured)
-
-    def best(self) -> Measurement | None:
-        scored = [m for m in self.measured if self.objective.score(m) is not None]
-        return max(scored, key=self.objective.score) if scored else None
-
-    def __call__(self, candidate: Candidate) -> Measurement:
-        left_s = self.deadline - time.monotonic()
-        expected = statistics.mean(m.seconds for m in self.measured) if self.measured else 0.0
-        if left_s <= 0 or expected > left_s:
-            raise BudgetSpent()
-        best = self.best()
-        so_far = (f"best so far {best.candidate.label}: {best.infer_per_s:.1f} infer/s p99 {best.p99_ms:.2f} ms"
-                  if best else "no best yet")
-        say(f"point {len(self.measured) + 1} (done {len(self.measured)}, at most {self.left()} left) "
-            f"measuring {candidate.label} | {so_far} | {left_s / 60:.1f} min of budget left")
-        measurement = self.measurer.measure(candidate)
-        self.measured.append(measurement)
-        if measurement.ok:
-            say(f"  {measurement.infer_per_s:.1f} infer/s, p50 {measurement.p50_ms:.2f} ms, "
-                f"p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)")
-        else:
-            say(f"  failed: {measurement.error.splitlines()[0] if measurement.error else ''}")
-        return measurement
 
 
 def write_choice(folder: Path, config: mc.ModelConfig, over: bool) -> Path:
