@@ -55,7 +55,7 @@
 #   tune      bench/tune.py (issue 30): trtpool-tune against the exhaustive grid of the same small
 #             space (sync/pipelined x 1,2,4 contexts), ResNet-50 224 batch-1 gRPC clients and BERT-base
 #             (sequence 128) batch-32 CUDA-shm clients, fp16 torch runtime; the search's choice and the
-#             grid's best side by side (ABBA), the p99-bound choice measured again. At most 6 minutes
+#             grid's best side by side (ABBA), the p99-bound choice (ResNet-50 only) measured again. At most 6 minutes
 #             (SIGINT at 350 s: trtpool-tune stops its servers and what finished is in $OUT/tune.json)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -259,8 +259,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       ;;
     tune)
       timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
-        --cases resnet50-b1-grpc,bert_base-b32-cudashm --rounds 2 \
-        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 1000 --max-trials 3 --stability 30 --budget 2" \
+        --cases resnet50-b1-grpc,bert_base-b32-cudashm --p99-cases resnet50-b1-grpc --rounds 2 \
+        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 500 --max-trials 3 --stability 30 --budget 1.5" \
         --out "$OUT/tune.json" 2>&1 | grep -v '^[IWE]12' | tail -n 60
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
