@@ -100,8 +100,7 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
 def shut_down(server: Server) -> None:
     """SIGINT (Triton unloads every model and its stubs unlink their regions), the group killed
     after STOP_GRACE_S, then whatever regions are left under the server's prefix removed."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut this short
-    try:
+    with perf.sheltered():
         if server.process.poll() is None:
             server.process.send_signal(signal.SIGINT)
             try:
@@ -110,10 +109,7 @@ def shut_down(server: Server) -> None:
                 pass
         kill_group(server.process)
         server.process.wait()
-        time.sleep(0.2)   # stubs of the group reaped by init: their regions closed
         remove_regions(server.prefix)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def served_config(tritonserver: str, folder: Path, scratch: Path) -> dict[str, Any]:

@@ -8,6 +8,8 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +64,16 @@ def _regions(tensors: list[str]) -> set[Path]:
     return {p for p in SHM.iterdir() if any(pattern.fullmatch(p.name) for pattern in names.values())}
 
 
+@contextmanager
+def sheltered() -> Iterator[None]:
+    """Clean-up that a second Ctrl-C must not cut short (SIGINT ignored meanwhile)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
     """SIGINT (perf_analyzer waits for its requests in flight and unlinks its regions), SIGKILL after `grace`."""
     if process.poll() is None:
@@ -86,9 +98,10 @@ def run(argv: list[str], tensors: list[str], log: Path, timeout: float) -> dict[
     except subprocess.TimeoutExpired:
         code = None
     finally:
-        stop(process)
-        for region in _regions(tensors) - before:
-            region.unlink(missing_ok=True)
+        with sheltered():
+            stop(process)
+            for region in _regions(tensors) - before:
+                region.unlink(missing_ok=True)
     text = log.read_text(errors="replace")
     if code is None:
         raise PerfFailed(f"perf_analyzer did not finish within {timeout:.0f} s")
