@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtpool_builder.front import make_front_folder
 from trtpool_builder.model_folder import read_config, write_config
 from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.tune import perf, report
@@ -164,6 +165,18 @@ def write_choice(folder: Path, config: mc.ModelConfig, over: bool) -> Path:
     return write_config(folder, config)
 
 
+def write_front(out: Path, name: str, config: mc.ModelConfig) -> Path:
+    """The unary front of a decoupled choice, as trtpool-model --unary-front writes it: out/<name>_unary."""
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / name).mkdir()
+        write_config(Path(scratch) / name, config)
+        made = make_front_folder(Path(scratch), name)
+        target = out / made.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(made, target)
+    return target
+
+
 def record_of(args: argparse.Namespace, profile: ClientProfile, objective: Objective, space: Space,
               measured: Sequence[Measurement], stopped: str, minutes: float) -> tuple[dict[str, Any], Any]:
     choice = objective.choose(measured)
@@ -237,6 +250,11 @@ def finish(args: argparse.Namespace, profile: ClientProfile, objective: Objectiv
         record["config"] = str(path)
         say(f"chosen: {choice.measurement.candidate.label}, {choice.measurement.infer_per_s:.1f} infer/s, "
             f"p99 {choice.measurement.p99_ms:.2f} ms ({choice.reason}); written to {path}")
+        if choice.measurement.candidate.mode == "decoupled-front":
+            front = write_front(out, args.folder.name, render(base, choice.measurement.candidate))
+            record["front"] = str(front)
+            say(f"unary clients reach the chosen decoupled model through its front: copy {front} into the "
+                "repository beside the model")
     else:
         say(choice.reason if choice.measurement is None else f"{choice.reason}; no configuration written")
     for path in report.write(out, record, runner.measured, choice.measurement, objective.p99_ms):

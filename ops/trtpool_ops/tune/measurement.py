@@ -14,6 +14,7 @@ class Measurement:
     p99_ms: float = 0.0
     seconds: float = 0.0            # wall time of the point: server start, load, measurement, stop
     error: str = ""                 # why the point has no figures (did not load, perf_analyzer failed)
+    note: str = ""                  # how it was measured where that differs from the others
 
     @property
     def ok(self) -> bool:
@@ -23,4 +24,4 @@ class Measurement:
         figures = {"infer_per_s": round(self.infer_per_s, 2), "p50_ms": round(self.p50_ms, 3),
                    "p99_ms": round(self.p99_ms, 3)} if self.ok else {"error": self.error}
         return {"config": self.candidate.as_dict(), "label": self.candidate.label, **figures,
-                "seconds": round(self.seconds, 1)}
+                "seconds": round(self.seconds, 1), **({"note": self.note} if self.note else {})}

@@ -21,6 +21,7 @@ ENV = "TRTPOOL_PERF_ANALYZER"
 # Room for the outputs in shared memory (perf_analyzer's default, 100 kB, is less than a
 # batch of 32 ResNet-50 logits).
 OUTPUT_SHM_BYTES = 64 << 20
+UNSTABLE = "Failed to obtain stable measurement"   # perf_analyzer's windows did not agree
 
 
 class PerfFailed(RuntimeError):

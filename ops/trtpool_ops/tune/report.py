@@ -30,7 +30,8 @@ def markdown(record: dict[str, Any]) -> str:
     chosen = record["chosen"]["label"] if record["chosen"] else None
     front = {m["label"] for m in record["pareto"]}
     for i, m in enumerate(record["measurements"], 1):
-        note = ", ".join(n for n, on in (("chosen", m["label"] == chosen), ("Pareto", m["label"] in front)) if on)
+        note = ", ".join(n for n, on in (("chosen", m["label"] == chosen), ("Pareto", m["label"] in front),
+                                         (m.get("note", ""), "note" in m)) if on)
         if "error" in m:
             first = m["error"].splitlines()[0] if m["error"] else ""
             lines.append(f"| {i} | {m['label']} | — | — | — | {m['seconds']} | failed: {first[:160]} |")
