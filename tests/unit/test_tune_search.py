@@ -7,6 +7,8 @@ import itertools
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtpool_builder.model_folder import read_config
+from trtpool_ops.tune.cli import write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
@@ -147,3 +149,15 @@ def test_the_budget_stops_before_a_point_that_would_not_fit():
     with pytest.raises(BudgetSpent):
         runner(Candidate("sync", 2))
     assert len(runner.measured) == 1
+
+
+def test_a_decoupled_front_choice_comes_with_its_front(tmp_path):
+    base = mc.ModelConfig(name="m", backend="trtpool", max_batch_size=8)
+    base.input.add(name="x", data_type=mc.TYPE_FP32, dims=[4])
+    base.output.add(name="y", data_type=mc.TYPE_FP32, dims=[2])
+    front = write_front(tmp_path, "m", render(base, Candidate("decoupled-front", 2)))
+    assert front == tmp_path / "m_unary"
+    config = read_config(front)
+    assert config.parameters["forward_to"].string_value == "m" and not config.model_transaction_policy.decoupled
+    assert [t.name for t in config.input] == ["x"] and [t.name for t in config.output] == ["y"]
+    assert not (tmp_path / "m").exists()   # only the front: the model's config is config.tuned.pbtxt
