@@ -182,6 +182,7 @@ INVENTORY = (
     command(".venv/bin/trtpool-tune model_repository/tiny --concurrency 4 --modes sync,pipelined --contexts 1,2 --budget 5",
             TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
     command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
+    command("bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32", BENCH_HELP, not_here=LONG_BENCH),
     # docs/configuration.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
     text("contexts: auto", "a config parameter"),
