@@ -61,10 +61,17 @@ def tune(folder: Path, out: Path, flags: list[str]) -> dict:
     env = {**os.environ, "TRTPOOL_TRITONSERVER": str(TRITONSERVER)}
     command = [sys.executable, "-m", "trtpool_ops.tune.cli", str(folder), "--out", str(out), *flags]
     print("$", " ".join(command[2:]), flush=True)
-    done = subprocess.run(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("[tune] point")), flush=True)
+    process = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = process.communicate()
+    except KeyboardInterrupt:
+        # A Ctrl-C (or the H200 stage's timeout) reaches trtpool-tune too: let it stop its server and
+        # perf_analyzer and write what it measured, rather than killing it as subprocess.run would.
+        process.wait()
+        raise
+    print("\n".join(line for line in output.splitlines() if not line.startswith("[tune] point")), flush=True)
     if not (out / "tune.json").exists():
-        raise SystemExit(f"trtpool-tune wrote no tune.json (exit {done.returncode})")
+        raise SystemExit(f"trtpool-tune wrote no tune.json (exit {process.returncode})")
     return json.loads((out / "tune.json").read_text())
 
 
