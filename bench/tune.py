@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,9 +66,11 @@ def tune(folder: Path, out: Path, flags: list[str]) -> dict:
     try:
         output, _ = process.communicate()
     except KeyboardInterrupt:
-        # A Ctrl-C (or the H200 stage's timeout) reaches trtpool-tune too: let it stop its server and
-        # perf_analyzer and write what it measured, rather than killing it as subprocess.run would.
-        process.wait()
+        # A Ctrl-C (or the H200 stage's timeout, which signals the child and then its group) reaches
+        # trtpool-tune too: let it stop its server and perf_analyzer and write what it measured, rather
+        # than killing it as subprocess.run would; a second SIGINT must not cut that wait short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(process.communicate()[0], flush=True)
         raise
     print("\n".join(line for line in output.splitlines() if not line.startswith("[tune] point")), flush=True)
     if not (out / "tune.json").exists():
