@@ -67,12 +67,18 @@ def _regions(tensors: list[str]) -> set[Path]:
 
 @contextmanager
 def sheltered() -> Iterator[None]:
-    """Clean-up that a second Ctrl-C must not cut short (SIGINT ignored meanwhile)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Clean-up that a Ctrl-C (or SIGTERM) must not cut short: one arriving meanwhile is held back
+    and raised as KeyboardInterrupt once the clean-up is done."""
+    held: list[int] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in stops}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for stop_signal, handler in previous.items():
+            signal.signal(stop_signal, handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
