@@ -3,15 +3,19 @@ which points the search measures, what it chooses, and what a candidate's config
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import time
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool_builder.model_folder import read_config
-from trtpool_ops.tune.cli import write_front
+from trtpool_ops.tune.cli import stop_on_signal, write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
+from trtpool_ops.tune.perf import sheltered
 from trtpool_ops.tune.search import Search
 from trtpool_ops.tune.space import Axis, Candidate, Space, render
 
@@ -161,3 +165,21 @@ def test_a_decoupled_front_choice_comes_with_its_front(tmp_path):
     assert config.parameters["forward_to"].string_value == "m" and not config.model_transaction_policy.decoupled
     assert [t.name for t in config.input] == ["x"] and [t.name for t in config.output] == ["y"]
     assert not (tmp_path / "m").exists()   # only the front: the model's config is config.tuned.pbtxt
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_during_clean_up_is_held_until_it_is_done(stop_signal):
+    """A Ctrl-C while a server is being stopped must neither cut the stop short nor be lost."""
+    previous = {s: signal.signal(s, stop_on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with sheltered():
+                os.kill(os.getpid(), stop_signal)
+                time.sleep(0.05)   # the handler has run by now
+                done.append("the rest of the clean-up")
+        assert done == ["the rest of the clean-up"]
+        assert signal.getsignal(signal.SIGINT) is stop_on_signal
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
