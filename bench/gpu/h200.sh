@@ -63,6 +63,11 @@
 #             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes;
 #             the in-process model's preprocess in 8 worker processes (the 16:34 UTC 2026-12-03 run,
 #             on threads, was 0.63x of the ensemble)
+#   tune      bench/tune.py (issue 30): trtpool-tune against the exhaustive grid of the same small
+#             space (sync/pipelined x 1,2,4 contexts), ResNet-50 224 batch-1 gRPC clients and BERT-base
+#             (sequence 128) batch-32 CUDA-shm clients, fp16 torch runtime; the search's choice and the
+#             grid's best side by side (ABBA), the p99-bound choice (ResNet-50 only) measured again. At most 6 minutes
+#             (SIGINT at 350 s: trtpool-tune stops its servers and what finished is in $OUT/tune.json)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -286,6 +291,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --concurrency 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 2500 \
         --variants gpu_inprocess_sync gpu_inprocess_sync_x2 gpu_inprocess_cuda cpu_inprocess cpu_ensemble \
         gpu_ensemble null_jpeg --out "$OUT/pipeline_rerun.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
+      ;;
+    tune)
+      timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
+        --cases resnet50-b1-grpc,bert_base-b32-cudashm --p99-cases resnet50-b1-grpc --rounds 2 \
+        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 500 --max-trials 3 --stability 30 --budget 1.5" \
+        --out "$OUT/tune.json" 2>&1 | grep -v '^[IWE]12' | tail -n 60
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -18,17 +18,25 @@ def _runnable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_tritonserver(given: str | None) -> str:
-    """--tritonserver if given, else $TRTPOOL_TRITONSERVER, else the set-up's, else `tritonserver` on PATH.
-
-    Raises ValueError naming every place looked at and what to set.
-    """
-    for origin, value in (("--tritonserver", given), (f"${ENV}", os.environ.get(ENV))):
+def given_executable(given: str | None, flag: str, env: str) -> str | None:
+    """The executable the flag names, else the environment variable; None where neither is set."""
+    for origin, value in ((flag, given), (f"${env}", os.environ.get(env))):
         if value:
             found = shutil.which(value)
             if found is None:
                 raise ValueError(f"{origin} is {value!r}, which is not an executable file")
             return found
+    return None
+
+
+def find_tritonserver(given: str | None) -> str:
+    """--tritonserver if given, else $TRTPOOL_TRITONSERVER, else the set-up's, else `tritonserver` on PATH.
+
+    Raises ValueError naming every place looked at and what to set.
+    """
+    found = given_executable(given, "--tritonserver", ENV)
+    if found:
+        return found
     if _runnable(setup_tritonserver()):
         return str(setup_tritonserver())
     found = shutil.which("tritonserver")

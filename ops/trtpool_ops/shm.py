@@ -17,11 +17,11 @@ SHM = Path("/dev/shm")
 PREFIX_OPTION = "shm-region-prefix-name"
 
 
-def own_prefix(passthrough: Sequence[str]) -> str | None:
-    """A fresh region prefix for this run, or None where the flags already set one."""
+def own_prefix(passthrough: Sequence[str], tool: str = "serve") -> str | None:
+    """A fresh region prefix for this run of trtpool-<tool>, or None where the flags already set one."""
     if any(PREFIX_OPTION in argument for argument in passthrough):
         return None
-    return f"triton_trtpool_serve_{uuid.uuid4().hex[:12]}_shm_region_"
+    return f"triton_trtpool_{tool}_{uuid.uuid4().hex[:12]}_shm_region_"
 
 
 def prefix_flag(prefix: str) -> str:

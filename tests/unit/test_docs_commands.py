@@ -49,6 +49,7 @@ DEAD = "tests/ops/test_dead_stub.py::"
 CLI = "tests/builder/test_cli.py::"
 GRAPHS = "tests/builder/test_real_graphs.py::"
 HERE = "tests/unit/test_docs_commands.py::"
+TUNE = "tests/ops/test_tune.py::"
 BENCH_HELP = HERE + "test_bench_commands_take_the_quoted_flags"
 H200 = HERE + "test_h200_stages_exist"
 NO_GPU = "needs an NVIDIA GPU (none on the CI machines)"
@@ -177,6 +178,11 @@ INVENTORY = (
     command("bench/soak.py --duration 600", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right",
             not_here="10 minutes; the suite's short soak runs the same tests/harness/soak.py"),
     command("bench/soak.py", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right"),
+    command("trtpool-tune MODEL_FOLDER", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
+    command(".venv/bin/trtpool-tune model_repository/tiny --concurrency 4 --modes sync,pipelined --contexts 1,2 --budget 5",
+            TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
+    command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
+    command("bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32", BENCH_HELP, not_here=LONG_BENCH),
     # docs/configuration.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
     text("contexts: auto", "a config parameter"),

@@ -1,0 +1,181 @@
+"""One point: tritonserver on a scratch repository holding the user's folder (linked, with
+the candidate's config.pbtxt), driven by perf_analyzer under the client profile.
+
+Each point gets a fresh server, so no point inherits another's memory, threads or
+warm caches. Whatever ends a point (its figures, an error, Ctrl-C), the server's
+process group is stopped and its shared-memory regions are removed before the
+next step.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from contextlib import closing, contextmanager
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import model_config_pb2 as mc
+
+from trtpool_builder.front import make_front_folder
+from trtpool_builder.model_folder import read_config, write_config
+from trtpool_ops.command import ServeOptions, tritonserver_command
+from trtpool_ops.repository import model_states
+from trtpool_ops.serve import kill_group, start, wait_live
+from trtpool_ops.server_log import log_errors
+from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
+from trtpool_ops.tune import perf
+from trtpool_ops.tune.measurement import Measurement
+from trtpool_ops.tune.profile import ClientProfile
+from trtpool_ops.tune.space import Candidate, render
+
+CONFIGS = ("config.pbtxt", "config.tuned.pbtxt")
+STOP_GRACE_S = 15.0
+
+
+class LoadFailed(RuntimeError):
+    """A model of the scratch repository did not load; the message is Triton's reason."""
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stage(repo: Path, folder: Path, name: str, config: mc.ModelConfig, front: bool = False) -> str:
+    """repo/name: links to everything in `folder` but its config, and `config`; with `front`, the
+    unary front beside it. Returns the model a client calls."""
+    target = repo / name
+    target.mkdir(parents=True)
+    for entry in folder.iterdir():
+        if entry.name not in CONFIGS:
+            (target / entry.name).symlink_to(entry.resolve())
+    staged = mc.ModelConfig()
+    staged.CopyFrom(config)
+    staged.name = name
+    write_config(target, staged)
+    return make_front_folder(repo, name).name if front else name
+
+
+@dataclass
+class Server:
+    """A tritonserver on loopback ports, its regions under a prefix of its own."""
+    process: subprocess.Popen
+    grpc_port: int
+    http_port: int
+    prefix: str
+
+    def url(self, protocol: str) -> str:
+        return f"127.0.0.1:{self.grpc_port if protocol == 'grpc' else self.http_port}"
+
+
+@contextmanager
+def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) -> Iterator[Server]:
+    """Every model of `repo` loaded and READY, or LoadFailed with Triton's reason; stopped on the way out."""
+    prefix = own_prefix((), tool="tune")
+    options = ServeOptions(repo, (), "127.0.0.1", free_port(), free_port(), free_port(),
+                           passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10"))
+    with log.open("wb") as out:
+        process = start(tritonserver_command(tritonserver, options), out)
+    server = Server(process, options.grpc_port, options.http_port, prefix)
+    try:
+        if not wait_live(process, server.url("grpc"), timeout):
+            raise LoadFailed(f"tritonserver did not start (status {process.poll()}):\n{log_errors(log)}")
+        with grpcclient.InferenceServerClient(server.url("grpc")) as client:
+            failed = [s for s in model_states(client) if s.state != "READY"]
+        if failed:
+            raise LoadFailed("\n".join(f"model '{s.name}': {s.reason.split(chr(10) * 2)[0] or s.state}"
+                                       for s in failed))
+        yield server
+    finally:
+        shut_down(server)
+
+
+def shut_down(server: Server) -> None:
+    """SIGINT (Triton unloads every model and its stubs unlink their regions), the group killed
+    after STOP_GRACE_S, then whatever regions are left under the server's prefix removed."""
+    with perf.sheltered():
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGINT)
+            try:
+                server.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_group(server.process)
+        server.process.wait()
+        remove_regions(server.prefix)
+
+
+def served_config(tritonserver: str, folder: Path, scratch: Path) -> dict[str, Any]:
+    """The folder loaded as it is: the config Triton serves (auto-complete filled in), or LoadFailed."""
+    repo = scratch / "as-given"
+    stage(repo, folder, folder.name, read_config(folder))
+    with serving(tritonserver, repo, scratch / "as-given.log") as server, \
+            grpcclient.InferenceServerClient(server.url("grpc")) as client:
+        return client.get_model_config(folder.name, as_json=True)["config"]
+
+
+class Measurer:
+    """Measures candidates of one model folder under one client profile."""
+
+    def __init__(self, folder: Path, base: mc.ModelConfig, tensors: list[str], profile: ClientProfile,
+                 window: perf.Window, tritonserver: str, perf_analyzer: str, scratch: Path) -> None:
+        self.folder, self.base, self.tensors = folder, base, tensors
+        self.profile, self.window = profile, window
+        self.tritonserver, self.perf_analyzer, self.scratch = tritonserver, perf_analyzer, scratch
+        self.count = 0
+
+    def perf_timeout(self) -> float:
+        return self.window.interval_ms / 1000 * self.window.max_trials * 3 + 60
+
+    def drive(self, server: Server, model: str, streaming: bool, where: Path) -> dict[str, float]:
+        argv = perf.command(self.perf_analyzer, model, server.url(self.profile.protocol), self.profile, streaming,
+                            self.window, where / "perf.csv")
+        return perf.run(argv, self.tensors, where / "perf.log", self.perf_timeout())
+
+    def stage_all(self, repo: Path, candidates: Mapping[str, Candidate]) -> dict[str, str]:
+        """Each candidate under its own name in one repository; {name: the model its clients call}."""
+        return {name: stage(repo, self.folder, name, render(self.base, c), c.mode == "decoupled-front")
+                for name, c in candidates.items()}
+
+    def measure(self, candidate: Candidate) -> Measurement:
+        self.count += 1
+        where = self.scratch / f"point-{self.count}"
+        begun = time.monotonic()
+        try:
+            [model] = self.stage_all(where / "repo", {self.folder.name: candidate}).values()
+            with serving(self.tritonserver, where / "repo", where / "server.log") as server:
+                row, note = self.settled(server, model, candidate.mode == "decoupled", where)
+        except (LoadFailed, perf.PerfFailed) as exc:
+            return Measurement(candidate, seconds=time.monotonic() - begun, error=str(exc))
+        finally:
+            shutil.rmtree(where / "repo", ignore_errors=True)
+        return replace(figures(candidate, row, time.monotonic() - begun), note=note)
+
+    def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[dict[str, float], str]:
+        """perf_analyzer's row; where its windows did not agree (a busy machine), once more with windows
+        twice as long and a criterion twice as loose (said in the point's note)."""
+        try:
+            return self.drive(server, model, streaming, where), ""
+        except perf.PerfFailed as exc:
+            if perf.UNSTABLE not in str(exc):
+                raise
+        first = self.window
+        self.window = replace(first, interval_ms=2 * first.interval_ms, stability=min(2 * first.stability, 80))
+        try:
+            return self.drive(server, model, streaming, where), (
+                f"measured again with {self.window.interval_ms} ms windows, stability {self.window.stability}%")
+        finally:
+            self.window = first
+
+
+def figures(candidate: Candidate, row: Mapping[str, float], seconds: float) -> Measurement:
+    """perf_analyzer's inferences/s (requests/s x client batch) and latencies (us -> ms)."""
+    return Measurement(candidate, row["Inferences/Second"], row["p50 latency"] / 1000, row["p99 latency"] / 1000,
+                       seconds)

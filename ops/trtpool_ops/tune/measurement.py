@@ -1,0 +1,27 @@
+"""One measured point: a candidate configuration and what perf_analyzer saw."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtpool_ops.tune.space import Candidate
+
+
+@dataclass(frozen=True)
+class Measurement:
+    candidate: Candidate
+    infer_per_s: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    seconds: float = 0.0            # wall time of the point: server start, load, measurement, stop
+    error: str = ""                 # why the point has no figures (did not load, perf_analyzer failed)
+    note: str = ""                  # how it was measured where that differs from the others
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def as_dict(self) -> dict:
+        figures = {"infer_per_s": round(self.infer_per_s, 2), "p50_ms": round(self.p50_ms, 3),
+                   "p99_ms": round(self.p99_ms, 3)} if self.ok else {"error": self.error}
+        return {"config": self.candidate.as_dict(), "label": self.candidate.label, **figures,
+                "seconds": round(self.seconds, 1), **({"note": self.note} if self.note else {})}

@@ -1,0 +1,138 @@
+"""The configurations trtpool-tune chooses among, and each one's config.pbtxt.
+
+A candidate is a mode, a context count and a value on each further axis (queue
+delay, preferred batch sizes, ...). Its config is the user's config.pbtxt with
+only those fields changed, through Triton's own protobuf classes.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+# decoupled: reached by gRPC streaming clients; decoupled-front: by unary clients through
+# the front trtpool-model --unary-front writes (forward_to).
+MODES = ("sync", "pipelined", "decoupled", "decoupled-front")
+KEEP = "keep"   # an axis value: the field as the user's config has it
+POOL_SIZES = ("contexts", "min_contexts", "max_contexts")
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    mode: str
+    contexts: int
+    settings: tuple[tuple[str, str], ...] = ()   # (axis name, value), sorted by name
+
+    def setting(self, name: str) -> str | None:
+        return dict(self.settings).get(name)
+
+    def with_setting(self, name: str, value: str) -> Candidate:
+        return Candidate(self.mode, self.contexts, tuple(sorted({**dict(self.settings), name: value}.items())))
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.mode, f"contexts={self.contexts}", *(f"{k}={v}" for k, v in self.settings)])
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "contexts": self.contexts, **dict(self.settings)}
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> Candidate:
+        """The inverse of as_dict (a candidate read back from tune.json)."""
+        rest = {k: str(v) for k, v in fields.items() if k not in ("mode", "contexts")}
+        return cls(fields["mode"], int(fields["contexts"]), tuple(sorted(rest.items())))
+
+
+def _set_parameter(config: mc.ModelConfig, key: str, value: str) -> None:
+    config.parameters[key].string_value = value
+
+
+def _queue_delay(config: mc.ModelConfig, value: str) -> None:
+    """Triton's batcher wait; in decoupled mode trtpool's scheduler fills its batches itself
+    (batch_wait_microseconds), so both are set."""
+    config.dynamic_batching.max_queue_delay_microseconds = int(value)
+    if config.model_transaction_policy.decoupled:
+        _set_parameter(config, "batch_wait_microseconds", value)
+
+
+def _preferred(config: mc.ModelConfig, value: str) -> None:
+    del config.dynamic_batching.preferred_batch_size[:]
+    if value != "none":
+        sizes = sorted({int(s) for s in value.split(",")})
+        config.dynamic_batching.preferred_batch_size.extend(s for s in sizes if s <= config.max_batch_size)
+
+
+def _max_batch(config: mc.ModelConfig, value: str) -> None:
+    config.max_batch_size = int(value)
+    kept = [s for s in config.dynamic_batching.preferred_batch_size if s <= config.max_batch_size]
+    del config.dynamic_batching.preferred_batch_size[:]
+    config.dynamic_batching.preferred_batch_size.extend(kept)
+
+
+@dataclass(frozen=True)
+class AxisKind:
+    apply: Callable[[mc.ModelConfig, str], None]
+    ordered: bool       # numeric: searched by stepping to neighbours; else every value is tried
+    batching: bool      # only for a model that batches (max_batch_size > 0)
+
+
+AXES: dict[str, AxisKind] = {
+    "max_batch_size": AxisKind(_max_batch, True, True),
+    "preferred_batch_size": AxisKind(_preferred, False, True),
+    "queue_delay_us": AxisKind(_queue_delay, True, True),
+    "cuda_graphs": AxisKind(lambda c, v: _set_parameter(c, "cuda_graphs", v), False, False),
+    "preprocess_threads": AxisKind(lambda c, v: _set_parameter(c, "preprocess_threads", v), True, False),
+    "preprocess_processes": AxisKind(lambda c, v: _set_parameter(c, "preprocess_processes", v), True, False),
+}
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    values: tuple[str, ...]   # numeric axes ascending
+    start: str                # where the search starts: the user's value where it is one of them
+
+    @property
+    def ordered(self) -> bool:
+        return AXES[self.name].ordered and KEEP not in self.values
+
+
+@dataclass(frozen=True)
+class Space:
+    modes: tuple[str, ...]
+    contexts: tuple[int, ...]       # ascending
+    axes: tuple[Axis, ...] = ()
+
+    def at(self, mode: str, contexts: int) -> Candidate:
+        """A point of the first stage: every further axis at its starting value."""
+        return Candidate(mode, contexts, tuple(sorted((a.name, a.start) for a in self.axes)))
+
+    def grid(self) -> list[Candidate]:
+        names = [a.name for a in self.axes]
+        return [Candidate(mode, contexts, tuple(sorted(zip(names, values))))
+                for mode, contexts in itertools.product(self.modes, self.contexts)
+                for values in itertools.product(*(a.values for a in self.axes))]
+
+    def as_dict(self) -> dict:
+        return {"modes": list(self.modes), "contexts": list(self.contexts),
+                **{a.name: list(a.values) for a in self.axes}, "grid_size": len(self.grid())}
+
+
+def render(base: mc.ModelConfig, candidate: Candidate) -> mc.ModelConfig:
+    """The user's config with the candidate's mode, a fixed pool of its contexts and its axis values."""
+    config = mc.ModelConfig()
+    config.CopyFrom(base)
+    for key in POOL_SIZES:
+        if key in config.parameters:
+            del config.parameters[key]
+    _set_parameter(config, "contexts", str(candidate.contexts))
+    decoupled = candidate.mode.startswith("decoupled")
+    _set_parameter(config, "mode", "decoupled" if decoupled else candidate.mode)
+    if decoupled or config.HasField("model_transaction_policy"):
+        config.model_transaction_policy.decoupled = decoupled
+    for name, value in candidate.settings:
+        if value != KEEP:
+            AXES[name].apply(config, value)
+    return config

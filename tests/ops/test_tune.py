@@ -1,0 +1,161 @@
+"""trtpool-tune as a user runs it, on the tiny example: real tritonservers, the real perf_analyzer.
+
+The measurement windows are short (the figures are not asserted: only what is written,
+what is left running, and the errors)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+
+from tests.harness.clients import TINY_TOLERANCE, grpc_input
+from tests.harness.docs import command_argv, quoted_command
+from tests.harness.repository import add_example
+from tests.harness.server import SHM, TRITONSERVER, TritonServer
+from trtpool_builder.examples.tiny import tiny_reference
+
+TRTPOOL_TUNE = Path(sys.executable).parent / "trtpool-tune"
+# Short windows, a loose stability bound: a few seconds a point on two shared cores.
+WINDOW = ("--interval-ms", "500", "--max-trials", "3", "--stability", "60")
+QUICK = (*WINDOW, "--concurrency", "2")
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    """A fresh tiny model folder (the tuner writes beside its config)."""
+    return add_example(tmp_path / "repo", tmp_path / "onnx", "tiny", contexts="1")
+
+
+def run(argv: list[str], tmp_path: Path) -> subprocess.Popen:
+    """A trtpool-tune command line with its scratch under tmp_path (so its processes can be told
+    from any other) and its report in tmp_path/out."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "TRTPOOL_TRITONSERVER": str(TRITONSERVER)}
+    return subprocess.Popen([*argv, "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+
+
+def tune(folder: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
+    return run([str(TRTPOOL_TUNE), str(folder), *args], tmp_path)
+
+
+def finished(process: subprocess.Popen, timeout: float = 240) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    return output
+
+
+def ours(tmp_path: Path) -> list[str]:
+    """Command lines of the processes working under tmp_path (servers, stubs, perf_analyzer)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(tmp_path) in cmdline and "trtpool-tune" not in cmdline.split(" ", 1)[0]:
+                found.append(cmdline)
+    return found
+
+
+def regions() -> set[str]:
+    """/dev/shm entries trtpool-tune's servers (prefix triton_trtpool_tune_) or its system-shm client
+    (the tiny model's tensor names) make."""
+    return {p.name for p in SHM.iterdir() if p.name.startswith(("triton_trtpool_tune_", "INPUT0_", "OUTPUT0"))}
+
+
+def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
+    """docs/tuning.md's command (its mode and context axes, 5 minutes of budget), with two queue
+    delays and short measurement windows."""
+    original = (tiny / "config.pbtxt").read_text()
+    quoted = command_argv(quoted_command(".venv/bin/trtpool-tune", "docs/tuning.md"),
+                          {".venv/bin/trtpool-tune": str(TRTPOOL_TUNE), "model_repository/tiny": str(tiny)})
+    output = finished(run([*quoted, *WINDOW, "--queue-delays", "100,1000", "--preferred", "keep"], tmp_path))
+    assert "[tune] point 1 (done 0, at most" in output and "min of budget left" in output, output
+    record = json.loads((tmp_path / "out" / "tune.json").read_text())
+    measured = record["measurements"]
+    assert record["stopped"] == "done" and record["met"], output
+    assert 1 <= len(measured) <= record["space"]["grid_size"] == 8
+    assert all("infer_per_s" in m for m in measured), measured
+    assert record["chosen"]["label"] in {m["label"] for m in measured}
+    table = (tmp_path / "out" / "report.md").read_text()
+    assert all(f"| {m['label']} |" in table for m in measured)
+    with Image.open(tmp_path / "out" / "tune.png") as image:
+        assert image.format == "PNG" and image.size[0] > 400
+    assert (tiny / "config.pbtxt").read_text() == original        # never over the original without a flag
+    tuned = (tiny / "config.tuned.pbtxt").read_text()
+    assert f'string_value: "{record["chosen"]["config"]["mode"]}"' in tuned
+
+    # The tuned config loads and answers as the model should.
+    served = tmp_path / "served"
+    shutil.copytree(tiny, served / "tiny")
+    shutil.move(served / "tiny" / "config.tuned.pbtxt", served / "tiny" / "config.pbtxt")
+    server = TritonServer(served, tmp_path / "served.log").start()
+    try:
+        x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            result = client.infer("tiny", [grpc_input("INPUT0", x, "FP32")])
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), tiny_reference(x), **TINY_TOLERANCE)
+    finally:
+        server.stop()
+
+
+def test_ctrl_c_mid_run_leaves_nothing_running_and_writes_what_was_measured(tiny, tmp_path):
+    before = regions()
+    process = tune(tiny, tmp_path, *QUICK, "--shm", "system", "--modes", "sync,pipelined,decoupled",
+                   "--contexts", "1,2,4")
+    deadline = time.monotonic() + 180
+    # SIGINT while perf_analyzer drives the second point, its system shared memory open.
+    while not any("perf_analyzer" in c and "point-2" in c for c in ours(tmp_path)):
+        assert time.monotonic() < deadline and process.poll() is None, process.stdout.read()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    output = finished(process, 90)
+    assert process.returncode == 130, output
+    assert "interrupted" in output
+    assert ours(tmp_path) == []
+    assert regions() - before == set()
+    record = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert record["stopped"] == "interrupted" and len(record["measurements"]) == 1, output
+
+
+def test_a_folder_that_does_not_load_is_refused_with_the_load_error(tiny, tmp_path):
+    config = tiny / "config.pbtxt"
+    config.write_text(config.read_text().replace('string_value: "sync"', 'string_value: "turbo"'))
+    output = finished(tune(tiny, tmp_path, *QUICK))
+    assert f"trtpool-tune: error: {tiny} does not load:" in output
+    assert "parameter 'mode': 'turbo' is not accepted; expected one of sync, pipelined, decoupled" in output
+    assert "Traceback" not in output and ours(tmp_path) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--shape", "INPUT0:17"), "--shape INPUT0:17: input 'INPUT0' expects dims [16]"),
+    (("--shape", "IMAGE:16"), "--shape IMAGE: model 'tiny' has no input 'IMAGE'; its inputs are INPUT0"),
+    (("--batch", "65"), "--batch 65: model 'tiny' takes batches up to max_batch_size 64"),
+])
+def test_a_client_profile_the_model_cannot_take_names_the_input_and_shape(tiny, tmp_path, flags, message):
+    process = tune(tiny, tmp_path, *QUICK, *flags)
+    output = finished(process)
+    assert process.returncode == 2 and message in output, output
+    assert "Traceback" not in output and not (tiny / "config.tuned.pbtxt").exists()
+
+
+def test_a_p99_bound_no_configuration_meets_is_said_with_the_closest(tiny, tmp_path):
+    process = tune(tiny, tmp_path, *QUICK, "--objective", "p99", "--p99-ms", "0.001", "--modes", "sync",
+                   "--contexts", "1", "--queue-delays", "100", "--preferred", "keep")
+    output = finished(process)
+    assert process.returncode == 1, output
+    assert "no configuration measured met p99 <= 0.001 ms; the closest is sync contexts=1" in output
+    assert "no configuration written" in output and not (tiny / "config.tuned.pbtxt").exists()
+    record = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert not record["met"] and record["chosen"]["label"].startswith("sync contexts=1")
