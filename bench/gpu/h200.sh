@@ -57,7 +57,7 @@
 #             sync; sync with 2 instances; sync on the torch-less path), (b)
 #             in-process Pillow in 8 processes, (c) CPU ensemble, (d) GPU-decode ensemble, (e) the
 #             null JPEG model; perf_analyzer at 1, 16, 64, 256 -> pipeline.json
-#   pipeline-gpu-rerun  the same for the variants whose queue delay was 20 ms in the 03:19 UTC run, 16-256
+#   pipeline-gpu-rerun  the same for the variants whose queue delay was 20 ms in the 03:19 UTC run, 64 and 256
 #   pipeline  bench/pipeline.py: JPEG in, top-5 labels out, ResNet-50 224 fp16 on the torch runtime:
 #             process.py in the instance vs a Triton ensemble (Python-backend pre/post) vs
 #             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes;
@@ -285,12 +285,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
       ;;
     pipeline-gpu-rerun)
-      # The 03:19 UTC run's copies (sync, torch-less, Pillow in processes) had the tests' 20 ms queue
-      # delay; again with 100 us beside the ensembles and the null model, 16-256 clients.
+      # The 03:19 UTC run's copies (sync, Pillow in processes) had the tests' 20 ms queue delay; again
+      # with 100 us beside the ensembles and the null model, 64 and 256 clients (what device time allowed)
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --contexts 2 --gpu-variants \
-        --concurrency 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 2500 \
-        --variants gpu_inprocess_sync gpu_inprocess_sync_x2 gpu_inprocess_cuda cpu_inprocess cpu_ensemble \
-        gpu_ensemble null_jpeg --out "$OUT/pipeline_rerun.json" 2>&1 | grep -v '^[IWE]12' | tail -n 24
+        --concurrency 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 2000 \
+        --variants gpu_inprocess_sync gpu_inprocess_sync_x2 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
+        --out "$OUT/pipeline_rerun.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
       ;;
     tune)
       timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
