@@ -1,6 +1,8 @@
 """The serve command as a user runs it: trtpool-serve on any repository, and scripts/serve.sh."""
 from __future__ import annotations
 
+import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -15,11 +17,13 @@ import tritonclient.http as httpclient
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_broken_models, add_example
-from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, serve_sh, trtpool_serve
+from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, environment, serve_sh, trtpool_serve
 from tests.harness.server import ROOT, SHM, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
+from trtpool_ops.serve import parser
+from trtpool_ops.server_log import NO_GPU_NOTE
 
 NEWCOMER_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -187,10 +191,69 @@ def test_without_any_tritonserver_one_line_says_where_it_looked(tmp_path, monkey
 
 
 def test_a_mistyped_flag_shows_the_unrecognized_option_first(tmp_path):
-    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "model").mkdir(parents=True)
     serve = trtpool_serve(tmp_path / "repo", tmp_path / "server.log", "--watch-intreval", "1")
     assert serve.process.wait(120) == 1
     after_exit = serve.output().split("during start-up\n", 1)[1].splitlines()
     assert after_exit[0].endswith("tritonserver: unrecognized option '--watch-intreval'"), after_exit
     assert after_exit[1] == "(did you mean trtpool-serve's --watch-interval?)"
     assert "--trace-config" not in serve.output()    # not the usage text
+
+
+def test_the_typo_hint_shows_on_the_terminal_too(tmp_path):
+    """Without --log, tritonserver's output is the terminal's: its reason and the hint, no usage text."""
+    (tmp_path / "repo" / "model").mkdir(parents=True)
+    ports = Ports()
+    serve = ServeCommand([str(TRTPOOL_SERVE), "--repo", str(tmp_path / "repo"), "--http-prot", "18420",
+                          "--grpc-port", str(ports.grpc_port)], ports)
+    assert serve.process.wait(120) == 1
+    assert "(did you mean trtpool-serve's --http-port?)" in serve.lines, serve.output()
+    assert "--trace-config" not in serve.output() and "Usage: tritonserver" not in serve.output()
+
+
+@pytest.mark.parametrize("made", ["nothing", "a file", "an empty folder"])
+def test_a_repository_without_models_is_refused_at_once_by_name(tmp_path, made):
+    repo = tmp_path / "repo"
+    if made == "a file":
+        repo.write_text("")
+    elif made == "an empty folder":
+        (repo / ".git").mkdir(parents=True)   # hidden folders are no models
+    done = subprocess.run([str(TRTPOOL_SERVE), "--repo", str(repo)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    why = {"nothing": "does not exist", "a file": "is not a folder", "an empty folder": "holds no model folder"}[made]
+    assert done.stderr.startswith(f"trtpool-serve: error: --repo {repo}: {why}"), done.stderr
+
+
+def test_a_start_that_fails_is_reported_at_once(mixed_repository, tmp_path):
+    """tritonserver that cannot start (here a cache it cannot find) listens but never becomes live;
+    trtpool-serve stops it and says why instead of waiting out --start-timeout, on the terminal
+    (with the note on the messages a machine without a GPU logs) and with --log."""
+    repo, _ = mixed_repository
+    for log in (None, tmp_path / "server.log"):
+        ports = Ports()
+        command = [str(TRTPOOL_SERVE), "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
+                   "--start-timeout=600", "--http-port", str(ports.http_port), "--grpc-port", str(ports.grpc_port),
+                   "--metrics-port", str(ports.metrics_port), "--cache-config=local,size=1000",
+                   *(["--log", str(log)] if log else [])]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              env=environment({"TRTPOOL_TRITONSERVER": str(TRITONSERVER)}))
+        assert done.returncode == 1
+        assert "[serve] tritonserver listens but is not live: its start failed (below); stopping it" in done.stdout
+        assert "unable to find 'libtritoncache_local.so' for cache" in done.stderr
+        if log is None and "CudaDriverHelper has not been initialized" in done.stdout:
+            assert f"[serve] {NO_GPU_NOTE}" in done.stdout
+        if log is not None:
+            assert "CudaDriverHelper" not in done.stdout and "libtritoncache_local" in log.read_text()
+
+
+def test_help_describes_every_flag_with_its_default():
+    done = subprocess.run([str(TRTPOOL_SERVE), "--help"], capture_output=True, text=True, timeout=60)
+    options = done.stdout.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
+    entries = {block.split()[0].rstrip(","): " ".join(block.split())
+               for block in re.split(r"\n(?=  -)", "\n" + options) if block.strip()}
+    for action in parser()._actions:
+        entry = entries[action.option_strings[0]]
+        assert action.help and action.help.split()[0] in entry, entry
+        if action.default not in (None, argparse.SUPPRESS) and action.default is not False and action.default != []:
+            assert f"(default: {action.default})" in entry, entry
+    assert "(default: 600.0)" in entries["--start-timeout"] and "(default: 10.0)" in entries["--probe-timeout"]
