@@ -23,6 +23,7 @@ from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
+from trtpool.probes import is_probe
 from trtpool.responders import SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
@@ -31,6 +32,18 @@ from trtpool.stages import kept
 def request_tensors(request: Any) -> dict[str, Any]:
     """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
     return {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
+
+
+def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
+    """For a model with a process file: answer each probe with no outputs, untouched by user code
+    (trtpool.probes says why), and return the other requests."""
+    others = []
+    for request in requests:
+        if is_probe(request):
+            SenderResponder(pb_utils, request).send({})
+        else:
+            others.append(request)
+    return others
 
 
 def _host_array(tensor: Any) -> np.ndarray:
@@ -72,6 +85,7 @@ class SyncHandler:
         """With a process file: the batch runs here, and its postprocessing on the
         stage's workers answers through the response senders after execute() returns,
         overlapping the next batch."""
+        requests = without_probes(self.pb, requests)
         tensors, responders = self.instance.stage.before(
             kept([request_tensors(r) for r in requests]),
             [SenderResponder(self.pb, request) for request in requests])
@@ -94,6 +108,8 @@ class PipelinedHandler:
         response senders. Their tensors are copied into the contexts' own buffers
         before this returns (Triton reuses them afterwards), except with a process
         file: its preprocessing reads them after, as the decoupled workers do."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
         responders = [SenderResponder(self.pb, request) for request in requests]
         tensors = [request_tensors(r) for r in requests]
         if self.stage is None:
@@ -121,6 +137,8 @@ class DecoupledHandler:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
         path for decoupled models adds an event-loop hop per execute (and logs a
         KeyError when the coroutine finishes before the stub has filed its future)."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
         tensors = keep_after_execute([request_tensors(r) for r in requests])
         for request, request_inputs in zip(requests, tensors):
             responder = SenderResponder(self.pb, request)

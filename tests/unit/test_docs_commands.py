@@ -218,6 +218,7 @@ INVENTORY = (
             not_here="in Kubernetes (no cluster here); the rendered Deployment's args are checked"),
     command("deploy/base/build-engines.sh",
             "tests/ops/test_build_engines.py::test_engines_are_built_once_per_gpu_type_and_served_from_the_cache"),
+    text("trtpool_probe: true", "the request parameter the probes send (tests/ops/test_probe_stage_failures.py)"),
     text("nvidia.com/gpu: 1", "a Kubernetes resource"),
     text("terminationGracePeriodSeconds: 90", "a Kubernetes field"),
     # docs/reliability.md
