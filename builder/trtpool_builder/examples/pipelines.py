@@ -24,6 +24,7 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "ba", "do", "fu", "gi", "ha", "je", "po",
              "qu", "wi", "xo", "ye", "an", "el", "is", "on", "us", "er", "th", "st", "ch", "sh")
 CLASSES = ("negative", "neutral", "positive")
+MAX_PARTS = 4  # syllables in a word: 837,930 distinct words
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,24 @@ class ProcessExample:
 
 
 def _words(rng: np.random.Generator, count: int) -> list[str]:
-    words: dict[str, None] = {}
-    while len(words) < count:
-        words["".join(rng.choice(SYLLABLES, size=rng.integers(1, 4)))] = None
-    return list(words)
+    """`count` distinct words of 1 to MAX_PARTS syllables, in a random order. Drawn as distinct
+    indices into every such word, so it ends for any count up to their number (random words with
+    a retry on a repeat never ended once count neared the words there were)."""
+    sizes = [len(SYLLABLES) ** parts for parts in range(1, MAX_PARTS + 1)]
+    if count > sum(sizes):
+        raise ValueError(f"{count} distinct words asked for; there are {sum(sizes)} of 1 to {MAX_PARTS} syllables")
+    words = []
+    for index in rng.choice(sum(sizes), size=count, replace=False).tolist():
+        parts = 1
+        while index >= sizes[parts - 1]:
+            index -= sizes[parts - 1]
+            parts += 1
+        syllables = []
+        for _ in range(parts):  # every syllable has two letters: distinct indices, distinct words
+            index, digit = divmod(index, len(SYLLABLES))
+            syllables.append(SYLLABLES[digit])
+        words.append("".join(syllables))
+    return words
 
 
 def _image_files(folder: Path, options: dict[str, Any]) -> list[Path]:
