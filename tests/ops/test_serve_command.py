@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -165,10 +166,23 @@ def test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path(mixed_re
     serve = trtpool_serve(repo, tmp_path / "server.log", "--models", "tiny", "--watch-interval=0",
                           env={"TRTPOOL_TRITONSERVER": None, "PATH": NEWCOMER_PATH})
     try:
-        serve.wait_for("[serve] ready:", timeout=300)
+        serve.wait_for("[serve] health", timeout=300)
         assert f"tritonserver command: {TRITONSERVER} " in serve.output()
         with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             assert client.is_model_ready("tiny")
+        # The health line it prints runs as printed in that shell (trtpool-health is not on its PATH) ...
+        [line] = [line for line in serve.lines if line.startswith("[serve] health")]
+        printed = line.removeprefix("[serve] health").split("(a tiny request")[0]
+        assert printed.split()[0] == str(TRTPOOL_SERVE.with_name("trtpool-health"))
+        env = environment({"PATH": NEWCOMER_PATH})
+        done = subprocess.run(shlex.split(printed), capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0 and "tiny: alive (answered)" in done.stdout, done
+        # ... and pointed at the HTTP port, it says it wants the gRPC port.
+        done = subprocess.run([*shlex.split(printed)[:2], serve.ports.http_url], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 1
+        assert (f"trtpool-health: {serve.ports.http_url} is tritonserver's HTTP port; trtpool-health speaks gRPC: "
+                "give --url HOST:GRPC_PORT (trtpool-serve's --grpc-port, 8001 by default)") in done.stderr, done
     finally:
         assert serve.stop() == 0
 
