@@ -105,12 +105,40 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
         assert states["tiny"] == "READY"
         assert states["resnet50"] == "" and states["bert_base"] == "", states   # present, never loaded
         assert "FAILED" not in serve.output()
-        assert "not loaded (not in --models): bert_base, resnet50" in serve.output()
+        [skipped] = [line.split(": ", 1)[1] for line in serve.lines if "not loaded (not in --models)" in line]
+        assert {"bert_base", "resnet50"} <= set(skipped.split(", ")) and "tiny" not in skipped
         # The client line it prints is the README's, with the checkout's paths, its port and model.
         client = quoted_command(".venv/bin/python scripts/client.py")
         client = client.replace(".venv/", f"{ROOT}/.venv/").replace(" scripts/", f" {ROOT}/scripts/")
         client = client.replace("127.0.0.1:8001", serve.ports.grpc_url).replace("resnet50", "tiny")
         assert f"[serve] once ready, try: {client}" in serve.lines, serve.output()
+    finally:
+        assert serve.stop() == 0
+
+
+def test_the_client_line_serve_sh_prints_works_for_a_pipeline_example(tmp_path):
+    """MODELS="resnet50_jpeg bert_text": the printed line sends the JPEG the example generation wrote
+    beside the model (IMAGE is BYTES of shape [N, 1]); client.py sends bert_text its sample text the same
+    way, and without --file says which file it wants."""
+    serve = serve_sh({"MODELS": "resnet50_jpeg bert_text", "TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")},
+                     "--watch-interval=0")
+    try:
+        serve.wait_for("[serve] ready: 2 model(s) serving", timeout=600)
+        [line] = [line for line in serve.lines if line.startswith("[serve] once ready, try: ")]
+        printed = shlex.split(line.removeprefix("[serve] once ready, try: "))
+        assert printed[-2:] == ["--file", str(ROOT / "model_repository" / "resnet50_jpeg" / "sample.jpg")]
+        done = subprocess.run(printed, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "LABELS: shape [1, 5] dtype object" in done.stdout and "SCORES: shape [1, 5] dtype float32" in done.stdout
+        text = [*printed[:-4], "--model", "bert_text", "--batch", "2"]
+        done = subprocess.run([*text, "--file", str(ROOT / "model_repository" / "bert_text" / "sample.txt")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "LABEL: shape [2, 1] dtype object" in done.stdout, done
+        done = subprocess.run(text, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.strip() == (
+            "client.py: model 'bert_text' takes input 'TEXT' as bytes (BYTES of shape [N, 1]: an encoded image, "
+            "a text): give the file to send with --file PATH (the examples' folder has one: "
+            "model_repository/bert_text/sample.*)"), done
     finally:
         assert serve.stop() == 0
 
