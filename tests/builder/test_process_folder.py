@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
+from tests.harness.docs import command_argv, quoted_command
 from tests.unit.test_stages import PROCESS
 from trtpool.instance import ModelInstance
 from trtpool_builder.cli import model_main
@@ -109,3 +110,29 @@ def test_the_words_are_refused_beyond_what_the_syllables_make():
     assert len(set(vocabulary(30522, seed=1))) == 30522
     with pytest.raises(ValueError, match="there are 837930 of 1 to 4 syllables"):
         vocabulary(900_000, seed=0)
+
+
+def test_the_pipeline_commands_modes_md_quotes_run_as_written(tmp_path):
+    """docs/modes.md's `trtpool-examples --names resnet50_jpeg bert_text` at full size (bert_text's
+    vocabulary never ended on b7b529b), then its `trtpool-model ... --process` line on the files that
+    wrote: the example's ONNX file, its process file as my_process.py, labels.txt and process.json."""
+    bin_dir = Path(sys.executable).parent
+    examples = quoted_command("trtpool-examples --names", "docs/modes.md")
+    done = subprocess.run([str(bin_dir / "trtpool-examples"), *command_argv(examples)[1:], "--repo", "repo"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["repo/resnet50_jpeg:", "generated", "(onnx)", "repo/bert_text:", "generated",
+                                   "(onnx)"] or "(tensorrt)" in done.stdout, done.stdout
+    version = tmp_path / "repo" / "resnet50_jpeg" / "1"
+    for source, name in (("model.onnx", "model.onnx"), ("process.py", "my_process.py"), ("labels.txt", "labels.txt"),
+                         ("process.json", "process.json")):
+        (tmp_path / name).write_bytes((version / source).read_bytes())
+    model = quoted_command("trtpool-model model.onnx --repo R --name N --shapes", "docs/modes.md")
+    done = subprocess.run([str(bin_dir / "trtpool-model"), *command_argv(model)[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "R" / "N"
+    assert {p.name for p in (written / "1").iterdir()} >= {"model.onnx", "process.py", "labels.txt", "process.json"}
+    config = json_format.MessageToDict(read_config(written), preserving_proto_field_name=True)
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [("IMAGE", "TYPE_STRING", ["1"])]
+    assert config["max_batch_size"] == 32
