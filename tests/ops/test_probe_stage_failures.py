@@ -46,6 +46,7 @@ def test_probes_are_no_stage_failures_and_refused_requests_still_are(tmp_path):
     serve = trtpool_serve(repo, tmp_path / "server.log", "--watch-interval=0.5", f"--watch-metrics-port={watch_port}")
     try:
         serve.wait_for("[serve] ready: 2 model(s) serving", timeout=300)
+        serve.wait_for("[serve] watchdog: every", timeout=30)   # its metrics are served from here on
         checks = wait_for_checks(watch_port, 6)  # each check probes both models
         health = subprocess.run([str(TRTPOOL_HEALTH), "--url", serve.ports.grpc_url], capture_output=True,
                                 text=True, timeout=60)
