@@ -23,7 +23,7 @@ from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
-from trtpool.probes import is_probe
+from trtpool.probes import PROBE_MARK, is_probe
 from trtpool.responders import SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
@@ -160,9 +160,11 @@ class ForwardHandler:
         self.output_names = output_names
 
     async def _forward(self, request: Any) -> Any:
+        probe = is_probe(request)
         forwarded = self.pb.InferenceRequest(
             model_name=self.target, inputs=request.inputs(),
             requested_output_names=self.output_names,
+            parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.probes)
         )
         answer = None
         try:
@@ -175,6 +177,8 @@ class ForwardHandler:
                 return self._failed(reply.error())
             if reply.output_tensors():
                 answer = self.pb.InferenceResponse(output_tensors=reply.output_tensors())
+        if answer is None and probe:  # a target with a process file answers a probe with no outputs
+            return self.pb.InferenceResponse(output_tensors=[])
         # No output and no error: the target went away with the request (an unload).
         return answer or self._unavailable("sent no output (it was unloading or stopped)")
 

@@ -25,7 +25,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from trtpool.probes import PROBE_PARAMETER
+from trtpool.probes import PROBE_MARK
 
 # What python_backend r24.10 answers for an instance whose stub is gone
 # (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).
@@ -33,7 +33,6 @@ DEAD_STUB_MESSAGES = ("is not healthy", "Failed to obtain the health mutex")
 
 
 Inputs = list[grpcclient.InferInput]
-MARK = {PROBE_PARAMETER: True}
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
 def _unary(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
     with grpcclient.InferenceServerClient(url) as client:
         try:
-            client.infer(model, inputs, client_timeout=timeout, parameters=MARK)
+            client.infer(model, inputs, client_timeout=timeout, parameters=PROBE_MARK)
         except InferenceServerException as exc:
             return exc
     return None
@@ -101,7 +100,7 @@ def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> Inference
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
-            client.async_stream_infer(model, inputs, enable_empty_final_response=True, parameters=MARK)
+            client.async_stream_infer(model, inputs, enable_empty_final_response=True, parameters=PROBE_MARK)
             while not finished:
                 result, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
                 received.append(error)

@@ -19,6 +19,7 @@ from tests.harness.pipelines import SMALL_RESNET, add_mode
 from tests.harness.serve_command import trtpool_serve, watchdog_metrics
 from tests.harness.server import free_port, metric_total
 from trtpool_builder.example_repo import make_example_folder
+from trtpool_builder.front import make_front_folder
 
 FAILURES = "trtpool_stage_failures_total"
 MODELS = ("resnet50_jpeg", "resnet50_jpeg_decoupled")
@@ -42,15 +43,18 @@ def test_probes_are_no_stage_failures_and_refused_requests_still_are(tmp_path):
     repo = tmp_path / "repo"
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", SMALL_RESNET).folder
     add_mode(jpeg, "decoupled", "resnet50_jpeg_decoupled")
+    make_front_folder(repo, "resnet50_jpeg_decoupled")   # the front forwards the probes it gets
     watch_port = free_port()
     serve = trtpool_serve(repo, tmp_path / "server.log", "--watch-interval=0.5", f"--watch-metrics-port={watch_port}")
     try:
-        serve.wait_for("[serve] ready: 2 model(s) serving", timeout=300)
+        serve.wait_for("[serve] ready: 3 model(s) serving", timeout=300)
         serve.wait_for("[serve] watchdog: every", timeout=30)   # its metrics are served from here on
-        checks = wait_for_checks(watch_port, 6)  # each check probes both models
+        checks = wait_for_checks(watch_port, 6)  # each check probes every model
         health = subprocess.run([str(TRTPOOL_HEALTH), "--url", serve.ports.grpc_url], capture_output=True,
                                 text=True, timeout=60)
-        assert health.returncode == 0 and "resnet50_jpeg: alive (answered)" in health.stdout, health
+        assert health.returncode == 0, health
+        assert [line for line in health.stdout.splitlines() if line.endswith(": alive (answered)")] == [
+            f"{model}: alive (answered)" for model in (*MODELS, "resnet50_jpeg_decoupled_unary")], health.stdout
         with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
             image.set_data_from_numpy(np.array([[b"not a JPEG"]], dtype=np.object_))
