@@ -107,9 +107,15 @@ def test_each_pipeline_examples_files_are_made_at_full_size_in_bounded_time(tmp_
 
 
 def test_the_words_are_refused_beyond_what_the_syllables_make():
-    assert len(set(vocabulary(30522, seed=1))) == 30522
-    with pytest.raises(ValueError, match="there are 837930 of 1 to 4 syllables"):
-        vocabulary(900_000, seed=0)
+    """In a subprocess with a timeout: on b7b529b both calls looped for ever."""
+    script = ("from trtpool_builder.examples.pipelines import vocabulary\n"
+              "assert len(set(vocabulary(30522, seed=1))) == 30522\n"
+              "vocabulary(900_000, seed=0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: ") and last.endswith(" distinct words asked for; there are 837930 of 1 to "
+                                                             "4 syllables"), done.stderr
 
 
 def test_the_pipeline_commands_modes_md_quotes_run_as_written(tmp_path):
