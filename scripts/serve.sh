@@ -28,6 +28,8 @@ echo "[serve] preparing example models in $REPO: $MODELS"
 # shellcheck disable=SC2086
 "$ROOT/.venv/bin/trtpool-examples" --repo "$REPO" --names $MODELS
 echo "[serve] tritonserver log: $LOG"
-echo "[serve] once ready, try: $ROOT/.venv/bin/python $ROOT/scripts/client.py --protocol grpc --url 127.0.0.1:${GRPC_PORT:-8001} --model ${MODELS%% *}"
+FIRST=${MODELS%% *}
+SAMPLE=$(compgen -G "$REPO/$FIRST/sample.*" | head -n 1 || true)   # a pipeline example's request (its bytes)
+echo "[serve] once ready, try: $ROOT/.venv/bin/python $ROOT/scripts/client.py --protocol grpc --url 127.0.0.1:${GRPC_PORT:-8001} --model $FIRST${SAMPLE:+ --file $SAMPLE}"
 # shellcheck disable=SC2086
 exec "$ROOT/.venv/bin/trtpool-serve" --repo "$REPO" --models $MODELS "${PORTS[@]}" --log "$LOG" "$@"

@@ -23,6 +23,7 @@ from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
+from trtpool.probes import PROBE_MARK, is_probe
 from trtpool.responders import ListResponder, SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
@@ -31,6 +32,18 @@ from trtpool.stages import kept
 def request_tensors(request: Any) -> dict[str, Any]:
     """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
     return {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
+
+
+def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
+    """For a model with a process file: answer each probe with no outputs, untouched by user code
+    (trtpool.probes says why), and return the other requests."""
+    others = []
+    for request in requests:
+        if is_probe(request):
+            SenderResponder(pb_utils, request).send({})
+        else:
+            others.append(request)
+    return others
 
 
 def _host_array(tensor: Any) -> np.ndarray:
@@ -76,6 +89,7 @@ class SyncHandler:
         one round trip to the server per batch instead of one per response."""
         if self.instance.stage.faces.batch_post:
             return self._staged_batch(requests)
+        requests = without_probes(self.pb, requests)
         tensors, responders = self.instance.stage.before(
             kept([request_tensors(r) for r in requests]),
             [SenderResponder(self.pb, request) for request in requests])
@@ -85,9 +99,15 @@ class SyncHandler:
 
     def _staged_batch(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
+        served = []
+        for index, request in enumerate(requests):
+            if is_probe(request):  # answered with no outputs, untouched by user code (trtpool.probes)
+                responses[index] = response(self.pb, {})
+            else:
+                served.append(index)
         tensors, responders = self.instance.stage.before(  # nothing outlives execute(): no copies kept
-            [request_tensors(r) for r in requests],
-            [ListResponder(self.pb, responses, index) for index in range(len(requests))], inline=True)
+            [request_tensors(requests[index]) for index in served],
+            [ListResponder(self.pb, responses, index) for index in served], inline=True)
         self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
                                  lambda i, error: responders[i].fail(error), detach=True)
         self.metrics.after_work()
@@ -108,6 +128,8 @@ class PipelinedHandler:
         response senders. Their tensors are copied into the contexts' own buffers
         before this returns (Triton reuses them afterwards), except with a process
         file: its preprocessing reads them after, as the decoupled workers do."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
         responders = [SenderResponder(self.pb, request) for request in requests]
         tensors = [request_tensors(r) for r in requests]
         if self.stage is None:
@@ -135,6 +157,8 @@ class DecoupledHandler:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
         path for decoupled models adds an event-loop hop per execute (and logs a
         KeyError when the coroutine finishes before the stub has filed its future)."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
         tensors = keep_after_execute([request_tensors(r) for r in requests])
         for request, request_inputs in zip(requests, tensors):
             responder = SenderResponder(self.pb, request)
@@ -156,9 +180,11 @@ class ForwardHandler:
         self.output_names = output_names
 
     async def _forward(self, request: Any) -> Any:
+        probe = is_probe(request)
         forwarded = self.pb.InferenceRequest(
             model_name=self.target, inputs=request.inputs(),
             requested_output_names=self.output_names,
+            parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.probes)
         )
         answer = None
         try:
@@ -171,6 +197,8 @@ class ForwardHandler:
                 return self._failed(reply.error())
             if reply.output_tensors():
                 answer = self.pb.InferenceResponse(output_tensors=reply.output_tensors())
+        if answer is None and probe:  # a target with a process file answers a probe with no outputs
+            return self.pb.InferenceResponse(output_tensors=[])
         # No output and no error: the target went away with the request (an unload).
         return answer or self._unavailable("sent no output (it was unloading or stopped)")
 

@@ -101,7 +101,11 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", action="append", default=[], metavar="NAME=MIN:OPT:MAX,...",
                    help="ONNX only: one profile per use (needed for dynamic dimensions)")
     p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or a runtime registered in the trtpool.runtimes entry points")
-    p.add_argument("--contexts", default=d.contexts, help="N, or auto")
+    p.add_argument("--contexts", default=d.contexts, help="a fixed pool of N contexts, or auto")
+    p.add_argument("--min-contexts", metavar="N", help="an elastic pool (instead of --contexts): contexts kept "
+                   "when quiet (parameter min_contexts; default 1)")
+    p.add_argument("--max-contexts", metavar="N", help="an elastic pool: contexts at most (parameter "
+                   "max_contexts; default: what --contexts auto sizes)")
     p.add_argument("--memory-fraction", default=d.memory_fraction)
     p.add_argument("--mode", choices=MODES, default=d.mode)
     p.add_argument("--unary-front", action="store_true",
@@ -122,17 +126,37 @@ def model_parser() -> argparse.ArgumentParser:
                    help="with --process defining preprocess: an input clients send, e.g. IMAGE:STRING:1")
     p.add_argument("--output", action="append", default=[], metavar="NAME:TYPE:DIMS",
                    help="with --process defining postprocess: an output clients get, e.g. SCORES:FP32:5")
+    p.add_argument("--preprocess-threads", metavar="N", help="with --process: threads running preprocess "
+                   "(parameter preprocess_threads; default auto, one per core)")
+    p.add_argument("--preprocess-processes", metavar="N", help="with --process: run preprocess in N worker "
+                   "processes (parameter preprocess_processes; default 0, on the threads)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace <repo>/<name> if it exists (without it, an existing folder is refused: it may "
+                        "be serving)")
     p.add_argument("--with", dest="extra_files", action="append", default=[], type=Path, metavar="FILE",
                    help="with --process: a file it reads (labels, vocabulary), placed beside it")
     return p
+
+
+POOL_PARAMETERS = ("min_contexts", "max_contexts", "preprocess_threads", "preprocess_processes")
+
+
+def _check_new(args: argparse.Namespace) -> None:
+    """Refuse to overwrite a model folder (or its front) unless --replace says so."""
+    names = [args.name, *([f"{args.name}_unary"] if args.unary_front else [])]
+    existing = [args.repo / name for name in names if (args.repo / name).exists()]
+    if existing and not args.replace:
+        raise ValueError(f"model folder '{existing[0]}' already exists (it may be serving): pass --replace to "
+                         "replace it, or choose another --name")
 
 
 def _process_options(args: argparse.Namespace):
     from trtpool_builder.process_folder import ProcessOptions
 
     if args.process is None:
-        if args.input or args.output or args.extra_files:
-            raise ValueError("--input, --output and --with describe a process file: give --process too")
+        if args.input or args.output or args.extra_files or args.preprocess_threads or args.preprocess_processes:
+            raise ValueError("--input, --output, --with and --preprocess-* describe a process file: give "
+                             "--process too")
         return None
     return ProcessOptions.parse(args.process, args.input, args.output, args.extra_files)
 
@@ -144,7 +168,10 @@ def _model(args: argparse.Namespace) -> int:
                              mode=args.mode, instance_kind=args.instance_kind,
                              max_queue_delay_microseconds=args.max_queue_delay_us,
                              preferred_batch_sizes=tuple(args.preferred_batch_sizes),
-                             max_batch_size=args.max_batch_size)
+                             max_batch_size=args.max_batch_size,
+                             parameters=tuple((key, str(getattr(args, key))) for key in POOL_PARAMETERS
+                                              if getattr(args, key) is not None))
+    _check_new(args)
     folder = make_model_folder(args.repo, args.name, args.model_file, args.shapes, options, args.version,
                                process=_process_options(args))
     print(f"wrote {folder}")

@@ -79,5 +79,7 @@ def make_example_folder(repo: Path, name: str, runtime: str = "auto",
             write_example(name, model_file, **resolved)
             (folder / "model.onnx").unlink(missing_ok=True)
             make_model_folder(repo, name, model_file, profiles, serving, process=process)
+    if example.process:
+        example.process.write_sample(folder)
     stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
     return ExampleFolder(folder, served, regenerated=True)

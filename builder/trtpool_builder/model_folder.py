@@ -55,6 +55,9 @@ class ServingOptions:
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
     max_batch_size: int | None = None  # None: batched when the model's first axis is a batch axis (batch_axis.py)
+    # Further config.pbtxt parameters (docs/configuration.md), written only when given:
+    # min_contexts, max_contexts (an elastic pool), preprocess_threads, preprocess_processes.
+    parameters: tuple[tuple[str, str], ...] = ()
 
 
 def _tensor(message: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
@@ -106,6 +109,7 @@ def model_config(name: str, signature: Signature, options: ServingOptions = Serv
         "memory_fraction": options.memory_fraction,
         "mode": options.mode,
         "profile": ";".join(format_profile(p.ranges) for p in signature.profiles),
+        **dict(options.parameters),
     }
     for key, value in parameters.items():
         config.parameters[key].string_value = value

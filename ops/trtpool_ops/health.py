@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from trtpool_ops.probe import ProbeResult, probe_model
@@ -31,6 +32,16 @@ def check(url: str, models: Sequence[str], timeout: float) -> list[ProbeResult]:
     return results
 
 
+def speaks_http(url: str) -> bool:
+    """Whether `url` is a Triton HTTP endpoint (trtpool-health pointed at the HTTP port, not gRPC's)."""
+    try:
+        with httpclient.InferenceServerClient(url, connection_timeout=2, network_timeout=2) as client:
+            client.is_server_live()
+        return True
+    except Exception:  # anything but an HTTP answer: not that mistake
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trtpool-health", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = check(args.url, args.models, args.timeout)
     except InferenceServerException as exc:
         print(f"trtpool-health: server at {args.url} not answering: {exc}", file=sys.stderr)
+        if speaks_http(args.url):
+            print(f"trtpool-health: {args.url} is tritonserver's HTTP port; trtpool-health speaks gRPC: give "
+                  "--url HOST:GRPC_PORT (trtpool-serve's --grpc-port, 8001 by default)", file=sys.stderr)
         return 1
     for result in results:
         print(f"{result.model}: {'alive' if result.alive else 'DEAD'} ({result.detail})")

@@ -10,6 +10,9 @@ The request is batch 1 of zeros (every variable dimension 1). An error that
 the model itself sends back (a shape it refuses, say) still proves that its
 stub answered; only the Python backend's own dead-stub errors and silence
 count as dead.
+
+Each probe carries the request parameter trtpool_probe=true: a model with a process file answers it
+without running the file's code (trtpool.probes), so probes are no stage failures.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from trtpool.probes import PROBE_MARK
 
 # What python_backend r24.10 answers for an instance whose stub is gone
 # (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).
@@ -69,7 +74,7 @@ def verdict(model: str, error: InferenceServerException | None) -> ProbeResult:
 def _unary(url: str, model: str, inputs: Inputs, timeout: float) -> InferenceServerException | None:
     with grpcclient.InferenceServerClient(url) as client:
         try:
-            client.infer(model, inputs, client_timeout=timeout)
+            client.infer(model, inputs, client_timeout=timeout, parameters=PROBE_MARK)
         except InferenceServerException as exc:
             return exc
     return None
@@ -95,7 +100,7 @@ def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> Inference
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
-            client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+            client.async_stream_infer(model, inputs, enable_empty_final_response=True, parameters=PROBE_MARK)
             while not finished:
                 result, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
                 received.append(error)

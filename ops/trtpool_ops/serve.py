@@ -19,11 +19,11 @@ import shlex
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.repository import ModelState, model_states
-from trtpool_ops.server_log import log_errors
+from trtpool_ops.server_log import ServerOutput, start_errors
 from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
 from trtpool_ops.stubs import dead_stub_count
 from trtpool_ops.watch_metrics import WatchMetrics
@@ -45,30 +45,52 @@ def say(message: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trtpool-serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(prog="trtpool-serve", description=__doc__, formatter_class=HelpFormatter,
                                 epilog="Unrecognised flags go to tritonserver (e.g. --log-verbose=1).")
-    p.add_argument("--repo", type=Path, required=True, help="the model repository")
+    p.add_argument("--repo", type=Path, required=True, help="the model repository (a folder of model folders)")
     p.add_argument("--models", nargs="+", default=[], metavar="NAME", help="load only these (default: all)")
-    p.add_argument("--address", default="127.0.0.1", help="listen address (0.0.0.0 in a container)")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--address", default="127.0.0.1",
+                   help="listen address: loopback, so nothing outside this machine reaches the server; "
+                        "0.0.0.0 in a container")
+    p.add_argument("--http-port", type=int, default=8000, help="tritonserver's HTTP port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="tritonserver's gRPC port (trtpool-health's)")
+    p.add_argument("--metrics-port", type=int, default=8002, help="tritonserver's Prometheus metrics port")
     p.add_argument("--strict", action="store_true",
                    help="any model that fails to load stops the server; readiness needs every model")
     p.add_argument("--watch-interval", type=float, default=5.0, metavar="S",
                    help="seconds between liveness checks of every model; 0: no watchdog")
-    p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds the watchdog waits for a model's answer before it counts the model dead")
     p.add_argument("--watch-metrics-port", type=int, default=0, metavar="PORT",
                    help="serve the watchdog's Prometheus metrics (deaths, recoveries, models dead now) on "
-                        "--address:PORT/metrics; 0 (default): not served")
+                        "--address:PORT/metrics; 0: not served")
     p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
-                   help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB} (default: reload)")
+                   help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB}")
     p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
     p.add_argument("--tritonserver", help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, "
                    "else the set-up's .triton/bin/tritonserver beside this .venv, else from PATH)")
-    p.add_argument("--start-timeout", type=float, default=600.0, metavar="S")
+    p.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
+                   help="seconds tritonserver may take to load the models and answer; beyond them the start "
+                        "has failed (an exit, or a server that listens but is not live, is reported at once)")
     return p
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module's docstring as written, and each flag's default where it has a value."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        unset = action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS)
+        shown = not unset and "(default" not in action.help
+        return f"{action.help} (default: %(default)s)" if shown else action.help
+
+
+def check_repository(repo: Path) -> None:
+    """Refuse at once what tritonserver would only log ("failed to stat file") while never becoming live."""
+    if not repo.is_dir():
+        raise ValueError(f"--repo {repo}: {'is not a folder' if repo.exists() else 'does not exist'}")
+    if not any(entry.is_dir() and not entry.name.startswith(".") for entry in repo.iterdir()):
+        raise ValueError(f"--repo {repo}: holds no model folder (a model repository is a folder of "
+                         "<name>/config.pbtxt folders)")
 
 
 def control_url(options: ServeOptions) -> str:
@@ -76,18 +98,19 @@ def control_url(options: ServeOptions) -> str:
     return f"{host}:{options.grpc_port}"
 
 
-def wait_live(process: subprocess.Popen, url: str, timeout: float) -> bool:
-    """True once the server answers; tritonserver loads the start-up models before it listens."""
+def wait_live(process: subprocess.Popen, url: str, timeout: float) -> str:
+    """How the start ended: "live" once the server says so (tritonserver loads the start-up models
+    before it listens); "failed" at once when it exits, or listens but says it is not live (its
+    start failed: a repository it cannot read, say; it would stay so); "timeout"."""
     deadline = time.monotonic() + timeout
     with grpcclient.InferenceServerClient(url) as client:
         while time.monotonic() < deadline and process.poll() is None:
             try:
-                if client.is_server_live(client_timeout=2):
-                    return True
+                return "live" if client.is_server_live(client_timeout=2) else "failed"
             except InferenceServerException:
                 pass
             time.sleep(0.25)
-    return False
+    return "timeout" if process.poll() is None else "failed"
 
 
 def report(states: Sequence[ModelState]) -> list[ModelState]:
@@ -111,13 +134,14 @@ def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
     say(f"HTTP     http://{host}:{options.http_port}   (curl http://{host}:{options.http_port}/v2/models/{example}/config)")
     say(f"gRPC     {host}:{options.grpc_port}")
     say(f"metrics  http://{host}:{options.metrics_port}/metrics")
-    say(f"health   trtpool-health --url {host}:{options.grpc_port}   (a tiny request per model)")
+    health = Path(sysconfig.get_path("scripts")) / "trtpool-health"   # beside trtpool-serve, maybe not on PATH
+    say(f"health   {health if health.exists() else 'trtpool-health'} --url {host}:{options.grpc_port}   "
+        "(a tiny request per model)")
 
 
-def start(command: list[str], log: IO[bytes] | None) -> subprocess.Popen:
-    # Its own process group: stopping it stops its stubs too.
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
-                            start_new_session=True)
+def start(command: list[str]) -> subprocess.Popen:
+    # Its own process group: stopping it stops its stubs too. Its output goes through ServerOutput.
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -185,12 +209,14 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
 
 
 def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
+    check_repository(args.repo)
     options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
                            args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
     command = tritonserver_command(find_tritonserver(args.tritonserver), options)
     say("tritonserver command: " + shlex.join(command))
     log = args.log.open("wb") if args.log else None
-    process = start(command, log)
+    process = start(command)
+    output = ServerOutput(process.stdout, log, say)
     stopping = threading.Event()   # set by a signal: the watchdog ends, the exit is clean
     dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit
 
@@ -202,21 +228,26 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     url = control_url(options)
-    if not wait_live(process, url, args.start_timeout):
+    started = wait_live(process, url, args.start_timeout)
+    if started != "live":
         if stopping.is_set():
             process.wait()
             kill_group(process)
             return 0
-        if process.poll() is None:
+        if started == "timeout":
             say(f"tritonserver not up after {args.start_timeout:g} s")
+        elif process.poll() is None:
+            say("tritonserver listens but is not live: its start failed (below); stopping it")
         kill_group(process)   # the server, or stubs it left
         process.wait()
+        output.finish()
         say(f"tritonserver exited with status {process.returncode} during start-up")
         own_flags = [flag for action in parser()._actions for flag in action.option_strings]
-        errors = log_errors(args.log, own_flags)
+        errors = start_errors(output.lines, own_flags)
         if errors:
             print(errors, file=sys.stderr)
         return 1
+    output.started()
     with grpcclient.InferenceServerClient(url) as client:
         states = model_states(client)
     failed = report(states)
@@ -228,6 +259,7 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     say("Ctrl-C stops the server.")
     code = process.wait()
     kill_group(process)
+    output.finish()
     if log:
         log.close()
     if dead_stub.is_set():

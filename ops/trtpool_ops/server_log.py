@@ -1,16 +1,21 @@
-"""What went wrong, from tritonserver's log: the lines a user needs first."""
+"""tritonserver's output as trtpool-serve relays it, and what went wrong: the lines a user needs first."""
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
-from pathlib import Path
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import IO
 
 # Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
 ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
-# Error lines tritonserver 2.51 logs at every start on a machine without a CUDA driver
-# (server.cc), whatever then fails: noise beside the real reason.
+# Lines tritonserver 2.51 logs at every start on a machine without a GPU (server.cc, NVML,
+# DCGM), whatever then fails: noise beside the real reason.
 NOT_A_CAUSE = ('"CudaDriverHelper has not been initialized."',)
+NO_GPU_LINES = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
+NO_GPU_NOTE = ("note: tritonserver's CudaDriverHelper, NVML and DCGM messages are expected on a machine "
+               "without a GPU (the models run on CPU)")
 USAGE = "Usage: tritonserver"
 USAGE_HEADING = re.compile(r"^[A-Z][\w /]*:$")   # "Server:", "Memory/Device Management:"
 UNRECOGNIZED = re.compile(r"unrecognized option '(--[^'=]+)")
@@ -29,12 +34,55 @@ def command_line_errors(lines: Sequence[str], own_flags: Sequence[str]) -> list[
     return causes + ["(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
 
 
-def log_errors(log: Path | None, own_flags: Sequence[str] = ()) -> str:
-    """The log's error lines (a refused flag's reason first), else its last 20 lines."""
-    if log is None or not log.exists():
-        return ""
-    lines = log.read_text(errors="replace").splitlines()
+def start_errors(lines: Sequence[str], own_flags: Sequence[str] = ()) -> str:
+    """The error lines of a failed start (a refused flag's reason first), else its last 20 lines."""
     if any(line.startswith(USAGE) for line in lines):
         return "\n".join(command_line_errors(lines, own_flags))
     errors = [line for line in lines if ERROR_LINE.match(line) and not line.endswith(NOT_A_CAUSE)]
     return "\n".join(errors or lines[-20:])
+
+
+class ServerOutput:
+    """Relays tritonserver's output to the log file or the terminal, line by line, and keeps what
+    trtpool-serve needs while the server starts: its lines.
+
+    On the terminal its usage text (a flag it refused) is not shown: start_errors gives the reason,
+    and the note on the no-GPU messages follows them once."""
+
+    def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, say: Callable[[str], None]) -> None:
+        self.lines: list[str] = []      # until started() is called
+        self._stream = stream
+        self._sink = sink
+        self._say = say
+        self._starting = True
+        self._usage = False
+        self._noted = False
+        self._thread = threading.Thread(target=self._relay, daemon=True)
+        self._thread.start()
+
+    def started(self) -> None:
+        self._starting = False
+        self.lines = []
+
+    def finish(self, timeout: float = 5.0) -> None:
+        """The output up to the server's exit has been relayed."""
+        self._thread.join(timeout)
+
+    def _relay(self) -> None:
+        for raw in self._stream:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if self._starting:
+                self.lines.append(line)
+                self._usage = self._usage or line.startswith(USAGE)
+            if self._sink is not None:
+                self._sink.write(raw)
+                self._sink.flush()
+            elif not self._usage:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+                self._note_no_gpu(line)
+
+    def _note_no_gpu(self, line: str) -> None:
+        if not self._noted and any(text in line for text in NO_GPU_LINES):
+            self._noted = True
+            self._say(NO_GPU_NOTE)

@@ -188,3 +188,46 @@ def test_each_command_has_help(main, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_an_existing_model_folder_is_replaced_only_with_replace(tiny_onnx: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    repo = tmp_path / "repo"
+    first = [str(tiny_onnx), "--repo", str(repo), "--name", "tiny", "--shapes", "INPUT0=1x16:4x16:8x16"]
+    assert model_main(first) == 0
+    written = (repo / "tiny" / "config.pbtxt").read_text()
+    again = [*first[:-1], "INPUT0=1x16:2x16:4x16"]
+    assert model_main(again) == 2
+    assert capsys.readouterr().err.strip() == (f"trtpool-model: error: model folder '{repo / 'tiny'}' already exists "
+                                               "(it may be serving): pass --replace to replace it, or choose another "
+                                               "--name")
+    assert (repo / "tiny" / "config.pbtxt").read_text() == written
+    assert model_main([*again, "--replace"]) == 0
+    assert read_config(repo / "tiny").max_batch_size == 4
+    assert model_main([*first[:-1], "INPUT0=1x16:4x16:8x16", "--name", "tiny2", "--mode", "decoupled"]) == 0
+    (repo / "tiny2_unary").mkdir()   # a front of that name is there already
+    assert model_main([*first[:2], str(repo), "--name", "tiny2", "--shapes", "INPUT0=1x16:4x16:8x16", "--mode",
+                       "decoupled", "--unary-front", "--replace"]) == 0
+
+
+def test_the_pool_parameters_have_flags(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--min-contexts/--max-contexts (an elastic pool) and --preprocess-threads/--preprocess-processes
+    become the config.pbtxt parameters docs/configuration.md lists; values the backend refuses are refused."""
+    repo = tmp_path / "repo"
+    base = [str(tiny_onnx), "--repo", str(repo), "--shapes", "INPUT0=1x16:4x16:8x16"]
+    assert model_main([*base, "--name", "elastic", "--min-contexts", "1", "--max-contexts", "3"]) == 0
+    parameters = read_config(repo / "elastic").parameters
+    assert parameters["min_contexts"].string_value == "1" and parameters["max_contexts"].string_value == "3"
+    assert "preprocess_threads" not in parameters
+    assert model_main([*base, "--name", "bad", "--max-contexts", "0"]) == 2
+    assert "max_contexts" in capsys.readouterr().err and not (repo / "bad").exists()
+    assert model_main([*base, "--name", "pre", "--preprocess-processes", "2"]) == 2
+    assert "give --process too" in capsys.readouterr().err
+    process = tmp_path / "process.py"
+    process.write_text("import numpy as np\n\ndef preprocess(inputs):\n"
+                       "    return {'INPUT0': inputs['VALUES'].astype(np.float32)}\n")
+    assert model_main([*base, "--name", "pre", "--process", str(process), "--input", "VALUES:FP64:16",
+                       "--preprocess-threads", "2", "--preprocess-processes", "1"]) == 0
+    parameters = read_config(repo / "pre").parameters
+    assert parameters["preprocess_threads"].string_value == "2"
+    assert parameters["preprocess_processes"].string_value == "1"

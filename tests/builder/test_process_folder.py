@@ -1,16 +1,20 @@
 """trtpool-model with a process file: the folder it writes, and what it refuses."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from google.protobuf import json_format
 
+from tests.harness.docs import command_argv, quoted_command
 from tests.unit.test_stages import PROCESS
 from trtpool.instance import ModelInstance
 from trtpool_builder.cli import model_main
-from trtpool_builder.examples.pipelines import vocabulary
+from trtpool_builder.examples import EXAMPLES
+from trtpool_builder.examples.pipelines import SPECIAL_TOKENS, vocabulary
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.model_folder import read_config
 
@@ -63,7 +67,8 @@ def test_a_face_that_does_not_fit_the_file_is_refused(tiny_onnx, process_file, t
 
 def test_a_face_without_a_process_file_is_refused(tiny_onnx, tmp_path, capsys):
     assert model_main([str(tiny_onnx), "--repo", str(tmp_path), "--name", "x", *FACE]) == 2
-    assert "--input, --output and --with describe a process file: give --process too" in capsys.readouterr().err
+    assert "--input, --output, --with and --preprocess-* describe a process file: give --process too" in \
+        capsys.readouterr().err
 
 
 def test_a_folder_whose_process_file_does_not_load_is_not_written(tiny_onnx, tmp_path, capsys):
@@ -80,3 +85,60 @@ def test_the_text_examples_vocabulary_is_deterministic_and_unique():
     tokens = vocabulary(1000, seed=0)
     assert tokens == vocabulary(1000, seed=0) and len(tokens) == len(set(tokens)) == 1000
     assert tokens[:4] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+
+
+@pytest.mark.parametrize("name", ["resnet50_jpeg", "bert_text"])
+def test_each_pipeline_examples_files_are_made_at_full_size_in_bounded_time(tmp_path, name):
+    """What `trtpool-examples --names resnet50_jpeg bert_text` (docs/modes.md) writes beside the ONNX
+    file, at the examples' default (full) sizes, in a subprocess with a timeout: bert_text's
+    vocabulary of 30522 asked for more words than its syllables made, and never ended (b7b529b)."""
+    script = ("import sys; from pathlib import Path; from trtpool_builder.examples import EXAMPLES; "
+              "e = EXAMPLES[sys.argv[1]]; e.process.write_files(Path(sys.argv[2]), e.options())")
+    done = subprocess.run([sys.executable, "-c", script, name, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    if name == "bert_text":
+        tokens = (tmp_path / "vocab.txt").read_text().splitlines()
+        assert len(tokens) == len(set(tokens)) == EXAMPLES[name].options()["vocab_size"] == 30522
+        assert tokens[:5] == list(SPECIAL_TOKENS) and "##ka" in tokens
+    else:
+        labels = [line.split()[0] for line in (tmp_path / "labels.txt").read_text().splitlines()]
+        assert len(labels) == len(set(labels)) == 1000
+
+
+def test_the_words_are_refused_beyond_what_the_syllables_make():
+    """In a subprocess with a timeout: on b7b529b both calls looped for ever."""
+    script = ("from trtpool_builder.examples.pipelines import vocabulary\n"
+              "assert len(set(vocabulary(30522, seed=1))) == 30522\n"
+              "vocabulary(900_000, seed=0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: ") and last.endswith(" distinct words asked for; there are 837930 of 1 to "
+                                                             "4 syllables"), done.stderr
+
+
+def test_the_pipeline_commands_modes_md_quotes_run_as_written(tmp_path):
+    """docs/modes.md's `trtpool-examples --names resnet50_jpeg bert_text` at full size (bert_text's
+    vocabulary never ended on b7b529b), then its `trtpool-model ... --process` line on the files that
+    wrote: the example's ONNX file, its process file as my_process.py, labels.txt and process.json."""
+    bin_dir = Path(sys.executable).parent
+    examples = quoted_command("trtpool-examples --names", "docs/modes.md")
+    done = subprocess.run([str(bin_dir / "trtpool-examples"), *command_argv(examples)[1:], "--repo", "repo"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["repo/resnet50_jpeg:", "generated", "(onnx)", "repo/bert_text:", "generated",
+                                   "(onnx)"] or "(tensorrt)" in done.stdout, done.stdout
+    version = tmp_path / "repo" / "resnet50_jpeg" / "1"
+    for source, name in (("model.onnx", "model.onnx"), ("process.py", "my_process.py"), ("labels.txt", "labels.txt"),
+                         ("process.json", "process.json")):
+        (tmp_path / name).write_bytes((version / source).read_bytes())
+    model = quoted_command("trtpool-model model.onnx --repo R --name N --shapes", "docs/modes.md")
+    done = subprocess.run([str(bin_dir / "trtpool-model"), *command_argv(model)[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "R" / "N"
+    assert {p.name for p in (written / "1").iterdir()} >= {"model.onnx", "process.py", "labels.txt", "process.json"}
+    config = json_format.MessageToDict(read_config(written), preserving_proto_field_name=True)
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [("IMAGE", "TYPE_STRING", ["1"])]
+    assert config["max_batch_size"] == 32

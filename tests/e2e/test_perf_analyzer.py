@@ -32,7 +32,8 @@ def test_the_readmes_perf_analyzer_command_runs(served):
 
 def test_the_readmes_client_command_answers(served):
     """The README's client line (scripts/client.py), as pasted in the checkout, on this server's gRPC port."""
-    command = command_argv(quoted_command(".venv/bin/python scripts/client.py"),
+    command = command_argv(quoted_command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 "
+                                          "--model resnet50"),
                            {"127.0.0.1:8001": served.server.grpc_url})
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

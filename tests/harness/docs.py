@@ -49,8 +49,9 @@ def quotes(page: Path) -> list[str]:
 
 
 def quoted_command(prefix: str, page: str = "README.md") -> str:
-    """The one command a page quotes that starts with `prefix`."""
-    [command] = {q for q in quotes(ROOT / page) if q.startswith(prefix)}
+    """The one command a page quotes that starts with `prefix` (or is `prefix`, where others start with it)."""
+    matches = {q for q in quotes(ROOT / page) if q.startswith(prefix)}
+    [command] = {prefix} & matches or matches
     return command
 
 
@@ -60,3 +61,10 @@ def command_argv(command: str, replacements: dict[str, str] | None = None) -> li
         assert old in command, f"{old!r} is not in {command!r}"
         command = command.replace(old, new)
     return shlex.split(command)
+
+
+def fenced_block(first_line: str, page: str = "README.md") -> str:
+    """The one fenced block of a page whose first line is `first_line`, as written."""
+    [block] = [block for _, block in FENCE.findall((ROOT / page).read_text())
+               if block.strip().splitlines()[0].strip() == first_line]
+    return block

@@ -86,7 +86,8 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     missing = repo / "missing_file"
     (missing / "1").mkdir(parents=True, exist_ok=True)
     (missing / "config.pbtxt").write_text(config.replace('name: "bad_dims"', 'name: "missing_file"'))
-    expected["missing_file"] = "no model file in"
+    (missing / "1" / "tiny.onnx").write_bytes(tiny.read_bytes())   # the right file, the wrong name
+    expected["missing_file"] = "it holds 'tiny.onnx' (rename 'tiny.onnx' to model.onnx, or name it in 'model_file')"
 
     truncated = make_model_folder(repo, "truncated_onnx", tiny, get_example("tiny").serving_profiles())
     data = (truncated / "1" / "model.onnx").read_bytes()

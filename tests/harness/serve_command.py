@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,3 +85,11 @@ def serve_sh(env: dict[str, str], *args: str) -> ServeCommand:
     port_env = {"HTTP_PORT": str(ports.http_port), "GRPC_PORT": str(ports.grpc_port),
                 "METRICS_PORT": str(ports.metrics_port)}
     return ServeCommand(["bash", str(ROOT / "scripts" / "serve.sh"), *args], ports, {**port_env, **env})
+
+
+def watchdog_metrics(port: int) -> dict[str, float]:
+    """The watchdog's Prometheus series, by name and labels as the text format writes them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("trtpool_watchdog_")}

@@ -62,6 +62,13 @@ def process_state(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def metric_total(metrics: str, name: str, model: str, **labels: str) -> float:
+    """The sum of a metric's series in Prometheus text `metrics` for one model (and the given labels)."""
+    wanted = [f'model="{model}"', *(f'{k}="{v}"' for k, v in labels.items())]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(name + "{") and all(w in line for w in wanted))
+
+
 class LoopbackEndpoints:
     """The client addresses of something listening on loopback HTTP and gRPC ports."""
 
@@ -199,10 +206,7 @@ class TritonServer(LoopbackEndpoints):
             return reply.read().decode()
 
     def metric_total(self, name: str, model: str, **labels: str) -> float:
-        """The sum of a metric's series for one model (and the given labels)."""
-        wanted = [f'model="{model}"', *(f'{k}="{v}"' for k, v in labels.items())]
-        return sum(float(line.rsplit(" ", 1)[1]) for line in self.metrics().splitlines()
-                   if line.startswith(name + "{") and all(w in line for w in wanted))
+        return metric_total(self.metrics(), name, model, **labels)
 
     def wait_for_metric(self, name: str, model: str, at_least: float, timeout: float = 10.0,
                         **labels: str) -> float:

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ from tritonclient.utils import InferenceServerException
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_example
-from tests.harness.serve_command import ServeCommand, trtpool_serve
+from tests.harness.serve_command import ServeCommand, trtpool_serve, watchdog_metrics
 from tests.harness.server import SHM, free_port
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.front import make_front_folder
@@ -175,14 +174,6 @@ def test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded(rep
         in serve.output()
     assert "[serve] tritonserver exited with status 1: a model did not unload within the exit timeout" \
         in serve.output()
-
-
-def watchdog_metrics(port: int) -> dict[str, float]:
-    """The watchdog's Prometheus series, by name and labels as the text format writes them."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line.startswith("trtpool_watchdog_")}
 
 
 def test_the_watchdog_reloads_a_model_whose_stub_died_under_load(repository, tmp_path):

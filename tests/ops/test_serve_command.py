@@ -1,6 +1,9 @@
 """The serve command as a user runs it: trtpool-serve on any repository, and scripts/serve.sh."""
 from __future__ import annotations
 
+import argparse
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,13 +16,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
-from tests.harness.docs import command_argv, quoted_command
+from tests.harness.docs import command_argv, fenced_block, quoted_command
 from tests.harness.repository import add_broken_models, add_example
-from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, serve_sh, trtpool_serve
+from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, environment, serve_sh, trtpool_serve
 from tests.harness.server import ROOT, SHM, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
+from trtpool_builder.gpu import current_gpu
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
+from trtpool_ops.serve import parser
+from trtpool_ops.server_log import NO_GPU_NOTE
 
 NEWCOMER_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -100,12 +106,50 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
         assert states["tiny"] == "READY"
         assert states["resnet50"] == "" and states["bert_base"] == "", states   # present, never loaded
         assert "FAILED" not in serve.output()
-        assert "not loaded (not in --models): bert_base, resnet50" in serve.output()
+        [skipped] = [line.split("--models): ", 1)[1] for line in serve.lines if "not loaded (not in --models)" in line]
+        assert {"bert_base", "resnet50"} <= set(skipped.split(", ")) and "tiny" not in skipped
         # The client line it prints is the README's, with the checkout's paths, its port and model.
-        client = quoted_command(".venv/bin/python scripts/client.py")
+        client = quoted_command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model resnet50")
         client = client.replace(".venv/", f"{ROOT}/.venv/").replace(" scripts/", f" {ROOT}/scripts/")
         client = client.replace("127.0.0.1:8001", serve.ports.grpc_url).replace("resnet50", "tiny")
         assert f"[serve] once ready, try: {client}" in serve.lines, serve.output()
+    finally:
+        assert serve.stop() == 0
+
+
+def test_the_client_line_serve_sh_prints_works_for_a_pipeline_example(tmp_path):
+    """The README's `MODELS="resnet50_jpeg bert_text" scripts/serve.sh`: the client line it prints is the
+    README's, and sends the JPEG the example generation wrote beside the model (IMAGE is BYTES of shape
+    [N, 1]); the README's Python snippet gets the same answer; client.py sends bert_text its sample text
+    the same way, and without --file says which file it wants."""
+    models = command_argv(quoted_command('MODELS="resnet50_jpeg')).pop(0).removeprefix("MODELS=")
+    serve = serve_sh({"MODELS": models, "TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")}, "--watch-interval=0")
+    try:
+        serve.wait_for("[serve] ready: 2 model(s) serving", timeout=600)
+        client = quoted_command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model "
+                                "resnet50_jpeg")
+        client = client.replace(".venv/", f"{ROOT}/.venv/").replace(" scripts/", f" {ROOT}/scripts/")
+        client = client.replace(" model_repository/", f" {ROOT}/model_repository/")
+        client = client.replace("127.0.0.1:8001", serve.ports.grpc_url)
+        assert f"[serve] once ready, try: {client}" in serve.lines, serve.output()
+        done = subprocess.run(shlex.split(client), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "LABELS: shape [1, 5] dtype object" in done.stdout and "SCORES: shape [1, 5] dtype float32" in done.stdout
+        labels = done.stdout.split("first values ")[1].splitlines()[0]
+        snippet = fenced_block("import numpy as np").replace("127.0.0.1:8001", serve.ports.grpc_url)
+        done = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        names = re.findall(r"b'([^']+)'", done.stdout)
+        assert done.returncode == 0 and len(names) == 5, done
+        assert names[:len(re.findall("b'", labels))] == re.findall(r"b'([^']+)'", labels), (labels, done.stdout)
+        text = [*shlex.split(client)[:-4], "--model", "bert_text", "--batch", "2"]
+        done = subprocess.run([*text, "--file", str(ROOT / "model_repository" / "bert_text" / "sample.txt")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "LABEL: shape [2, 1] dtype object" in done.stdout, done
+        done = subprocess.run(text, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.strip() == (
+            "client.py: model 'bert_text' takes input 'TEXT' as bytes (BYTES of shape [N, 1]: an encoded image, "
+            "a text): give the file to send with --file PATH (the examples' folder has one: "
+            "model_repository/bert_text/sample.*)"), done
     finally:
         assert serve.stop() == 0
 
@@ -121,8 +165,8 @@ def test_the_readmes_plain_tritonserver_command_serves(mixed_repository, tmp_pat
         "/path/to/model_repository": str(repo), "--http-port=8000": f"--http-port={ports.http_port}",
         "--grpc-port=8001": f"--grpc-port={ports.grpc_port}", "--metrics-port=8002": f"--metrics-port={ports.metrics_port}"})
     assert "--load-model=*" in command
-    server = ServeCommand([*command, "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
-                           f"--backend-config=python,shm-region-prefix-name={prefix}"], ports)
+    assert {f"--{kind}-address=127.0.0.1" for kind in ("http", "grpc", "metrics")} <= set(command)  # as trtpool-serve
+    server = ServeCommand([*command, f"--backend-config=python,shm-region-prefix-name={prefix}"], ports)
     try:
         server.wait_for("Started GRPCInferenceService", timeout=180)
         x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
@@ -155,16 +199,37 @@ def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_reposit
 
 
 def test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path(mixed_repository, tmp_path):
-    """A newcomer's shell: .venv/bin/trtpool-serve, no TRTPOOL_TRITONSERVER, no tritonserver on PATH."""
+    """A newcomer's shell: .venv/bin/trtpool-serve, no TRTPOOL_TRITONSERVER, no tritonserver on PATH, the log
+    on the terminal (where, without a GPU, the messages the README calls expected there are said to be)."""
     repo, _ = mixed_repository
     assert shutil.which("tritonserver", path=NEWCOMER_PATH) is None
-    serve = trtpool_serve(repo, tmp_path / "server.log", "--models", "tiny", "--watch-interval=0",
-                          env={"TRTPOOL_TRITONSERVER": None, "PATH": NEWCOMER_PATH})
+    ports = Ports()
+    serve = ServeCommand([str(TRTPOOL_SERVE), "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
+                          "--http-port", str(ports.http_port), "--grpc-port", str(ports.grpc_port),
+                          "--metrics-port", str(ports.metrics_port)], ports,
+                         env={"TRTPOOL_TRITONSERVER": None, "PATH": NEWCOMER_PATH})
     try:
-        serve.wait_for("[serve] ready:", timeout=300)
+        serve.wait_for("[serve] health", timeout=300)
+        if current_gpu() is None:
+            for message in ("CudaDriverHelper has not been initialized", "Failed to initialize NVML",
+                            f"[serve] {NO_GPU_NOTE}"):
+                assert message in serve.output()
         assert f"tritonserver command: {TRITONSERVER} " in serve.output()
         with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             assert client.is_model_ready("tiny")
+        # The health line it prints runs as printed in that shell (trtpool-health is not on its PATH) ...
+        [line] = [line for line in serve.lines if line.startswith("[serve] health")]
+        printed = line.removeprefix("[serve] health").split("(a tiny request")[0]
+        assert printed.split()[0] == str(TRTPOOL_SERVE.with_name("trtpool-health"))
+        env = environment({"PATH": NEWCOMER_PATH})
+        done = subprocess.run(shlex.split(printed), capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0 and "tiny: alive (answered)" in done.stdout, done
+        # ... and pointed at the HTTP port, it says it wants the gRPC port.
+        done = subprocess.run([*shlex.split(printed)[:2], serve.ports.http_url], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 1
+        assert (f"trtpool-health: {serve.ports.http_url} is tritonserver's HTTP port; trtpool-health speaks gRPC: "
+                "give --url HOST:GRPC_PORT (trtpool-serve's --grpc-port, 8001 by default)") in done.stderr, done
     finally:
         assert serve.stop() == 0
 
@@ -179,6 +244,7 @@ def test_without_any_tritonserver_one_line_says_where_it_looked(tmp_path, monkey
     assert "\n" not in message
     assert f"{tmp_path / '.triton' / 'bin' / 'tritonserver'} does not exist" in message
     assert "PATH has none" in message and "set TRTPOOL_TRITONSERVER=" in message
+    (tmp_path / "model").mkdir()
     done = subprocess.run([str(TRTPOOL_SERVE), "--repo", str(tmp_path), "--tritonserver", str(tmp_path / "nowhere")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
@@ -187,10 +253,69 @@ def test_without_any_tritonserver_one_line_says_where_it_looked(tmp_path, monkey
 
 
 def test_a_mistyped_flag_shows_the_unrecognized_option_first(tmp_path):
-    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "model").mkdir(parents=True)
     serve = trtpool_serve(tmp_path / "repo", tmp_path / "server.log", "--watch-intreval", "1")
     assert serve.process.wait(120) == 1
     after_exit = serve.output().split("during start-up\n", 1)[1].splitlines()
     assert after_exit[0].endswith("tritonserver: unrecognized option '--watch-intreval'"), after_exit
     assert after_exit[1] == "(did you mean trtpool-serve's --watch-interval?)"
     assert "--trace-config" not in serve.output()    # not the usage text
+
+
+def test_the_typo_hint_shows_on_the_terminal_too(tmp_path):
+    """Without --log, tritonserver's output is the terminal's: its reason and the hint, no usage text."""
+    (tmp_path / "repo" / "model").mkdir(parents=True)
+    ports = Ports()
+    serve = ServeCommand([str(TRTPOOL_SERVE), "--repo", str(tmp_path / "repo"), "--http-prot", "18420",
+                          "--grpc-port", str(ports.grpc_port)], ports)
+    assert serve.process.wait(120) == 1
+    assert "(did you mean trtpool-serve's --http-port?)" in serve.lines, serve.output()
+    assert "--trace-config" not in serve.output() and "Usage: tritonserver" not in serve.output()
+
+
+@pytest.mark.parametrize("made", ["nothing", "a file", "an empty folder"])
+def test_a_repository_without_models_is_refused_at_once_by_name(tmp_path, made):
+    repo = tmp_path / "repo"
+    if made == "a file":
+        repo.write_text("")
+    elif made == "an empty folder":
+        (repo / ".git").mkdir(parents=True)   # hidden folders are no models
+    done = subprocess.run([str(TRTPOOL_SERVE), "--repo", str(repo)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    why = {"nothing": "does not exist", "a file": "is not a folder", "an empty folder": "holds no model folder"}[made]
+    assert done.stderr.startswith(f"trtpool-serve: error: --repo {repo}: {why}"), done.stderr
+
+
+def test_a_start_that_fails_is_reported_at_once(mixed_repository, tmp_path):
+    """tritonserver that cannot start (here a cache it cannot find) listens but never becomes live;
+    trtpool-serve stops it and says why instead of waiting out --start-timeout, on the terminal
+    (with the note on the messages a machine without a GPU logs) and with --log."""
+    repo, _ = mixed_repository
+    for log in (None, tmp_path / "server.log"):
+        ports = Ports()
+        command = [str(TRTPOOL_SERVE), "--repo", str(repo), "--models", "tiny", "--watch-interval=0",
+                   "--start-timeout=600", "--http-port", str(ports.http_port), "--grpc-port", str(ports.grpc_port),
+                   "--metrics-port", str(ports.metrics_port), "--cache-config=local,size=1000",
+                   *(["--log", str(log)] if log else [])]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              env=environment({"TRTPOOL_TRITONSERVER": str(TRITONSERVER)}))
+        assert done.returncode == 1
+        assert "[serve] tritonserver listens but is not live: its start failed (below); stopping it" in done.stdout
+        assert "unable to find 'libtritoncache_local.so' for cache" in done.stderr
+        if log is None and current_gpu() is None:
+            assert "Failed to initialize NVML" in done.stdout and f"[serve] {NO_GPU_NOTE}" in done.stdout
+        if log is not None:
+            assert "CudaDriverHelper" not in done.stdout and "libtritoncache_local" in log.read_text()
+
+
+def test_help_describes_every_flag_with_its_default():
+    done = subprocess.run([str(TRTPOOL_SERVE), "--help"], capture_output=True, text=True, timeout=60)
+    options = done.stdout.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
+    entries = {block.split()[0].rstrip(","): " ".join(block.split())
+               for block in re.split(r"\n(?=  -)", "\n" + options) if block.strip()}
+    for action in parser()._actions:
+        entry = entries[action.option_strings[0]]
+        assert action.help and action.help.split()[0] in entry, entry
+        if action.default not in (None, argparse.SUPPRESS) and action.default is not False and action.default != []:
+            assert f"(default: {action.default})" in entry, entry
+    assert "(default: 600.0)" in entries["--start-timeout"] and "(default: 10.0)" in entries["--probe-timeout"]

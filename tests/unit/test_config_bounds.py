@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trtpool import config as pool_config
-from trtpool.errors import ConfigError
+from trtpool.errors import ConfigError, EngineError
 from trtpool.instance import ModelInstance
 from trtpool.runtimes import resolve
 from trtpool_builder.examples import write_example
@@ -72,6 +72,23 @@ def test_a_model_file_in_a_symlink_loop_is_refused(tmp_path):
         resolve(load(version_dir, model_file="loop.onnx"))
     assert str(refused.value).startswith("parameter 'model_file': 'loop.onnx' cannot be resolved (")
     assert f"name a file inside the model's version folder '{version_dir}'" in str(refused.value)
+
+
+@pytest.mark.parametrize("files, holds", [
+    ((), "the folder is empty"),
+    (("resnet.onnx", "labels.txt"), "it holds 'labels.txt', 'resnet.onnx' (rename 'resnet.onnx' to model.onnx, "
+                                    "or name it in 'model_file')"),
+    (("model.pt",), "it holds 'model.pt'"),
+])
+def test_a_version_folder_without_a_model_file_names_what_it_holds(tmp_path, files, holds):
+    version_dir = tmp_path / "m" / "1"
+    version_dir.mkdir(parents=True)
+    for name in files:
+        (version_dir / name).write_bytes(b"")
+    with pytest.raises(EngineError) as refused:
+        resolve(load(version_dir))
+    assert str(refused.value) == (f"no model file in '{version_dir}': expected model.plan (TensorRT) or model.onnx "
+                                  f"(ONNX Runtime, or the torch runtime), or set parameter 'model_file'; {holds}")
 
 
 @pytest.mark.parametrize("contexts, count", [("2", 2), ("auto", 1)])

@@ -52,6 +52,8 @@ HERE = "tests/unit/test_docs_commands.py::"
 TUNE = "tests/ops/test_tune.py::"
 BENCH_HELP = HERE + "test_bench_commands_take_the_quoted_flags"
 H200 = HERE + "test_h200_stages_exist"
+PIPELINE_CLIENT = SERVE + "test_the_client_line_serve_sh_prints_works_for_a_pipeline_example"
+PIPELINE_COMMANDS = "tests/builder/test_process_folder.py::test_the_pipeline_commands_modes_md_quotes_run_as_written"
 NO_GPU = "needs an NVIDIA GPU (none on the CI machines)"
 ON_H200 = "runs on the H200 only (bench/gpu/h200.sh stages); minutes to hours"
 LONG_BENCH = "a benchmark run of minutes, not a test (results in bench/results/)"
@@ -100,9 +102,21 @@ INVENTORY = (
             "run on a GPU, but this model instance is on 'cpu'; use instance_group [{ kind: KIND_GPU }]",
             SERVE + "test_failed_models_are_listed_with_their_reason_and_the_others_serve"),
     command(".triton/bin/tritonserver --model-repository=/path/to/model_repository --model-control-mode=explicit "
-            "--load-model='*' --exit-on-error=false --strict-readiness=false --http-port=8000 --grpc-port=8001 "
+            "--load-model='*' --exit-on-error=false --strict-readiness=false --http-address=127.0.0.1 "
+            "--grpc-address=127.0.0.1 --metrics-address=127.0.0.1 --http-port=8000 --grpc-port=8001 "
             "--metrics-port=8002", SERVE + "test_the_readmes_plain_tritonserver_command_serves"),
     text("tritonclient (HTTP / gRPC / gRPC streaming)", "the architecture diagram"),
+    # README.md: the pipeline examples
+    command('MODELS="resnet50_jpeg bert_text" scripts/serve.sh', PIPELINE_CLIENT),
+    command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model resnet50_jpeg "
+            "--file model_repository/resnet50_jpeg/sample.jpg", PIPELINE_CLIENT),
+    command("import numpy as np", PIPELINE_CLIENT),   # the README's client snippet, run whole
+    command("trtpool-model ... --process", PIPELINE_COMMANDS),
+    message("CudaDriverHelper has not been initialized",
+            SERVE + "test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path"),
+    message("Failed to initialize NVML", SERVE + "test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path",
+            SERVE + "test_a_start_that_fails_is_reported_at_once"),
+    command("trtpool-serve --help", SERVE + "test_help_describes_every_flag_with_its_default"),
     # README.md and docs/builder.md: your own ONNX model
     command(".venv/bin/trtpool-build --onnx model.onnx --output model.plan --precision fp16 "
             "--shapes input=1x3x224x224:1x3x224x224:4x3x224x224 --shapes input=8x3x224x224:32x3x224x224:64x3x224x224 "
@@ -197,14 +211,15 @@ INVENTORY = (
     message("elastic pool: context N could not be made",
             "tests/e2e/test_elastic.py::test_a_context_that_cannot_be_made_leaves_the_model_serving"),
     text("preprocess_processes: N", "a config parameter"),
-    command("trtpool-model model.onnx --repo R --name N --process my_process.py --input IMAGE:STRING:1 "
-            "--output LABELS:STRING:5 --output SCORES:FP32:5 --with labels.txt",
+    command("trtpool-model model.onnx --repo R --name N --shapes input=1x3x224x224:8x3x224x224:32x3x224x224 "
+            "--process my_process.py --input IMAGE:STRING:1 --output LABELS:STRING:5 --output SCORES:FP32:5 "
+            "--with labels.txt --with process.json", PIPELINE_COMMANDS,
             "tests/builder/test_process_folder.py::test_the_folder_carries_the_file_its_files_and_the_outside_face"),
-    command("trtpool-examples --names resnet50_jpeg bert_text",
+    command("trtpool-examples --names resnet50_jpeg bert_text", PIPELINE_COMMANDS,
+            "tests/builder/test_process_folder.py::"
+            "test_each_pipeline_examples_files_are_made_at_full_size_in_bounded_time",
             "tests/e2e/test_pipelines.py::test_images_in_labels_out_equal_the_reference_loop",
-            "tests/e2e/test_pipelines.py::test_text_in_label_out_equals_the_reference_loop",
-            not_here="full size, minutes on 2 cores: the suite serves the same examples generated smaller "
-                     "(tests/harness/pipelines.py)"),
+            "tests/e2e/test_pipelines.py::test_text_in_label_out_equals_the_reference_loop"),
     # docs/operations.md
     message("triton_python_backend_stub <repo>/<model>/<version>/model.py ...",
             DEAD + "test_without_the_watchdog_the_model_stays_ready_and_fails_until_reloaded"),
@@ -224,6 +239,7 @@ INVENTORY = (
             not_here="in Kubernetes (no cluster here); the rendered Deployment's args are checked"),
     command("deploy/base/build-engines.sh",
             "tests/ops/test_build_engines.py::test_engines_are_built_once_per_gpu_type_and_served_from_the_cache"),
+    text("trtpool_probe: true", "the request parameter the probes send (tests/ops/test_probe_stage_failures.py)"),
     text("nvidia.com/gpu: 1", "a Kubernetes resource"),
     text("terminationGracePeriodSeconds: 90", "a Kubernetes field"),
     # docs/reliability.md

@@ -76,8 +76,21 @@ def resolve(cfg: PoolConfig) -> tuple[str, Path]:
             return RUNTIME_BY_SUFFIX[Path(name).suffix], cfg.version_dir / name
     raise EngineError(
         f"no model file in '{cfg.version_dir}': expected model.plan (TensorRT) or "
-        "model.onnx (ONNX Runtime, or the torch runtime), or set parameter 'model_file'"
+        f"model.onnx (ONNX Runtime, or the torch runtime), or set parameter 'model_file'; {_holds(cfg.version_dir)}"
     )
+
+
+def _holds(version_dir: Path) -> str:
+    """What a version folder without a model file holds instead: the files a user may have misnamed."""
+    if not version_dir.is_dir():
+        return "the folder does not exist"
+    found = sorted(entry.name for entry in version_dir.iterdir() if not entry.name.startswith("."))
+    if not found:
+        return "the folder is empty"
+    listed = ", ".join(f"'{name}'" for name in found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+    models = [name for name in found if Path(name).suffix in RUNTIME_BY_SUFFIX]
+    hint = f" (rename '{models[0]}' to model{Path(models[0]).suffix}, or name it in 'model_file')" if models else ""
+    return f"it holds {listed}{hint}"
 
 
 def registered_runtime(name: str) -> type[Runtime]:
