@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -139,9 +140,11 @@ def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
         "(a tiny request per model)")
 
 
-def start(command: list[str]) -> subprocess.Popen:
-    # Its own process group: stopping it stops its stubs too. Its output goes through ServerOutput.
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+def start(command: list[str], output: IO[bytes] | None = None) -> subprocess.Popen:
+    """tritonserver in its own process group (stopping it stops its stubs too); its output into
+    `output` (trtpool-tune's log file), else a pipe that ServerOutput relays."""
+    return subprocess.Popen(command, stdout=output if output is not None else subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def kill_group(process: subprocess.Popen) -> None:

@@ -259,6 +259,7 @@ INVENTORY = (
             not_here=RACE),
     # docs/modes.md and docs/configuration.md: the batch faces (issue 28)
     command("bash bench/gpu/h200.sh decode gpu-pipeline-tests pipeline-gpu", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh tune", H200, not_here=ON_H200),
     text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
          "or an exception", "process.py's batch interface"),
     text("preprocess_threads: auto", "a config parameter"),

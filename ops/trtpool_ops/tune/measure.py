@@ -27,7 +27,7 @@ from trtpool_builder.model_folder import read_config, write_config
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.repository import model_states
 from trtpool_ops.serve import kill_group, start, wait_live
-from trtpool_ops.server_log import log_errors
+from trtpool_ops.server_log import start_errors
 from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
 from trtpool_ops.tune import perf
 from trtpool_ops.tune.measurement import Measurement
@@ -85,8 +85,9 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
         process = start(tritonserver_command(tritonserver, options), out)
     server = Server(process, options.grpc_port, options.http_port, prefix)
     try:
-        if not wait_live(process, server.url("grpc"), timeout):
-            raise LoadFailed(f"tritonserver did not start (status {process.poll()}):\n{log_errors(log)}")
+        if wait_live(process, server.url("grpc"), timeout) != "live":
+            lines = log.read_text(errors="replace").splitlines()
+            raise LoadFailed(f"tritonserver did not start (status {process.poll()}):\n{start_errors(lines)}")
         with grpcclient.InferenceServerClient(server.url("grpc")) as client:
             failed = [s for s in model_states(client) if s.state != "READY"]
         if failed:
