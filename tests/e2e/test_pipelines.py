@@ -171,3 +171,19 @@ def test_the_stages_are_timed_on_the_metrics_endpoint(pipelines):
     for stage in ("pre", "engine", "post"):
         assert server.wait_for_metric("trtpool_stage_us_total", "resnet50_jpeg", 1, 30, stage=stage) > 0, stage
     assert 'trtpool_stage_us_total{model="resnet50_jpeg",stage="queue"}' in server.metrics()
+
+
+@pytest.mark.parametrize("model", ["resnet50_jpeg_batch", "resnet50_jpeg_batch_sync"])
+def test_probes_reach_the_batch_faces_without_counting_as_refusals(pipelines, model):
+    """The watchdog's probe (trtpool.probes) is answered by a model that serves the batch faces,
+    sync mode's returned responses included, and runs no user code: no refusal is counted."""
+    from trtpool_ops.probe import probe_model
+
+    server = pipelines.server
+    before = server.metric_total("trtpool_stage_failures_total", model, stage="pre")
+    for _ in range(3):
+        result = probe_model(server.grpc_url, model)
+        assert result.alive, result
+    [answer] = served_concurrently(pipelines, "grpc", model, "IMAGE", [b"not an image"], ("LABELS", "SCORES"))
+    assert isinstance(answer, InferenceServerException)   # a real refusal still counts
+    assert server.wait_for_metric("trtpool_stage_failures_total", model, before + 1, 30, stage="pre") == before + 1
