@@ -14,7 +14,7 @@
 # tensors over through numpy 1's ABI), the packages, and every console script.
 set -euo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TOOLS="trtpool-build trtpool-model trtpool-examples trtpool-accuracy trtpool-serve trtpool-health"
+TOOLS="trtpool-build trtpool-model trtpool-examples trtpool-accuracy trtpool-serve trtpool-health trtpool-tune"
 die() { printf '[install] error: %s\n' "$*" >&2; exit 1; }
 
 [ $# -ge 2 ] || die "usage: $0 PYTHON BACKENDS [--link] [-- PIP_INSTALL_ARGS...]"

@@ -108,6 +108,9 @@ def test_cancelled_clients_leave_the_model_serving(served):
 
 
 def test_perf_analyzer_defaults_drive_a_pipelined_model(served):
-    [row] = perf_analyzer("tiny_pipelined", served.server.grpc_url, concurrency="8", interval_ms=1000)
+    # Its default stability bound (10%) is not reached on a busy 2-core CI machine (seen 2026-12-04:
+    # "Failed to obtain stable measurement"); the README's load command uses 50 for that reason.
+    [row] = perf_analyzer("tiny_pipelined", served.server.grpc_url, concurrency="8", interval_ms=1000,
+                          extra=("--stability-percentage", "50"))
     assert row["Inferences/Second"] > 0
     assert "error" not in row["_stdout"].lower(), row["_stdout"]

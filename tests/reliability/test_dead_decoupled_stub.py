@@ -5,8 +5,8 @@ plain model (asserted here) as for trtpool's (a fault probe: 17-22 per kill). Th
 them (python_backend r24.10 has no restart for decoupled instances), so neither trtpool nor its
 watchdog, a separate process, can answer them. Requests sent after the kill are answered,
 with the stub's 'is not healthy' error. A client's own timeout, then a resend once the model
-is reloaded, or the unary front (its BLS call fails and it answers with an error), is the
-workaround.
+is reloaded, is the workaround. The unary front is none: its BLS call waits for a request lost
+inside the dead stub the same way (CI, 2026-12-04: a front request unanswered for 150 s).
 
 And each killed stub is a zombie child of tritonserver, which only tritonserver, its parent, can
 reap (trtpool-serve is tritonserver's parent, not the stubs'): it does when the model's unload
@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -26,13 +25,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.harness.clients import TINY_TOLERANCE, infer_concurrently
 from tests.harness.python_model import python_model, tensor
 from tests.harness.repository import add_example
 from tests.harness.server import TritonServer, process_state
 from tests.harness.streams import StreamClient
-from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
 
 IN_FLIGHT = 8
 WAIT_S = 10.0       # the plain model answers each request 3 s after it arrives
@@ -52,7 +48,6 @@ class TritonPythonModel:
         return None
 '''
 MODELS = ("plain_decoupled", "tiny_decoupled")
-FRONT_REQUESTS = 200  # those after the kill fail after about a second each: 40 s in all
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +57,6 @@ def server(tmp_path_factory):
     python_model(repo, "plain_decoupled", SLOW_ECHO, [tensor("INPUT0", "FP32", [-1, 16])],
                  [tensor("OUTPUT0", "FP32", [-1, 16])], extra="model_transaction_policy { decoupled: true }")
     add_example(repo, base / "onnx", "tiny", "tiny_decoupled", contexts="1", mode="decoupled")
-    make_front_folder(repo, "tiny_decoupled")
     server = TritonServer(repo, base / "server.log", ("--model-control-mode=explicit", "--load-model=*",
                                                       "--exit-timeout-secs=3")).start()
     yield server
@@ -142,32 +136,3 @@ def test_a_killed_stub_stays_a_zombie_until_its_model_is_freed(server):
         assert killed["plain_decoupled"] in zombies, "the failed request holds the old model, and its zombie"
     finally:
         client.close()
-
-
-def test_the_unary_front_answers_every_request_when_its_targets_stub_dies(server):
-    """The workaround: a client of the unary front gets an answer to every request, the right
-    output or an error, though the target's stub dies under them."""
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
-        client.unload_model("tiny_decoupled_unary")
-        client.unload_model("tiny_decoupled")
-        client.load_model("tiny_decoupled")
-        client.load_model("tiny_decoupled_unary")
-    finally:
-        client.close()
-    rng = np.random.default_rng(29)
-    inputs = [rng.standard_normal((1 + i % 4, 16)).astype(np.float32) for i in range(FRONT_REQUESTS)]
-    results: list = []
-    calls = threading.Thread(target=lambda: results.extend(
-        infer_concurrently(server.grpc_url, "tiny_decoupled_unary", inputs, workers=16)), daemon=True)
-    calls.start()
-    time.sleep(0.3)
-    os.kill(server.stub_pid("tiny_decoupled"), signal.SIGKILL)
-    calls.join(150)
-    assert not calls.is_alive(), "a request to the front went unanswered for 150 s"
-    assert len(results) == FRONT_REQUESTS
-    errors = [r for r in results if isinstance(r, Exception)]
-    assert 0 < len(errors) < FRONT_REQUESTS, "the kill must fall among the requests"
-    for x, result in zip(inputs, results):
-        if not isinstance(result, Exception):
-            np.testing.assert_allclose(result, tiny_reference(x), **TINY_TOLERANCE)
