@@ -223,14 +223,18 @@ class CudaCrops:
         self.shift = tuple(float(v) for v in np.array(spec.mean, np.float64) / std)
         self._local = threading.local()
 
-    def _thread_state(self, nbytes: int) -> tuple[cuda.Stream, cuda.DeviceBuffer]:
+    def _thread_state(self, nbytes: int, images: int) -> tuple[cuda.Stream, cuda.DeviceBuffer, cuda.DeviceBuffer]:
+        """This thread's stream, output memory and kernel table, grown to this call's batch (no
+        allocation, and no cudaFree's device-wide wait, per request)."""
         local = self._local
         if getattr(local, "stream", None) is None:
             cuda.set_device(self.device_index)
-            local.stream, local.buffer, local.size = cuda.Stream(), None, 0
+            local.stream, local.buffer, local.size, local.table, local.rows = cuda.Stream(), None, 0, None, 0
         if local.size < nbytes:
             local.buffer, local.size = cuda.DeviceBuffer(nbytes), nbytes
-        return local.stream, local.buffer
+        if local.rows < images:
+            local.table, local.rows = cuda.DeviceBuffer(max(1, images) * FIELDS * 8), images
+        return local.stream, local.buffer, local.table
 
     def __call__(self, files: list[bytes]) -> tuple[DeviceArray, dict[int, ImageRefused]]:
         spec = self.spec
@@ -238,7 +242,7 @@ class CudaCrops:
         shape = (len(files), 3, spec.crop, spec.crop)
         nbytes = int(np.prod(shape)) * 4
         row_bytes = nbytes // max(1, len(files))
-        stream, buffer = self._thread_state(nbytes)
+        stream, buffer, device_table = self._thread_state(nbytes, len(files))
         cuda.set_device(self.device_index)
         cuda.memset_async(buffer.ptr, 0, nbytes, stream)
         held: list[Any] = []  # decoded images and host arrays the stream still reads
@@ -251,11 +255,10 @@ class CudaCrops:
                     continue
                 held.append(image)
                 rows.append(_table_row(spec, image.__cuda_array_interface__, index))
-            if rows:
+            if rows:  # a later chunk's table is copied after this launch, in stream order
                 table = np.array(rows, np.int64)
-                device_table = cuda.DeviceBuffer(table.nbytes)
                 cuda.memcpy_htod_async(device_table.ptr, table, table.nbytes, stream)
-                held += [table, device_table]
+                held.append(table)
                 self.kernel.launch(device_table.ptr, len(rows), buffer.ptr, spec.crop, self.scale, self.shift,
                                    stream)
         for index in on_cpu:

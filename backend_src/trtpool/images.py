@@ -81,7 +81,6 @@ class Header:
     width: int
     height: int
     mode: str
-    progressive: bool
     ends: bool  # a JPEG's end-of-image marker is there (0xFFD9 appears nowhere else after the header)
 
     @property
@@ -118,7 +117,6 @@ def read_header(data: bytes, spec: CropSpec) -> Header:
     """The file's format and size from its header; ImageRefused for what is no image or too large."""
     with opened(data, spec) as image:
         return Header(image.format or "unknown", *image.size, image.mode,
-                      bool(image.info.get("progressive") or image.info.get("progression")),
                       b"\xff\xd9" in data[-4096:])
 
 
@@ -274,14 +272,11 @@ class DeviceCrops:
         spec = self.spec
         functional = self.torch.nn.functional
         pixels = self.torch.stack(images).float()
-        scale = spec.draft_scale(pixels.shape[3], pixels.shape[2])
-        if scale > 1:  # blocks at the right and bottom edges average what they hold
+        scale, _, (new_width, new_height), (left, top) = placement(spec, pixels.shape[3], pixels.shape[2])
+        if scale > 1:  # blocks at the right and bottom edges average what they hold (sizes round up)
             pixels = functional.avg_pool2d(pixels, scale, scale, ceil_mode=True).round_()
-        height, width = pixels.shape[2:]
-        new_width, new_height = spec.resized(width, height)
         resized = functional.interpolate(pixels, size=(new_height, new_width), mode="bilinear", antialias=True,
                                          align_corners=False)
-        left, top = spec.crop_origin(new_width, new_height)
         crops = resized[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
         batch[self.torch.tensor(indices, device=self.device)] = crops * self.scale - self.shift
 

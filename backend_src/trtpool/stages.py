@@ -375,17 +375,11 @@ class Stage:
         self._post.shutdown(wait=True)
 
 
-class _Postprocessing:
-    """A responder that postprocesses on the stage's post workers before it answers."""
+class _Wrapping:
+    """A responder in front of a request's own: failing and cancellation go straight to it."""
 
-    def __init__(self, stage: Stage, responder: Responder, inputs: Tensors) -> None:
-        self.stage = stage
+    def __init__(self, responder: Responder) -> None:
         self.responder = responder
-        self.inputs = inputs
-
-    def send(self, outputs: Tensors) -> None:
-        # Every mode hands a staged batch's outputs over detached: valid on another thread.
-        self.stage.answer_later(self.responder, outputs, self.inputs)
 
     def fail(self, error: Exception) -> None:
         self.responder.fail(error)
@@ -394,19 +388,33 @@ class _Postprocessing:
         return self.responder.cancelled()
 
 
+class _Postprocessing(_Wrapping):
+    """A responder that postprocesses on the stage's post workers before it answers."""
+
+    def __init__(self, stage: Stage, responder: Responder, inputs: Tensors) -> None:
+        super().__init__(responder)
+        self.stage = stage
+        self.inputs = inputs
+
+    def send(self, outputs: Tensors) -> None:
+        # Every mode hands a staged batch's outputs over detached: valid on another thread.
+        self.stage.answer_later(self.responder, outputs, self.inputs)
+
+
 class _BatchPostprocessing:
     """The requests of one batch, postprocessed together once each has its outputs or its error.
 
     The runner answers a batch's requests one by one (and a batch split across
     contexts, or retried, in several goes): each member's outputs are held until
-    the last member is in, then postprocess_batch takes those that have outputs."""
+    the last member is in, then postprocess_batch takes those that have outputs.
+    A member counts once, as a responder answers once, whatever comes after."""
 
     def __init__(self, stage: Stage, inputs: list[Tensors], inline: bool = False) -> None:
         self.stage = stage
         self.inputs = inputs
         self.inline = inline
         self._lock = threading.Lock()
-        self._waiting = len(inputs)
+        self._arrived: set[int] = set()
         self._ready: dict[int, tuple[Responder, Tensors, Tensors]] = {}
 
     def member(self, index: int, responder: Responder) -> Responder:
@@ -415,10 +423,12 @@ class _BatchPostprocessing:
     def arrived(self, index: int, responder: Responder, outputs: Tensors | None) -> None:
         """Member `index` is in: with its outputs, or None once it has been failed."""
         with self._lock:
+            if index in self._arrived:
+                return
+            self._arrived.add(index)
             if outputs is not None:
                 self._ready[index] = (responder, outputs, self.inputs[index])
-            self._waiting -= 1
-            if self._waiting:
+            if len(self._arrived) < len(self.inputs):
                 return
             members = [self._ready[i] for i in sorted(self._ready)]
         if members and self.inline:
@@ -427,21 +437,18 @@ class _BatchPostprocessing:
             self.stage.answer_batch_later(members)
 
 
-class _BatchMember:
+class _BatchMember(_Wrapping):
     """One request's responder within a _BatchPostprocessing."""
 
     def __init__(self, batch: _BatchPostprocessing, index: int, responder: Responder) -> None:
+        super().__init__(responder)
         self.batch = batch
         self.index = index
-        self.responder = responder
 
     def send(self, outputs: Tensors) -> None:
         # Every mode hands a staged batch's outputs over detached: valid on another thread.
         self.batch.arrived(self.index, self.responder, outputs)
 
     def fail(self, error: Exception) -> None:
-        self.responder.fail(error)
+        super().fail(error)
         self.batch.arrived(self.index, self.responder, None)
-
-    def cancelled(self) -> bool:
-        return self.responder.cancelled()
