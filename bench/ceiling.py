@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +36,7 @@ from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from bench.gpu_serving import INPUTS, add_model, example_options, measure  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
+from bench.stub_profile import stub_profile  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
@@ -97,19 +97,11 @@ def profiled(server: TritonServer, model: str, args, out: Path, **load) -> dict:
     """A measurement (by default batch-1 clients over args.shm) while py-spy samples the
     model's stub (all threads; with --native, the C/C++ frames too: the stub's own IPC
     and copies)."""
-    pid = server.stub_pid(model)
-    if pid is None or shutil.which("py-spy") is None:
-        return {"error": "no stub process or no py-spy"}
-    # py-spy reads native stacks only from a paused process: --native excludes --nonblocking.
-    sampling = ["--native"] if args.native else ["--nonblocking"]
-    recorder = subprocess.Popen(["py-spy", "record", "--threads", *sampling, "--format", "raw",
-                                 "--rate", "200", "--duration", "12", "--pid", str(pid), "--output", str(out)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
-    load = {"concurrency": args.concurrency, "shm": args.shm, **load}
-    result = measure(server, model, inputs=INPUTS[args.example], **load)
-    _, err = recorder.communicate(timeout=60)
-    return {"model": model, "measurement": result, "profile": str(out), "py_spy": err[-500:]}
+    with stub_profile(server, model, out, native=args.native) as outcome:
+        if "error" not in outcome:
+            outcome["measurement"] = measure(server, model, inputs=INPUTS[args.example],
+                                             **{"concurrency": args.concurrency, "shm": args.shm, **load})
+    return outcome
 
 
 def arguments(doc: str) -> argparse.ArgumentParser:

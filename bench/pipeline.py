@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
+from bench.stub_profile import stub_profile  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.pipelines import (  # noqa: E402
     Reference,
@@ -157,12 +158,17 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("LABELS", self.labels),
                                             pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
 '''
+# (a) in sync mode with N instances (N stubs, each its own engine and GIL): gpu_inprocess_sync_xN
+SYNC_INSTANCES = (2, 3, 4)
 GPU_VARIANTS = {"gpu_inprocess": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
-                "gpu_inprocess_sync_x2": "resnet50_jpeg_sync_x2", "gpu_inprocess_cuda": "resnet50_jpeg_cuda",
-                "cpu_inprocess": "resnet50_jpeg_cpu",
+                **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
+                "gpu_inprocess_cuda": "resnet50_jpeg_cuda", "cpu_inprocess": "resnet50_jpeg_cpu",
                 "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg"}
 # (a)'s arrangements: the headline is the best of them
-GPU_INPROCESS = ("gpu_inprocess", "gpu_inprocess_sync", "gpu_inprocess_sync_x2", "gpu_inprocess_cuda")
+GPU_INPROCESS = tuple(v for v in GPU_VARIANTS if v.startswith("gpu_inprocess"))
+# the models an ensemble variant calls besides itself
+ENSEMBLE_STEPS = {"ensemble_cpu": ("pre_cpu", "resnet50_plain", "post"),
+                  "ensemble_gpu": ("pre_gpu", "resnet50_plain", "post")}
 
 
 def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
@@ -227,13 +233,14 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
     # (a) in sync mode: execute() runs the batch whole and returns the responses; once more with
     # two instances (two stubs, each its own engine and GIL)
     variant(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
-    twice = variant(jpeg, "sync", "resnet50_jpeg_sync_x2", contexts="1")
+    for count in SYNC_INSTANCES:
+        several = variant(jpeg, "sync", f"resnet50_jpeg_sync_x{count}", contexts="1")
+        config = read_config(several)
+        if not config.instance_group:  # the dry run on the CPU
+            config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
+        config.instance_group[0].count = count
+        write_config(several, config)
     set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_cuda", contexts="1"), gpu_path="cuda")  # no torch
-    config = read_config(twice)
-    if not config.instance_group:  # the dry run on the CPU
-        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
-    config.instance_group[0].count = 2
-    write_config(twice, config)
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
     stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
                 [tensor("input", "FP32", [3, args.image_size, args.image_size])])
@@ -249,6 +256,11 @@ instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} 
     python_model(repo, "null_jpeg", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
                  [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
                  extra="dynamic_batching { max_queue_delay_microseconds: 100 }")
+    # only the measured variants' models load (each loaded instance holds GPU memory and start-up time)
+    needed = {m for v in args.variants for m in (GPU_VARIANTS[v], *ENSEMBLE_STEPS.get(GPU_VARIANTS[v], ()))}
+    for folder in repo.iterdir():
+        if folder.name not in needed:
+            shutil.rmtree(folder)
 
 
 def build(repo: Path, args: argparse.Namespace) -> Path:
@@ -376,6 +388,12 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", choices=list(GPU_VARIANTS), default=list(GPU_VARIANTS),
                         help="with --gpu-variants: those measured (all are served)")
     parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer's measurement interval")
+    parser.add_argument("--profile", choices=list(GPU_VARIANTS),
+                        help="with --gpu-variants: py-spy samples this variant's stub (one of them) under load")
+    parser.add_argument("--profile-out", type=Path, default=Path("stub_profile.txt"))
+    parser.add_argument("--profile-concurrency", type=int, default=64)
+    parser.add_argument("--native", action="store_true", help="the profile's C/C++ frames too")
+    parser.add_argument("--gil", action="store_true", help="the profile: only samples holding the GIL")
     parser.add_argument("--out", type=Path, default=RESULTS / "pipeline.json")
     args = parser.parse_args()
 
@@ -500,9 +518,16 @@ def gpu_variants(args: argparse.Namespace) -> int:
                     table[variant][str(concurrency)] = row
                     if variant in GPU_INPROCESS:
                         busy.setdefault(variant, {})[str(concurrency)] = utilization.mean
-            stages = {model: {stage: server.metric_total("trtpool_stage_us_total", model, stage=stage)
-                              for stage in ("pre_batch", "queue", "engine", "post_batch")}
-                      for model in (GPU_VARIANTS[v] for v in GPU_INPROCESS)}
+            stages = {GPU_VARIANTS[v]: {stage: server.metric_total("trtpool_stage_us_total", GPU_VARIANTS[v],
+                                                                   stage=stage)
+                                        for stage in ("pre_batch", "queue", "engine", "post_batch")}
+                      for v in GPU_INPROCESS if v in args.variants}
+            profile = None
+            if args.profile:  # after the table: the sampling slows the stub it samples
+                with stub_profile(server, GPU_VARIANTS[args.profile], args.profile_out, native=args.native,
+                                  gil=args.gil, seconds=12) as profile:
+                    profile["measurement"] = perf_row(server.grpc_url, GPU_VARIANTS[args.profile],
+                                                      args.profile_concurrency, input_data, 3000)
         finally:
             server.stop()
     best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
@@ -521,6 +546,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "gpu_inprocess_gpu_busy_percent": busy,
         "gpu_inprocess_stage_us_total": stages,
         "by_concurrency": table,
+        "profile": profile,
     }
     a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record.get("null_jpeg_infer_per_s") or 0
     c, d = record.get("cpu_ensemble_infer_per_s") or 0, record.get("gpu_ensemble_infer_per_s") or 0

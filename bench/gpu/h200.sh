@@ -63,6 +63,10 @@
 #             clients that preprocess themselves; batch-1 clients at 1, 16, 64, 4 client processes;
 #             the in-process model's preprocess in 8 worker processes (the 16:34 UTC 2026-12-03 run,
 #             on threads, was 0.63x of the ensemble)
+#   pipeline-probe  where (a)'s time goes (issue 28, 2026-12-04 second session): sync with 1-4
+#             instances beside the null model at 64 and 256 clients, then a py-spy profile (samples
+#             holding the GIL) of the one-instance stub at 64 clients -> pipeline_probe.json,
+#             pipeline_probe_profile.txt
 #   tune      bench/tune.py (issue 30): trtpool-tune against the exhaustive grid of the same small
 #             space (sync/pipelined x 1,2,4 contexts), ResNet-50 224 batch-1 gRPC clients and BERT-base
 #             (sequence 128) batch-32 CUDA-shm clients, fp16 torch runtime; the search's choice and the
@@ -291,6 +295,13 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --concurrency 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 2000 \
         --variants gpu_inprocess_sync gpu_inprocess_sync_x2 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
         --out "$OUT/pipeline_rerun.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
+      ;;
+    pipeline-probe)
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
+        --concurrency 64 256 --interval-ms 2000 \
+        --variants gpu_inprocess_sync gpu_inprocess_sync_x2 gpu_inprocess_sync_x3 gpu_inprocess_sync_x4 null_jpeg \
+        --profile gpu_inprocess_sync --gil --profile-concurrency 64 --profile-out "$OUT/pipeline_probe_profile.txt" \
+        --out "$OUT/pipeline_probe.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
       ;;
     tune)
       timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
