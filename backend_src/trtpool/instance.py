@@ -130,6 +130,10 @@ class ModelInstance:
             self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
             process = replace(process, preprocess=self.pre_processes)
             pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
+        if faces.batch_post and process.outputs_on_device:
+            kept = self.runtime.keep_outputs_on_device()
+            log.info("model '%s': postprocess_batch takes the engine's outputs %s", self.cfg.model_name,
+                     "on the device" if kept else f"on the host (the {self.runtime.name} runtime copies them there)")
         return Stage(process, self.runtime.signature,
                      {o["name"]: o["data_type"] for o in model_config.get("output", [])},
                      pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage, faces,

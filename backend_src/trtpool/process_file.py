@@ -6,6 +6,7 @@
     def postprocess(outputs: dict, inputs: dict) -> dict: ...           # optional: one request
     def preprocess_batch(batch: list[dict], device: str) -> list: ...   # optional: the whole batch
     def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list: ...  # optional: the whole batch
+    OUTPUTS_ON_DEVICE = True                                            # optional: see below
 
 ``preprocess`` takes one request's inputs as the client sent them (numpy
 arrays named as config.pbtxt declares them; TYPE_STRING arrives as an object
@@ -23,6 +24,13 @@ returns: the runtime copies them into its context's device buffers on the device
 so decoded pixels never cross the host. Which faces serve is the parameter
 ``process_faces`` (trtpool.stages.choose_faces): by default the batch faces on a
 GPU instance and the per-request faces on a CPU one, each where the file has it.
+
+``OUTPUTS_ON_DEVICE = True`` (read after ``setup``, which may set it) says that
+``postprocess_batch`` takes the engine's outputs as device tensors: where the
+instance serves that face and its runtime can (the torch runtime on a GPU), the
+outputs stay on the device, the file's own copy, so a softmax and top-k there
+brings only the answer to the host; elsewhere they come as host arrays as
+always, so the file handles both (the log says which at load).
 
 The file is loaded from the model folder only, with the same trust as a
 Python-backend model's model.py: whoever may write the repository may run code.
@@ -57,6 +65,7 @@ class ProcessFile:
     postprocess: Callable[[Tensors, Tensors], Tensors] | None
     preprocess_batch: Callable[[list[Tensors], str], list[Refusable]] | None = None
     postprocess_batch: Callable[[list[Tensors], list[Tensors]], list[Refusable]] | None = None
+    outputs_on_device: bool = False  # postprocess_batch takes device tensors (OUTPUTS_ON_DEVICE)
 
     @property
     def has_pre(self) -> bool:
@@ -131,4 +140,7 @@ def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> Proces
             functions["setup"](model_config, Path(version_dir))
         except Exception as exc:
             raise ConfigError(f"{path}: setup(model_config, folder) raised {type(exc).__name__}: {exc}") from exc
-    return ProcessFile(path, *(functions[face] for face in FACES))
+    on_device = getattr(module, "OUTPUTS_ON_DEVICE", False)
+    if not isinstance(on_device, bool):
+        raise ConfigError(f"{path}: OUTPUTS_ON_DEVICE is {on_device!r}, expected True or False")
+    return ProcessFile(path, *(functions[face] for face in FACES), outputs_on_device=on_device)

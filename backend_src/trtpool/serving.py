@@ -182,8 +182,9 @@ class BatchRunner:
             unstackable = self._unstackable(chunk, outputs)
             if unstackable:
                 pass
-            elif detach:
-                outputs = {name: np.array(array) for name, array in outputs.items()}
+            elif detach:  # host views copied; device outputs are the caller's already
+                outputs = {name: np.array(array) if isinstance(array, np.ndarray) else array
+                           for name, array in outputs.items()}
             else:
                 self._emit_all(chunk, outputs, emit, fail)
         except Exception as exc:

@@ -136,6 +136,15 @@ def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline, model
     assert top5_equal >= 0.9 * len(files)
 
 
+def test_the_examples_softmax_and_top5_run_on_the_device(gpu_pipeline):
+    """OUTPUTS_ON_DEVICE: the torch runtime leaves the logits on the device for postprocess_batch
+    (the answers above come through that path), on both GPU paths."""
+    server, _ = gpu_pipeline
+    log = server.log_text()
+    for model in ("resnet50_jpeg", "resnet50_jpeg_cuda"):
+        assert f"model '{model}': postprocess_batch takes the engine's outputs on the device" in log
+
+
 @pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_cuda"])
 def test_each_bad_file_fails_its_request_alone_on_the_gpu(gpu_pipeline, model):
     """Bad files alone and beside a good one, batch clients (3 files in a request), awkward

@@ -20,6 +20,7 @@ from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model_config import auto_complete, check_agreement
 from trtpool.process_file import ProcessFile, engine_faces, load_process_file
+from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool.scheduler import Scheduler
 from trtpool.stages import Faces, choose_faces
 from trtpool_builder.examples import write_example
@@ -559,3 +560,82 @@ def test_preprocess_processes_with_the_batch_face_is_refused_by_name(tmp_path):
 def test_process_faces_takes_only_its_choices():
     with pytest.raises(ConfigError, match=r"parameter 'process_faces'.*auto, request, batch"):
         pool_config.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")
+
+
+class OnDevice:
+    """Stands in for a torch tensor on a GPU (torch and CUDA do not run here): rows slice,
+    np.asarray refuses it as numpy refuses a CUDA tensor, `.host` is what a copy would give."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = host
+        self.shape = host.shape
+        self.dtype = host.dtype
+
+    def __len__(self) -> int:
+        return len(self.host)
+
+    def __getitem__(self, rows: slice) -> OnDevice:
+        return OnDevice(self.host[rows])
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("can't convert a device tensor to numpy")
+
+
+class DeviceOutputsRuntime(OnnxRuntime):
+    """ONNX Runtime whose contexts hand their outputs over as OnDevice, once asked to (as the
+    torch runtime clones its outputs on the device instead of copying them to the host)."""
+
+    def keep_outputs_on_device(self) -> bool:
+        self.outputs_on_device = True
+        return True
+
+    def create_context(self, index):
+        context = super().create_context(index)
+        complete = context.complete
+
+        def on_device():
+            outputs = complete()
+            return {n: OnDevice(np.array(a)) for n, a in outputs.items()} if self.outputs_on_device else outputs
+        context.complete = on_device
+        return context
+
+
+DEVICE_POST = BATCH_PROCESS.replace("def postprocess_batch(outputs, batch):\n", '''OUTPUTS_ON_DEVICE = True
+
+def postprocess_batch(outputs, batch):
+    calls.append(("got", sorted({type(out["OUTPUT0"]).__name__ for out in outputs})))
+    outputs = [{"OUTPUT0": getattr(out["OUTPUT0"], "host", out["OUTPUT0"])} for out in outputs]
+''')
+
+
+def test_outputs_on_device_is_read_after_setup_and_must_be_a_bool(tmp_path):
+    folder = staged_folder(tmp_path, "def setup(config, folder):\n    global OUTPUTS_ON_DEVICE\n"
+                                     "    OUTPUTS_ON_DEVICE = True\n\n"
+                                     "def postprocess_batch(outputs, batch):\n    return outputs\n")
+    assert load_process_file(folder, CONFIG).outputs_on_device is True
+    (folder / "process.py").write_text("OUTPUTS_ON_DEVICE = 'yes'\n\ndef postprocess_batch(outputs, batch):\n"
+                                       "    return outputs\n")
+    with pytest.raises(ConfigError, match=r"process.py: OUTPUTS_ON_DEVICE is 'yes', expected True or False"):
+        load_process_file(folder, CONFIG)
+
+
+@pytest.mark.parametrize("runtime, handed", [(OnnxRuntime, "ndarray"), (DeviceOutputsRuntime, "OnDevice")])
+def test_postprocess_batch_gets_device_outputs_where_the_runtime_keeps_them(tmp_path, monkeypatch, caplog,
+                                                                          runtime, handed):
+    """Asked by OUTPUTS_ON_DEVICE: the outputs stay the runtime's device tensors through the runner
+    (sliced per request, never copied to numpy) where it can; host arrays where it cannot."""
+    monkeypatch.setattr("trtpool.instance.load_runtime", lambda cfg: runtime(cfg, cfg.version_dir / "model.onnx"))
+    caplog.set_level("INFO", logger="trtpool")
+    instance = batch_instance(tmp_path, DEVICE_POST, process_faces="batch")
+    try:
+        requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.5, 0.25, -1.0, 0.75])]
+        responders = run_staged(instance, requests)
+        assert [c for c in calls_of(instance) if c[0] == "got"] == [("got", [handed])]  # one call, for 3
+        assert [r.outcome for r in responders] == ["sent", "sent", responders[2].outcome, "sent"]
+        for index in (0, 1, 3):
+            expected = tiny_reference(requests[index]["VALUES"].astype(np.float32))
+            np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
+        where = "on the device" if handed == "OnDevice" else "on the host (the onnxruntime runtime copies them there)"
+        assert f"postprocess_batch takes the engine's outputs {where}" in caplog.text
+    finally:
+        instance.close()

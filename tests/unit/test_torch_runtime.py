@@ -481,6 +481,35 @@ def test_gpu_device_parts_go_straight_into_place_and_match_host_parts(examples):
 
 
 @gpu
+def test_gpu_outputs_kept_on_the_device_are_the_callers_and_match_the_host_path(examples):
+    """keep_outputs_on_device: complete() returns CUDA tensors on the runtime's device, equal to
+    what the host path returns, complete, and the caller's own (the next batch leaves them as
+    they were, though it replays the same graph into the same buffers)."""
+    runtime = gpu_runtime(examples, "resnet50")
+    context = runtime.create_context(0)
+    try:
+        first, second = sample("resnet50", 3, seed=21), sample("resnet50", 3, seed=22)
+        host_first = {k: v.copy() for k, v in run_on(context, first).items()}
+        assert runtime.keep_outputs_on_device() and runtime.outputs_on_device
+
+        def on_device(inputs: dict) -> dict:
+            context.submit({name: [array] for name, array in inputs.items()})
+            return context.complete()
+        kept = on_device(first)
+        for name, tensor in kept.items():
+            assert isinstance(tensor, torch.Tensor) and tensor.device == runtime.device and tensor.is_contiguous()
+            np.testing.assert_array_equal(tensor.cpu().numpy(), host_first[name])
+        snapshot = {name: tensor.clone() for name, tensor in kept.items()}
+        again = on_device(second)
+        for name, tensor in kept.items():
+            assert torch.equal(tensor, snapshot[name])
+            assert not torch.equal(again[name], tensor)
+    finally:
+        context.close()
+        runtime.close()
+
+
+@gpu
 @pytest.mark.parametrize("name, seq_len", [("resnet50", None), ("bert_base", 50)])
 def test_gpu_host_parts_gathered_in_slices_by_threads_match_one_piece(examples, name, seq_len):
     """Host requests gathered into pinned staging a few rows per slice by three threads

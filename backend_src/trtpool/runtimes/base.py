@@ -58,7 +58,9 @@ class ExecutionContext(ABC):
         shaped as the runtime computed them for this batch.
 
         The arrays may be views of the context's buffers: valid until its next
-        ``submit``. Raises like ``submit``.
+        ``submit``. With the runtime's outputs on the device (``Runtime.keep_outputs_on_device``)
+        they are device tensors the caller owns, complete when this returns.
+        Raises like ``submit``.
         """
 
     def close(self) -> None:
@@ -70,6 +72,12 @@ class Runtime(ABC):
 
     name: str
     signature: Signature  # output dims the model cannot tell before a run are -1
+    outputs_on_device = False  # complete() returns device tensors (see keep_outputs_on_device)
+
+    def keep_outputs_on_device(self) -> bool:
+        """Have every context's complete() return its outputs as device tensors, not copied to
+        the host (a postprocess that runs on the device); False where this runtime cannot."""
+        return False
 
     @abstractmethod
     def create_context(self, index: int) -> ExecutionContext:

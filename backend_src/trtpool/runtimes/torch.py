@@ -272,6 +272,10 @@ def _use_ieee_fp32() -> None:
 class TorchRuntime(Runtime):
     name = "torch"
 
+    def keep_outputs_on_device(self) -> bool:
+        self.outputs_on_device = True
+        return True
+
     def __init__(self, cfg: PoolConfig, path: Path, precision: str = "fp32",
                  sequence_buckets: tuple[int, ...] | None = None) -> None:
         if precision not in PRECISIONS:
@@ -567,7 +571,11 @@ class TorchContext(ExecutionContext):
                 raise _model_refused(exc, shapes) from exc
             self._results = {}
             for name, output in outputs.items():
-                real = runtime.real_output(name, output, shapes).contiguous()
+                real = runtime.real_output(name, output, shapes)
+                if runtime.outputs_on_device:  # the caller's own copy: the graph's buffers are the next batch's
+                    self._results[name] = real.clone(memory_format=torch.contiguous_format)
+                    continue
+                real = real.contiguous()
                 host = self._host_output(name, real)
                 cuda.memcpy_dtoh_async(host, real.data_ptr(), host.nbytes, self._stream)
                 self._results[name] = host

@@ -10,7 +10,9 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
 
     GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
                   the device, resized and normalized there; the engine reads them from
-                  the device. postprocess_batch: one softmax and top-5 for the batch.
+                  the device. postprocess_batch: one softmax and top-5 for the batch, on
+                  the device where the runtime leaves the logits there (OUTPUTS_ON_DEVICE:
+                  the torch runtime), so only the answer comes to the host.
                   process.json's "gpu_path": "torch" (torchvision's nvJPEG and torch;
                   "decoder" picks nvImageCodec instead) or "cuda" (nvImageCodec and
                   trtpool's crop kernel: no torch, as in NVIDIA's Triton image).
@@ -31,6 +33,7 @@ import numpy as np
 from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, DeviceCrops, ImageRefused, cpu_crop
 
 TOP = 5
+OUTPUTS_ON_DEVICE = True  # postprocess_batch takes the logits as device tensors where the runtime can
 
 _spec = CropSpec.imagenet(224)
 _settings: dict = {}
@@ -100,11 +103,24 @@ def _top(logits: np.ndarray) -> dict:
     return {"LABELS": _labels[top], "SCORES": np.take_along_axis(probabilities, top, axis=1).astype(np.float32)}
 
 
+def _top_on_device(logits) -> dict:
+    """_top on a torch tensor on the device: only the top 5's indices and scores come to the host."""
+    scores, top = logits.float().softmax(dim=1).topk(TOP, dim=1)
+    top = top.cpu().numpy()
+    return {"LABELS": _labels[top], "SCORES": scores.cpu().numpy()}
+
+
 def postprocess(outputs: dict, inputs: dict) -> dict:
     return _top(outputs["logits"])
 
 
 def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list:
-    answers = _top(np.concatenate([o["logits"] for o in outputs]))
+    logits = [o["logits"] for o in outputs]
+    if isinstance(logits[0], np.ndarray):
+        answers = _top(np.concatenate(logits))
+    else:  # device tensors: the torch runtime's, so torch is there
+        import torch
+
+        answers = _top_on_device(torch.cat(logits))
     bounds = np.cumsum([0, *(len(o["logits"]) for o in outputs)])
     return [{name: value[start:stop] for name, value in answers.items()} for start, stop in zip(bounds, bounds[1:])]
