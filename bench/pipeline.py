@@ -159,7 +159,7 @@ class TritonPythonModel:
                                             pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
 '''
 # (a) in sync mode with N instances (N stubs, each its own engine and GIL): gpu_inprocess_sync_xN
-SYNC_INSTANCES = (2, 3, 4)
+SYNC_INSTANCES = (2, 3, 4, 6)
 GPU_VARIANTS = {"gpu_inprocess": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
                 **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
                 "gpu_inprocess_cuda": "resnet50_jpeg_cuda", "cpu_inprocess": "resnet50_jpeg_cpu",

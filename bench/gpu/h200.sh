@@ -67,6 +67,9 @@
 #             instances beside the null model at 64 and 256 clients, then a py-spy profile (samples
 #             holding the GIL) of the one-instance stub at 64 clients -> pipeline_probe.json,
 #             pipeline_probe_profile.txt
+#   pipeline-final  issue 28's record after pipeline-probe: (a) sync with 4 and 6 instances (the
+#             device postprocess on), (b)-(e), perf_analyzer at 1, 16, 64, 256 -> pipeline.json
+#   device-tests  the device-postprocess tests and the GPU pipeline tests -> gpu_pipeline_tests.log
 #   tune      bench/tune.py (issue 30): trtpool-tune against the exhaustive grid of the same small
 #             space (sync/pipelined x 1,2,4 contexts), ResNet-50 224 batch-1 gRPC clients and BERT-base
 #             (sequence 128) batch-32 CUDA-shm clients, fp16 torch runtime; the search's choice and the
@@ -302,6 +305,17 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --variants gpu_inprocess_sync gpu_inprocess_sync_x2 gpu_inprocess_sync_x3 gpu_inprocess_sync_x4 null_jpeg \
         --profile gpu_inprocess_sync --gil --profile-concurrency 64 --profile-out "$OUT/pipeline_probe_profile.txt" \
         --out "$OUT/pipeline_probe.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
+      ;;
+    pipeline-final)
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
+        --concurrency 1 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 1500 \
+        --variants gpu_inprocess_sync_x4 gpu_inprocess_sync_x6 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
+        --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    device-tests)
+      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py \
+        tests/unit/test_torch_runtime.py -k "pipeline or gpu_outputs_kept or device" 2>&1 \
+        | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 12
       ;;
     tune)
       timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
