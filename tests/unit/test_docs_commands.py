@@ -169,6 +169,7 @@ INVENTORY = (
     text("Range(0, Cast(Shape(x)[3]), 1) + 0.5", "an ONNX expression"),
     text("h0 [layers, 1, hidden]", "a tensor shape"),
     text("dims: [1]", "a config.pbtxt field"),
+    text("OUTPUTS_ON_DEVICE = True", "a process file's top-level setting (tests/unit/test_stages.py reads it)"),
     text("reshape: { shape: [] }", "a config.pbtxt field"),
     text("onnx.save(..., save_as_external_data=True)", "a Python call that writes external data"),
     text("||converted - fp32|| / ||fp32||", "a formula"),
