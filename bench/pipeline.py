@@ -61,6 +61,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.gpu_memory import by_process  # noqa: E402
 from bench.paired import compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from bench.stub_profile import stub_profile  # noqa: E402
@@ -505,6 +506,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         input_data = write_input_data(Path(scratch) / "files.json", files)
         server = TritonServer(repo, Path(scratch) / "server.log",
                               ("--cuda-memory-pool-byte-size=0:2147483648",)).start(timeout=900)
+        memory = gpu_memory_by_model(server, sorted(folder.name for folder in repo.iterdir()))  # steps too
         table: dict[str, dict[str, dict]] = {v: {} for v in args.variants}
         busy: dict[str, dict[str, float | None]] = {}
         try:
@@ -545,6 +547,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "gpu_inprocess_best_p99_ms": best[headline].get("p99_ms"),
         "gpu_inprocess_gpu_busy_percent": busy,
         "gpu_inprocess_stage_us_total": stages,
+        "gpu_memory_mib_by_model": memory,
         "by_concurrency": table,
         "profile": profile,
     }
@@ -555,6 +558,18 @@ def gpu_variants(args: argparse.Namespace) -> int:
     write_json(args.out, record)
     print(json.dumps(record["ratios"]), f"wrote {args.out}")
     return 0
+
+
+def gpu_memory_by_model(server: TritonServer, models: list[str]) -> dict[str, int | None]:
+    """GPU memory (MiB, nvidia-smi) of each model's stubs after the load: every instance's CUDA
+    context, weights, buffers and graphs. None where nvidia-smi lists no process (no GPU, a container)."""
+    held = by_process()
+    memory = {}
+    for model in models:
+        stubs = [pid for pid in server.stub_pids()
+                 if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        memory[model] = sum(held[pid][1] for pid in stubs if pid in held) if held else None
+    return memory
 
 
 def perf_row(url: str, model: str, concurrency: int, input_data: Path, interval_ms: int = 5000) -> dict:
