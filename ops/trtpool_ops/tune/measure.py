@@ -29,7 +29,7 @@ from trtpool_ops.repository import model_states
 from trtpool_ops.serve import kill_group, start, wait_live
 from trtpool_ops.server_log import start_errors
 from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
-from trtpool_ops.tune import perf
+from trtpool_ops.tune import gpu_memory, perf
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.profile import ClientProfile
 from trtpool_ops.tune.space import Candidate, render
@@ -70,6 +70,7 @@ class Server:
     grpc_port: int
     http_port: int
     prefix: str
+    metrics_port: int
 
     def url(self, protocol: str) -> str:
         return f"127.0.0.1:{self.grpc_port if protocol == 'grpc' else self.http_port}"
@@ -83,7 +84,7 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
                            passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10"))
     with log.open("wb") as out:
         process = start(tritonserver_command(tritonserver, options), out)
-    server = Server(process, options.grpc_port, options.http_port, prefix)
+    server = Server(process, options.grpc_port, options.http_port, prefix, options.metrics_port)
     try:
         if wait_live(process, server.url("grpc"), timeout) != "live":
             lines = log.read_text(errors="replace").splitlines()
@@ -153,11 +154,12 @@ class Measurer:
             [model] = self.stage_all(where / "repo", {self.folder.name: candidate}).values()
             with serving(self.tritonserver, where / "repo", where / "server.log") as server:
                 row, note = self.settled(server, model, candidate.mode == "decoupled", where)
+                memory = gpu_memory.read(f"127.0.0.1:{server.metrics_port}")
         except (LoadFailed, perf.PerfFailed) as exc:
             return Measurement(candidate, seconds=time.monotonic() - begun, error=str(exc))
         finally:
             shutil.rmtree(where / "repo", ignore_errors=True)
-        return replace(figures(candidate, row, time.monotonic() - begun), note=note)
+        return replace(figures(candidate, row, time.monotonic() - begun), note=note, gpu_memory_bytes=memory)
 
     def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[dict[str, float], str]:
         """perf_analyzer's row; where its windows did not agree (a busy machine), once more with windows
