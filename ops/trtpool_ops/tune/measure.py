@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool_builder.front import make_front_folder
@@ -36,6 +37,7 @@ from trtpool_ops.tune.space import Candidate, render
 
 CONFIGS = ("config.pbtxt", "config.tuned.pbtxt")
 STOP_GRACE_S = 15.0
+UNSETTLED = ("READY", "LOADING", "UNLOADING")   # a model still live in the repository index
 
 
 class LoadFailed(RuntimeError):
@@ -99,11 +101,28 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
         shut_down(server)
 
 
+def unload_all(server: Server, timeout: float = STOP_GRACE_S) -> None:
+    """Triton's own unload of every model (its stubs finalize and unlink their regions), waited for, so
+    that the SIGINT after it finds no model live and the server exits at once: on SIGINT with models
+    live, Triton unloads them and then checks once a second, about a second lost a point."""
+    deadline = time.monotonic() + timeout
+    try:
+        with grpcclient.InferenceServerClient(server.url("grpc")) as client:
+            for state in model_states(client):
+                if state.state == "READY":
+                    client.unload_model(state.name, client_timeout=timeout)
+            while time.monotonic() < deadline and any(s.state in UNSETTLED for s in model_states(client)):
+                time.sleep(0.05)
+    except InferenceServerException:
+        pass   # the SIGINT and the group kill that follow stop it anyway
+
+
 def shut_down(server: Server) -> None:
-    """SIGINT (Triton unloads every model and its stubs unlink their regions), the group killed
-    after STOP_GRACE_S, then whatever regions are left under the server's prefix removed."""
+    """Every model unloaded (unload_all), SIGINT, the group killed after STOP_GRACE_S, then whatever
+    regions are left under the server's prefix removed."""
     with perf.sheltered():
         if server.process.poll() is None:
+            unload_all(server)
             server.process.send_signal(signal.SIGINT)
             try:
                 server.process.wait(STOP_GRACE_S)
