@@ -41,7 +41,8 @@ class Search:
         return sum(len(a.values) - 1 for a in self.space.axes[first:]) + self._elastic
 
     def left(self) -> int:
-        """At most this many points remain: stage 1's modes still in play, then each axis's other values."""
+        """At most this many points remain: stage 1's modes still in play, each axis's other values, the
+        elastic step."""
         return self._left
 
     def score(self, candidate: Candidate) -> float | None:
