@@ -9,12 +9,19 @@ profile, in one run (issue 30). Per case:
 
     .venv/bin/python bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32 --out bench/results/tune.json
 
+One case per run, the runs merged into one record (the H200 stages tune-resnet50, tune-bert):
+
+    python3 bench/tune.py --cases resnet50-b1-grpc ... --out A.json --merge-into tune.json
+    python3 bench/tune.py --cases bert_base-b32-cudashm ... --out B.json --merge-into tune.json
+    python3 bench/tune.py --merge A.json B.json --merge-into tune.json     # the same, afterwards
+
 Writes, per case, chosen_infer_per_s and grid_best_infer_per_s (as each run measured
 them), measurements_used, grid_measurements, and the ABBA and p99 re-measures.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -22,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +63,27 @@ CASES = {
     "bert_base-b1-grpc": Case("bert_base", ("--batch", "1", "--concurrency", "16", *BERT_128)),
     "bert_base-b32-cudashm": Case("bert_base", ("--batch", "32", "--concurrency", "4", "--shm", "cuda", *BERT_128)),
 }
+
+
+def example_options(example: str, args: argparse.Namespace) -> dict:
+    """The example's size: ResNet-50's image size; BERT's layers and hidden size where given (a small
+    BERT for a dry run on a CPU)."""
+    if example == "resnet50":
+        return {"image_size": args.image_size}
+    if example == "bert_base" and args.bert_layers:
+        return {"num_layers": args.bert_layers, "hidden": args.bert_hidden, "num_heads": max(1, args.bert_hidden // 64)}
+    return {}
+
+
+def merged(into: Path, records: list[dict]) -> dict:
+    """The tune record at `into` (if any) with the cases of `records` added or replaced; each case
+    keeps its own run's provenance (date, command, runtime, flags), the top level the latest run's."""
+    base = json.loads(into.read_text()) if into.exists() else {"benchmark": "tune", "cases": {}}
+    for record in records:
+        run = {k: v for k, v in record.items() if k != "cases"}
+        base.update(run)
+        base["cases"].update({name: {**case, "run": case.get("run", run)} for name, case in record["cases"].items()})
+    return base
 
 
 def tune(folder: Path, out: Path, flags: list[str]) -> dict:
@@ -125,10 +154,11 @@ def grid_best_under(grid: dict, bound: float) -> dict | None:
     return max(meeting, key=lambda m: m["infer_per_s"]) if meeting else None
 
 
-def run_case(name: str, case: Case, args: argparse.Namespace, base: Path) -> dict:
+def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: Callable[[dict], None]) -> dict:
+    """The case's grid, search, ABBA re-measure and p99 run; `keep` writes the result so far after the
+    grid and search and again after the ABBA rounds (a run stopped by its cap keeps what finished)."""
     repo = base / name
-    onnx = write_example(case.example, base / f"{name}.onnx",
-                         **({"image_size": args.image_size} if case.example == "resnet50" else {}))
+    onnx = write_example(case.example, base / f"{name}.onnx", **example_options(case.example, args))
     add_model(repo, onnx, case.example, case.example, args, contexts=1, mode="sync")
     folder = repo / case.example
     flags = [*with_transport(case.client, args.shm), *args.tune_flags.split()]
@@ -146,6 +176,7 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path) -> dic
         "search_stopped": searched["stopped"], "grid_stopped": grid["stopped"],
         "search_measurements": searched["measurements"], "grid": grid["measurements"],
     }
+    keep(result)
     chosen, best = Candidate.from_dict(searched["chosen"]["config"]), Candidate.from_dict(grid["chosen"]["config"])
     print(f"{name}: ABBA, chosen {chosen.label} against grid best {best.label}", flush=True)
     rows = side_by_side(folder, searched, {"chosen": chosen, "grid_best": best}, args.rounds, base / f"{name}-abba")
@@ -153,8 +184,10 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path) -> dic
     result["abba"] = {"rounds": rows, "chosen_over_grid_best": ratio, "median": ratio["median"],
                       "within_5_percent": ratio["median"] is not None and ratio["median"] >= 0.95,
                       "same_configuration": chosen == best}
+    keep(result)
     if name in args.p99_cases.split(","):
         result["p99_bound"] = p99_case(name, folder, flags, grid, args, base)
+        keep(result)
     return result
 
 
@@ -175,6 +208,14 @@ def p99_case(name: str, folder: Path, flags: list[str], grid: dict, args: argpar
     return p99_check
 
 
+def keep(args: argparse.Namespace, record: dict, name: str, result: dict) -> None:
+    """The case's result so far into --out (and --merge-into)."""
+    record["cases"][name] = result
+    write_json(args.out, record)
+    if args.merge_into:
+        write_json(args.merge_into, merged(args.merge_into, [{**record, "cases": {name: result}}]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default="tiny-b1-grpc,resnet50-b1-grpc",
@@ -192,8 +233,21 @@ def main() -> None:
     parser.add_argument("--tune-flags", default="--contexts 1,2,4 --queue-delays 100,2000 --preferred keep,none "
                         "--interval-ms 1000 --max-trials 4 --stability 30 --budget 20",
                         help="the space and measuring flags every trtpool-tune run of a case takes")
+    parser.add_argument("--bert-layers", type=int, help="BERT's layers (default: BERT-base's 12; fewer for a dry run)")
+    parser.add_argument("--bert-hidden", type=int, default=128, help="BERT's hidden size with --bert-layers (a head per 64)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune.json")
+    parser.add_argument("--merge-into", type=Path, metavar="JSON",
+                        help="also merge this run's cases into JSON as each finishes (other cases there are kept): "
+                             "one record from runs of one case each")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                        help="run nothing: merge these records' cases into --merge-into")
     args = parser.parse_args()
+    if args.merge:
+        if not args.merge_into:
+            parser.error("--merge needs --merge-into")
+        write_json(args.merge_into, merged(args.merge_into, [json.loads(p.read_text()) for p in args.merge]))
+        print(f"merged {len(args.merge)} record(s) into {args.merge_into}")
+        return
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
@@ -202,8 +256,7 @@ def main() -> None:
               "cases": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases.split(","):
-            record["cases"][name] = run_case(name, CASES[name], args, Path(scratch))
-            write_json(args.out, record)   # each case kept as it finishes
+            run_case(name, CASES[name], args, Path(scratch), functools.partial(keep, args, record, name))
     summary = {name: {k: case[k] for k in ("chosen_infer_per_s", "grid_best_infer_per_s", "measurements_used",
                                            "grid_measurements")} | {"abba_median": case["abba"]["median"]}
                for name, case in record["cases"].items()}

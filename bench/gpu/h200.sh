@@ -70,11 +70,22 @@
 #   pipeline-final  issue 28's record after pipeline-probe: (a) sync with 4 and 6 instances (the
 #             device postprocess on), (b)-(e), perf_analyzer at 1, 16, 64, 256 -> pipeline.json
 #   device-tests  the device-postprocess tests and the GPU pipeline tests -> gpu_pipeline_tests.log
-#   tune      bench/tune.py (issue 30): trtpool-tune against the exhaustive grid of the same small
-#             space (sync/pipelined x 1,2,4 contexts), ResNet-50 224 batch-1 gRPC clients and BERT-base
-#             (sequence 128) batch-32 CUDA-shm clients, fp16 torch runtime; the search's choice and the
-#             grid's best side by side (ABBA), the p99-bound choice (ResNet-50 only) measured again. At most 6 minutes
-#             (SIGINT at 350 s: trtpool-tune stops its servers and what finished is in $OUT/tune.json)
+#   tune-resnet50  bench/tune.py (issue 30), one case a call: trtpool-tune against the exhaustive grid of
+#             the same small space (sync/pipelined x 1,2,4 contexts = 6 points, all measured), ResNet-50 224
+#             batch-1 gRPC clients, fp16 torch runtime; the search (and its elastic step), the grid's best and
+#             the search's choice side by side (ABBA, 2 rounds), and the p99-bound search with its choice
+#             measured again. Sized from the 2026-12-04 run's points (18-25 s each, mostly server start and
+#             model load; every one then needed a second perf_analyzer pass at 500 ms windows, so the windows
+#             are 1,000 ms and 60% from the start): about 16 s a point, 7 points at most per search, 3 tunes
+#             (about 12 s of load each before measuring), about 450 s expected. --budget 2.7 min a tune run
+#             fits the 6-point grid at 25 s a point. SIGINT at 570 s is a safety net only: trtpool-tune then
+#             stops its servers and what finished is written. Writes $OUT/tune_resnet50.json, merges it into
+#             /tmp/tune_h200.json on the machine and copies that to $OUT/tune.json.
+#   tune-bert the same for BERT-base (sequence 128) batch-32 CUDA-shm clients, no p99 run; --budget 3.5 min a
+#             tune run (BERT loads slower); about 400 s expected. Its $OUT/tune.json holds both cases where
+#             tune-resnet50 ran on the same warm machine; otherwise merge the two here:
+#             python3 bench/tune.py --merge tune_resnet50.json tune_bert.json --merge-into bench/results/h200/tune.json
+#             (the former one-call `tune` stage ran out of its 350 s at 4/6 ResNet points, BERT never ran)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -317,11 +328,19 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         tests/unit/test_torch_runtime.py -k "pipeline or gpu_outputs_kept or device" 2>&1 \
         | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 12
       ;;
-    tune)
-      timeout -s INT 350 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
-        --cases resnet50-b1-grpc,bert_base-b32-cudashm --p99-cases resnet50-b1-grpc --rounds 2 \
-        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 500 --max-trials 3 --stability 30 --budget 1.5" \
-        --out "$OUT/tune.json" 2>&1 | grep -v '^[IWE]12' | tail -n 60
+    tune-resnet50)
+      timeout -s INT 570 python3 bench/tune.py --runtime torch --precision fp16 --image-size 224 \
+        --cases resnet50-b1-grpc --p99-cases resnet50-b1-grpc --rounds 2 \
+        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 1000 --max-trials 3 --stability 60 --budget 2.7" \
+        --out "$OUT/tune_resnet50.json" --merge-into /tmp/tune_h200.json 2>&1 | grep -v '^[IWE]12' | tail -n 40
+      cp /tmp/tune_h200.json "$OUT/tune.json"
+      ;;
+    tune-bert)
+      timeout -s INT 570 python3 bench/tune.py --runtime torch --precision fp16 \
+        --cases bert_base-b32-cudashm --p99-cases "" --rounds 2 \
+        --tune-flags "--modes sync,pipelined --contexts 1,2,4 --queue-delays 100 --preferred keep --interval-ms 1000 --max-trials 3 --stability 60 --budget 3.5" \
+        --out "$OUT/tune_bert.json" --merge-into /tmp/tune_h200.json 2>&1 | grep -v '^[IWE]12' | tail -n 40
+      cp /tmp/tune_h200.json "$OUT/tune.json"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

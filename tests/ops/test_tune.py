@@ -84,10 +84,11 @@ def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
     record = json.loads((tmp_path / "out" / "tune.json").read_text())
     measured = record["measurements"]
     assert record["stopped"] == "done" and record["met"], output
-    assert 1 <= len(measured) <= record["space"]["grid_size"] == 8
-    assert all("infer_per_s" in m for m in measured), measured
+    assert 1 <= len(measured) <= record["space"]["grid_size"] + 1 and record["space"]["grid_size"] == 8  # + elastic
+    assert all("infer_per_s" in m and "gpu_memory_mib" in m for m in measured), measured
     assert record["chosen"]["label"] in {m["label"] for m in measured}
     table = (tmp_path / "out" / "report.md").read_text()
+    assert "| p99 ms | GPU MiB |" in table
     assert all(f"| {m['label']} |" in table for m in measured)
     with Image.open(tmp_path / "out" / "tune.png") as image:
         assert image.format == "PNG" and image.size[0] > 400
@@ -159,3 +160,22 @@ def test_a_p99_bound_no_configuration_meets_is_said_with_the_closest(tiny, tmp_p
     assert "no configuration written" in output and not (tiny / "config.tuned.pbtxt").exists()
     record = json.loads((tmp_path / "out" / "tune.json").read_text())
     assert not record["met"] and record["chosen"]["label"].startswith("sync contexts=1")
+
+
+def test_fewest_resources_measures_the_elastic_range_after_the_best_pool(tiny, tmp_path):
+    """One pipelined point of 2 contexts, then the search's elastic step: the same with 1..2 contexts,
+    served by a real server. Without a GPU there is no memory figure, so the context count decides."""
+    process = tune(tiny, tmp_path, *QUICK, "--objective", "fewest-resources", "--modes", "pipelined",
+                   "--contexts", "2", "--queue-delays", "100", "--preferred", "keep")
+    output = finished(process)
+    assert process.returncode == 0, output
+    record = json.loads((tmp_path / "out" / "tune.json").read_text())
+    configs = [m["config"] for m in record["measurements"]]
+    assert configs == [{"mode": "pipelined", "contexts": 2, "preferred_batch_size": "keep", "queue_delay_us": "100"},
+                       {"mode": "pipelined", "contexts": 2, "min_contexts": "1", "preferred_batch_size": "keep",
+                        "queue_delay_us": "100"}], output
+    assert all("infer_per_s" in m for m in record["measurements"]), record["measurements"]
+    if all(m["gpu_memory_mib"] is None for m in record["measurements"]):
+        assert "the context count decided" in record["reason"], record["reason"]
+    tuned = (tiny / "config.tuned.pbtxt").read_text()
+    assert ('key: "min_contexts"' in tuned) == ("min_contexts" in record["chosen"]["config"]), tuned

@@ -6,11 +6,13 @@ import itertools
 import os
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool_builder.model_folder import read_config
+from trtpool_ops.tune import gpu_memory
 from trtpool_ops.tune.cli import stop_on_signal, write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner
 from trtpool_ops.tune.measurement import Measurement
@@ -22,15 +24,16 @@ from trtpool_ops.tune.space import Axis, Candidate, Space, render
 THROUGHPUT = Objective()
 
 
-def synthetic(table: dict) -> callable:
-    """A measure function from {(mode, contexts): infer/s}, times a factor per queue delay."""
+def synthetic(table: dict, elastic: float = 1.0) -> callable:
+    """A measure function from {(mode, contexts): infer/s}, times a factor per queue delay, and times
+    `elastic` for an elastic pool."""
     delays = {"0": 0.9, "100": 1.0, "500": 1.2, "2000": 0.8}
 
     def measure(c: Candidate) -> Measurement:
         value = table.get((c.mode, c.contexts))
         if value is None:
             return Measurement(c, error="did not load")
-        value *= delays.get(c.setting("queue_delay_us") or "100", 1.0)
+        value *= delays.get(c.setting("queue_delay_us") or "100", 1.0) * (elastic if c.setting("min_contexts") else 1)
         return Measurement(c, value, 1.0, 1000 / value)
     return measure
 
@@ -96,11 +99,51 @@ def test_left_never_grows_and_ends_at_zero():
     search = Search(space, lambda c: (seen.append(search.left()), synthetic(table)(c))[1], THROUGHPUT)
     search.run()
     assert seen == sorted(seen, reverse=True) and search.left() == 0
-    assert seen[0] == 3 * 2 + 2
+    assert seen[0] == 3 * 2 + 2 + 1   # stage 1's grid, the queue delay's other values, the elastic step
 
 
-def figures(label: str, contexts: int, infer: float, p99: float) -> Measurement:
-    return Measurement(Candidate(label, contexts), infer, p99 / 2, p99)
+PIPELINED_PEAKS_AT_4 = {("sync", c): 100.0 * c ** 0.5 for c in (1, 2, 4)} | {("pipelined", 1): 150, ("pipelined", 2): 260,
+                                                                          ("pipelined", 4): 400}
+ELASTIC_4 = Candidate("pipelined", 4, (("min_contexts", "1"),))
+
+
+@pytest.mark.parametrize("factor, taken", [(0.98, True), (0.9, False)])
+def test_the_elastic_range_is_one_more_point_taken_only_within_the_noise(factor, taken):
+    space = Space(("sync", "pipelined"), (1, 2, 4))
+    search = Search(space, synthetic(PIPELINED_PEAKS_AT_4, elastic=factor), THROUGHPUT, noise=0.05)
+    measured = search.run()
+    assert [m.candidate for m in measured if m.candidate.setting("min_contexts")] == [ELASTIC_4]
+    # sync 1 and 2, pipelined 1, 2 and 4 (sync lost at two counts), then the elastic point last
+    assert measured[-1].candidate == ELASTIC_4 and len(measured) == 6
+    choice = THROUGHPUT.choose(measured)
+    assert choice.measurement.candidate == (ELASTIC_4 if taken else Candidate("pipelined", 4))
+    assert ("as an elastic pool of 1 to 4 contexts" in choice.reason) == taken
+
+
+def test_the_elastic_range_is_not_tried_for_sync_or_one_context_or_when_turned_off():
+    sync_best = {("sync", c): 100.0 * c for c in (1, 2)} | {("pipelined", c): 40.0 * c for c in (1, 2)}
+    _, measured = run(Space(("sync", "pipelined"), (1, 2)), sync_best)
+    assert not any(m.candidate.setting("min_contexts") for m in measured)
+    _, measured = run(Space(("pipelined",), (1,)), {("pipelined", 1): 100})
+    assert len(measured) == 1
+    search = Search(Space(("sync", "pipelined"), (1, 2, 4)), synthetic(PIPELINED_PEAKS_AT_4), THROUGHPUT,
+                    elastic=False)
+    assert not any(m.candidate.setting("min_contexts") for m in search.run()) and search.left() == 0
+
+
+def test_an_elastic_twin_holding_more_memory_than_its_fixed_pool_is_not_taken():
+    fixed = figures("pipelined", 4, 1000, 9.0, 2000)
+    elastic = Measurement(ELASTIC_4, 990, 4.5, 9.0, gpu_memory_bytes=2400 << 20)
+    assert Objective().choose([fixed, elastic]).measurement is fixed
+    leaner = replace(elastic, gpu_memory_bytes=1500 << 20)
+    assert Objective().choose([fixed, leaner]).measurement is leaner
+    # The least memory decides fewest-resources; the leaner elastic pool is that too.
+    assert Objective("fewest-resources").choose([fixed, leaner]).reason.startswith("the least GPU memory (1500 MiB)")
+
+
+def figures(label: str, contexts: int, infer: float, p99: float, memory_mib: int | None = None) -> Measurement:
+    return Measurement(Candidate(label, contexts), infer, p99 / 2, p99,
+                       gpu_memory_bytes=None if memory_mib is None else memory_mib << 20)
 
 
 def test_objectives_choose_as_documented():
@@ -108,10 +151,40 @@ def test_objectives_choose_as_documented():
     assert Objective().choose(measured).measurement.infer_per_s == 1000
     bound = Objective("p99", p99_ms=6.5).choose(measured)
     assert bound.met and bound.measurement.candidate == Candidate("pipelined", 2)
-    fewest = Objective("fewest-contexts", within=0.05).choose(measured)
+    fewest = Objective("fewest-contexts", within=0.05).choose(measured)   # the former name still works
     assert fewest.measurement.candidate == Candidate("pipelined", 2)   # 960 >= 950; sync 1's 900 is not
     missed = Objective("p99", p99_ms=1.0).choose(measured)
     assert not missed.met and missed.measurement.p99_ms == 4.0 and "closest" in missed.reason
+
+
+def test_fewest_resources_takes_the_least_gpu_memory_where_every_candidate_has_a_figure():
+    measured = [figures("sync", 1, 900, 4.0, 1500), figures("pipelined", 4, 1000, 9.0, 2600),
+                figures("pipelined", 2, 970, 6.0, 2100), figures("sync", 2, 960, 6.0, 1900)]
+    choice = Objective("fewest-resources", within=0.05).choose(measured)
+    # Within 5% of 1000: pipelined 4, pipelined 2, sync 2 (all 2 contexts or more); sync 2 holds the least.
+    assert choice.measurement.candidate == Candidate("sync", 2)
+    assert choice.reason.startswith("the least GPU memory (1900 MiB)")
+
+
+def test_fewest_resources_falls_back_to_the_fewest_contexts_where_a_memory_figure_is_missing():
+    measured = [figures("pipelined", 4, 1000, 9.0, 1200), figures("pipelined", 2, 970, 6.0, None),
+                figures("sync", 2, 980, 6.0, 1900), figures("sync", 1, 900, 4.0, 100)]
+    choice = Objective("fewest-resources", within=0.05).choose(measured)
+    # pipelined 4 holds the least memory, but pipelined 2's figure is missing: contexts decide, and of
+    # the two with 2 contexts the faster; sync 1 (least of all) is more than 5% below the best.
+    assert choice.measurement.candidate == Candidate("sync", 2)
+    assert choice.reason.startswith("the fewest contexts (2)") and "GPU memory was not read" in choice.reason
+
+
+def test_gpu_memory_is_summed_over_the_gpus_and_absent_without_one():
+    metrics = ('# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n'
+               'nv_gpu_memory_used_bytes{gpu_uuid="GPU-a"} 1048576\n'
+               'nv_gpu_memory_used_bytes{gpu_uuid="GPU-b"} 2097152\n'
+               'nv_gpu_memory_total_bytes{gpu_uuid="GPU-a"} 9e10\n')
+    assert gpu_memory.used_bytes(metrics) == 3 << 20
+    assert gpu_memory.used_bytes('nv_inference_count{model="m",version="1"} 4\n') is None
+    record = figures("sync", 1, 10, 1.0, 3).as_dict()
+    assert record["gpu_memory_mib"] == 3.0 and figures("sync", 1, 10, 1.0).as_dict()["gpu_memory_mib"] is None
 
 
 def test_a_point_over_the_p99_bound_scores_below_any_within_it_of_half_its_throughput():
@@ -123,7 +196,8 @@ def test_render_sets_only_the_candidates_fields():
     base = mc.ModelConfig(name="m", backend="trtpool", max_batch_size=32)
     base.dynamic_batching.preferred_batch_size.extend([8, 32])
     base.dynamic_batching.max_queue_delay_microseconds = 100
-    for key, value in {"min_contexts": "1", "max_contexts": "4", "runtime": "auto"}.items():
+    for key, value in {"min_contexts": "1", "max_contexts": "4", "runtime": "auto",
+                       "shrink_after_idle_seconds": "300"}.items():
         base.parameters[key].string_value = value
     config = render(base, Candidate("decoupled", 2, (("max_batch_size", "16"), ("queue_delay_us", "500"))))
     assert config.model_transaction_policy.decoupled
@@ -131,6 +205,9 @@ def test_render_sets_only_the_candidates_fields():
     assert params == {"contexts": "2", "mode": "decoupled", "runtime": "auto", "batch_wait_microseconds": "500"}
     assert config.max_batch_size == 16 and list(config.dynamic_batching.preferred_batch_size) == [8]
     assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    elastic = render(base, ELASTIC_4)
+    assert {k: v.string_value for k, v in elastic.parameters.items() if "contexts" in k or "idle" in k} == {
+        "min_contexts": "1", "max_contexts": "4", "shrink_after_idle_seconds": "300"}   # the folder's policy kept
     plain = render(base, Candidate("pipelined", 1, (("preferred_batch_size", "none"),)))
     assert not plain.HasField("model_transaction_policy") and not plain.dynamic_batching.preferred_batch_size
     assert list(base.dynamic_batching.preferred_batch_size) == [8, 32]   # the user's config is untouched

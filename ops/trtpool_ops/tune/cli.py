@@ -2,7 +2,7 @@
 under your clients' profile.
 
     trtpool-tune MODEL_FOLDER [--batch 1] [--concurrency 8 | --request-rate R] [--protocol grpc|http]
-                 [--shm none|system|cuda] [--shape NAME:DIMS ...] [--objective throughput|p99|fewest-contexts]
+                 [--shm none|system|cuda] [--shape NAME:DIMS ...] [--objective throughput|p99|fewest-resources]
                  [--budget MINUTES]
 
 Each point measured is a real tritonserver on a scratch repository (links to the
@@ -67,10 +67,12 @@ def parser() -> argparse.ArgumentParser:
                         help="an input's shape after the batch dimension, e.g. input_ids:128 (repeat per input)")
     client.add_argument("--input-data", metavar="zero|random|FILE", help="perf_analyzer's --input-data")
     goal = p.add_argument_group("objective")
-    goal.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    goal.add_argument("--objective", choices=OBJECTIVES, default="throughput",
+                      help="fewest-resources: the least GPU memory (else the fewest contexts) within --within of "
+                           "the best throughput; fewest-contexts is its former name")
     goal.add_argument("--p99-ms", type=float, help="the p99 bound of --objective p99")
     goal.add_argument("--within", type=float, default=0.05,
-                      help="--objective fewest-contexts: this fraction below the best throughput (default 0.05)")
+                      help="--objective fewest-resources: this fraction below the best throughput (default 0.05)")
     space = p.add_argument_group("the space searched (comma-separated values)")
     space.add_argument("--modes", type=_list, help=f"of {', '.join(MODES)} (default: sync, pipelined and "
                        "decoupled over gRPC (streaming clients), decoupled-front over HTTP)")
@@ -95,6 +97,10 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--noise", type=float, default=0.05,
                      help="a gain below this fraction counts as none (default 0.05)")
     how.add_argument("--grid", action="store_true", help="measure every point of the space instead of searching")
+    how.add_argument("--elastic", action=argparse.BooleanOptionalAction, default=True,
+                     help="the search's last step: the best pipelined or decoupled point with an elastic pool of 1 "
+                          "up to its contexts, one more point, taken where it serves within --noise (default on; "
+                          "not part of --grid)")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, help="report folder (default ./trtpool-tune-<model>)")
     out.add_argument("--write-config", action="store_true",
@@ -186,7 +192,8 @@ def record_of(args: argparse.Namespace, profile: ClientProfile, objective: Objec
         "client": profile.as_dict(), "objective": objective.describe(),
         "p99_bound_ms": objective.p99_ms, "space": space.as_dict(), "noise": args.noise,
         "window": {"interval_ms": args.interval_ms, "max_trials": args.max_trials, "stability": args.stability},
-        "strategy": "grid" if args.grid else "search", "stopped": stopped, "minutes": round(minutes, 2),
+        "strategy": "grid" if args.grid else "search", "elastic_step": args.elastic and not args.grid,
+        "stopped": stopped, "minutes": round(minutes, 2),
         "measurements_used": len(measured), "measurements": [m.as_dict() for m in measured],
         "pareto": [m.as_dict() for m in report.pareto(measured)],
         "chosen": choice.measurement.as_dict() if choice.measurement else None,
@@ -199,7 +206,7 @@ def tune(args: argparse.Namespace) -> int:
     folder = args.folder = args.folder.resolve()
     if not (folder / "config.pbtxt").is_file():
         raise ValueError(f"{folder}: no config.pbtxt; MODEL_FOLDER is one model's folder (config.pbtxt, 1/...)")
-    objective = Objective(args.objective, args.p99_ms, args.within)
+    objective = Objective(args.objective, args.p99_ms, args.within, args.noise)
     if args.objective == "p99" and not args.p99_ms:
         raise ValueError("--objective p99 needs --p99-ms, the bound in milliseconds")
     profile = ClientProfile(args.batch, args.concurrency, args.request_rate, args.protocol, args.shm,
@@ -222,7 +229,7 @@ def tune(args: argparse.Namespace) -> int:
         grid = space.grid()
         say(f"space: {space.as_dict()}; objective: {objective.describe()}; budget {args.budget:g} min")
         runner = Runner(measurer, objective, args.budget * 60, len(grid))
-        search = Search(space, runner, objective, args.noise)
+        search = Search(space, runner, objective, args.noise, args.elastic and not args.grid)
         if not args.grid:
             runner.left = search.left
         stopped = "done"

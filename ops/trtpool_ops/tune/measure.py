@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool_builder.front import make_front_folder
@@ -29,13 +30,14 @@ from trtpool_ops.repository import model_states
 from trtpool_ops.serve import kill_group, start, wait_live
 from trtpool_ops.server_log import start_errors
 from trtpool_ops.shm import own_prefix, prefix_flag, remove_regions
-from trtpool_ops.tune import perf
+from trtpool_ops.tune import gpu_memory, perf
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.profile import ClientProfile
 from trtpool_ops.tune.space import Candidate, render
 
 CONFIGS = ("config.pbtxt", "config.tuned.pbtxt")
 STOP_GRACE_S = 15.0
+UNSETTLED = ("READY", "LOADING", "UNLOADING")   # a model still live in the repository index
 
 
 class LoadFailed(RuntimeError):
@@ -70,6 +72,7 @@ class Server:
     grpc_port: int
     http_port: int
     prefix: str
+    metrics_port: int
 
     def url(self, protocol: str) -> str:
         return f"127.0.0.1:{self.grpc_port if protocol == 'grpc' else self.http_port}"
@@ -83,7 +86,7 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
                            passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10"))
     with log.open("wb") as out:
         process = start(tritonserver_command(tritonserver, options), out)
-    server = Server(process, options.grpc_port, options.http_port, prefix)
+    server = Server(process, options.grpc_port, options.http_port, prefix, options.metrics_port)
     try:
         if wait_live(process, server.url("grpc"), timeout) != "live":
             lines = log.read_text(errors="replace").splitlines()
@@ -98,11 +101,28 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) ->
         shut_down(server)
 
 
+def unload_all(server: Server, timeout: float = STOP_GRACE_S) -> None:
+    """Triton's own unload of every model (its stubs finalize and unlink their regions), waited for, so
+    that the SIGINT after it finds no model live and the server exits at once: on SIGINT with models
+    live, Triton unloads them and then checks once a second, about a second lost a point."""
+    deadline = time.monotonic() + timeout
+    try:
+        with grpcclient.InferenceServerClient(server.url("grpc")) as client:
+            for state in model_states(client):
+                if state.state == "READY":
+                    client.unload_model(state.name, client_timeout=timeout)
+            while time.monotonic() < deadline and any(s.state in UNSETTLED for s in model_states(client)):
+                time.sleep(0.05)
+    except InferenceServerException:
+        pass   # the SIGINT and the group kill that follow stop it anyway
+
+
 def shut_down(server: Server) -> None:
-    """SIGINT (Triton unloads every model and its stubs unlink their regions), the group killed
-    after STOP_GRACE_S, then whatever regions are left under the server's prefix removed."""
+    """Every model unloaded (unload_all), SIGINT, the group killed after STOP_GRACE_S, then whatever
+    regions are left under the server's prefix removed."""
     with perf.sheltered():
         if server.process.poll() is None:
+            unload_all(server)
             server.process.send_signal(signal.SIGINT)
             try:
                 server.process.wait(STOP_GRACE_S)
@@ -153,11 +173,12 @@ class Measurer:
             [model] = self.stage_all(where / "repo", {self.folder.name: candidate}).values()
             with serving(self.tritonserver, where / "repo", where / "server.log") as server:
                 row, note = self.settled(server, model, candidate.mode == "decoupled", where)
+                memory = gpu_memory.read(f"127.0.0.1:{server.metrics_port}")
         except (LoadFailed, perf.PerfFailed) as exc:
             return Measurement(candidate, seconds=time.monotonic() - begun, error=str(exc))
         finally:
             shutil.rmtree(where / "repo", ignore_errors=True)
-        return replace(figures(candidate, row, time.monotonic() - begun), note=note)
+        return replace(figures(candidate, row, time.monotonic() - begun), note=note, gpu_memory_bytes=memory)
 
     def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[dict[str, float], str]:
         """perf_analyzer's row; where its windows did not agree (a busy machine), once more with windows

@@ -15,13 +15,19 @@ class Measurement:
     seconds: float = 0.0            # wall time of the point: server start, load, measurement, stop
     error: str = ""                 # why the point has no figures (did not load, perf_analyzer failed)
     note: str = ""                  # how it was measured where that differs from the others
+    gpu_memory_bytes: int | None = None  # Triton's nv_gpu_memory_used_bytes at the end (None: no GPU read)
 
     @property
     def ok(self) -> bool:
         return not self.error
 
+    @property
+    def gpu_memory_mib(self) -> float | None:
+        return None if self.gpu_memory_bytes is None else round(self.gpu_memory_bytes / 2**20, 1)
+
     def as_dict(self) -> dict:
         figures = {"infer_per_s": round(self.infer_per_s, 2), "p50_ms": round(self.p50_ms, 3),
-                   "p99_ms": round(self.p99_ms, 3)} if self.ok else {"error": self.error}
+                   "p99_ms": round(self.p99_ms, 3), "gpu_memory_mib": self.gpu_memory_mib} if self.ok else {
+                   "error": self.error}
         return {"config": self.candidate.as_dict(), "label": self.candidate.label, **figures,
                 "seconds": round(self.seconds, 1), **({"note": self.note} if self.note else {})}

@@ -25,8 +25,8 @@ def markdown(record: dict[str, Any]) -> str:
              f"- measured {len(record['measurements'])} point(s) in {record['minutes']:.1f} min ({record['stopped']}); "
              f"the whole grid of this space is {record['space']['grid_size']}",
              f"- chosen: {record['chosen']['label'] if record['chosen'] else 'none'} ({record['reason']})", "",
-             "| # | configuration | infer/s | p50 ms | p99 ms | s | note |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+             "| # | configuration | infer/s | p50 ms | p99 ms | GPU MiB | s | note |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     chosen = record["chosen"]["label"] if record["chosen"] else None
     front = {m["label"] for m in record["pareto"]}
     for i, m in enumerate(record["measurements"], 1):
@@ -34,10 +34,11 @@ def markdown(record: dict[str, Any]) -> str:
                                          (m.get("note", ""), "note" in m)) if on)
         if "error" in m:
             first = m["error"].splitlines()[0] if m["error"] else ""
-            lines.append(f"| {i} | {m['label']} | — | — | — | {m['seconds']} | failed: {first[:160]} |")
+            lines.append(f"| {i} | {m['label']} | — | — | — | — | {m['seconds']} | failed: {first[:160]} |")
         else:
+            memory = "—" if m.get("gpu_memory_mib") is None else f"{m['gpu_memory_mib']:.0f}"
             lines.append(f"| {i} | {m['label']} | {m['infer_per_s']:.1f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} "
-                         f"| {m['seconds']} | {note} |")
+                         f"| {memory} | {m['seconds']} | {note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,11 @@ a numeric axis (queue delay, max_batch_size, thread counts) steps from its
 starting value to its neighbours while each step gains more than the noise, up
 first and down only if up did not gain; any other axis tries each value once.
 A value is taken only when it gains more than the noise.
+
+Stage 3, the elastic range: where the best point is pipelined or decoupled with
+more than one context, the same point with an elastic pool of 1 up to its
+contexts (min_contexts, max_contexts) is measured once. The objective takes it in
+the fixed pool's place when it serves within the noise of it (Objective.choose).
 """
 from __future__ import annotations
 
@@ -19,22 +24,25 @@ from collections.abc import Callable
 
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
-from trtpool_ops.tune.space import Axis, Candidate, Space
+from trtpool_ops.tune.space import ELASTIC_MIN, Axis, Candidate, Space, elastic_twin
 
 
 class Search:
     def __init__(self, space: Space, measure: Callable[[Candidate], Measurement], objective: Objective,
-                 noise: float = 0.05) -> None:
+                 noise: float = 0.05, elastic: bool = True) -> None:
         self.space, self.objective, self.noise = space, objective, noise
         self._measure = measure
         self.measured: dict[Candidate, Measurement] = {}
+        self._elastic = int(elastic and space.contexts[-1] > ELASTIC_MIN and any(m != "sync" for m in space.modes))
         self._left = len(space.modes) * len(space.contexts) + self._axes_left(0)
 
     def _axes_left(self, first: int) -> int:
-        return sum(len(a.values) - 1 for a in self.space.axes[first:])
+        """The points the further axes from `first` on, and the elastic step, may still take."""
+        return sum(len(a.values) - 1 for a in self.space.axes[first:]) + self._elastic
 
     def left(self) -> int:
-        """At most this many points remain: stage 1's modes still in play, then each axis's other values."""
+        """At most this many points remain: stage 1's modes still in play, each axis's other values, the
+        elastic step."""
         return self._left
 
     def score(self, candidate: Candidate) -> float | None:
@@ -52,6 +60,7 @@ class Search:
             for index, axis in enumerate(self.space.axes):
                 self._left = self._axes_left(index)
                 best = self.climb(axis, best)
+            self.elastic_range(best)
         self._left = 0
         return list(self.measured.values())
 
@@ -99,3 +108,9 @@ class Search:
             if moved:
                 break
         return here
+
+    def elastic_range(self, best: Candidate) -> None:
+        """Stage 3: the best point with an elastic pool, measured once (where it can differ from it)."""
+        twin = elastic_twin(best) if self._elastic else None
+        if twin is not None:
+            self.score(twin)

@@ -1,8 +1,9 @@
 """The configurations trtpool-tune chooses among, and each one's config.pbtxt.
 
 A candidate is a mode, a context count and a value on each further axis (queue
-delay, preferred batch sizes, ...). Its config is the user's config.pbtxt with
-only those fields changed, through Triton's own protobuf classes.
+delay, preferred batch sizes, ...), and, where it is elastic, min_contexts (its
+pool then grows from that to its contexts). Its config is the user's config.pbtxt
+with only those fields changed, through Triton's own protobuf classes.
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 MODES = ("sync", "pipelined", "decoupled", "decoupled-front")
 KEEP = "keep"   # an axis value: the field as the user's config has it
 POOL_SIZES = ("contexts", "min_contexts", "max_contexts")
+ELASTIC_POLICY = ("grow_after_wait_microseconds", "shrink_after_idle_seconds")   # refused beside a fixed pool
+ELASTIC = "min_contexts"   # a candidate's setting: an elastic pool from this many up to its contexts
+ELASTIC_MIN = 1
 
 
 @dataclass(frozen=True, order=True)
@@ -71,6 +75,13 @@ def _max_batch(config: mc.ModelConfig, value: str) -> None:
     config.dynamic_batching.preferred_batch_size.extend(kept)
 
 
+def _elastic(config: mc.ModelConfig, value: str) -> None:
+    """An elastic pool from `value` contexts up to the candidate's count (min_contexts, max_contexts)."""
+    _set_parameter(config, "max_contexts", config.parameters["contexts"].string_value)
+    del config.parameters["contexts"]
+    _set_parameter(config, "min_contexts", value)
+
+
 @dataclass(frozen=True)
 class AxisKind:
     apply: Callable[[mc.ModelConfig, str], None]
@@ -85,7 +96,18 @@ AXES: dict[str, AxisKind] = {
     "cuda_graphs": AxisKind(lambda c, v: _set_parameter(c, "cuda_graphs", v), False, False),
     "preprocess_threads": AxisKind(lambda c, v: _set_parameter(c, "preprocess_threads", v), True, False),
     "preprocess_processes": AxisKind(lambda c, v: _set_parameter(c, "preprocess_processes", v), True, False),
+    # Not an axis of the grid: the search's last step (Search.elastic_range) sets it.
+    ELASTIC: AxisKind(_elastic, True, False),
 }
+
+
+def elastic_twin(candidate: Candidate) -> Candidate | None:
+    """The candidate with an elastic pool of ELASTIC_MIN..its contexts, where one can differ from it:
+    not for sync (one batch at a time never waits for a context, so its pool never grows), not
+    for a single context, not for a candidate that is elastic already."""
+    if candidate.mode == "sync" or candidate.contexts <= ELASTIC_MIN or candidate.setting(ELASTIC) is not None:
+        return None
+    return candidate.with_setting(ELASTIC, str(ELASTIC_MIN))
 
 
 @dataclass(frozen=True)
@@ -121,10 +143,11 @@ class Space:
 
 
 def render(base: mc.ModelConfig, candidate: Candidate) -> mc.ModelConfig:
-    """The user's config with the candidate's mode, a fixed pool of its contexts and its axis values."""
+    """The user's config with the candidate's mode, its pool (fixed, or elastic with the folder's growth
+    and idle policy) and its axis values."""
     config = mc.ModelConfig()
     config.CopyFrom(base)
-    for key in POOL_SIZES:
+    for key in (*POOL_SIZES, *(() if candidate.setting(ELASTIC) else ELASTIC_POLICY)):
         if key in config.parameters:
             del config.parameters[key]
     _set_parameter(config, "contexts", str(candidate.contexts))
