@@ -169,6 +169,8 @@ INVENTORY = (
     text("Range(0, Cast(Shape(x)[3]), 1) + 0.5", "an ONNX expression"),
     text("h0 [layers, 1, hidden]", "a tensor shape"),
     text("dims: [1]", "a config.pbtxt field"),
+    text("instance_group [{ count: 4, kind: KIND_GPU }]", "a config.pbtxt field"),
+    text("mode: sync", "a config.pbtxt parameter, as docs/configuration.md names it"),
     text("... contexts=N min_contexts=1", "trtpool-tune's progress line for the elastic step"),
     text("gpu_memory_mib: null", "a tune.json field where no GPU reports memory"),
     text("max_contexts: N", "a config.pbtxt parameter as the elastic step writes it"),
@@ -264,6 +266,8 @@ INVENTORY = (
             not_here=RACE),
     # docs/modes.md and docs/configuration.md: the batch faces (issue 28)
     command("bash bench/gpu/h200.sh decode gpu-pipeline-tests pipeline-gpu", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup device-tests pipeline-final", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh tune-resnet50", H200, not_here=ON_H200),
     text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
          "or an exception", "process.py's batch interface"),
     text("preprocess_threads: auto", "a config parameter"),
