@@ -69,6 +69,8 @@
 #             pipeline_probe_profile.txt
 #   pipeline-final  issue 28's record after pipeline-probe: (a) sync with 4 and 6 instances (the
 #             device postprocess on), (b)-(e), perf_analyzer at 1, 16, 64, 256 -> pipeline.json
+#   pipeline-one-client  the 1-client figures pipeline-final could not get (perf_analyzer unstable in 5
+#             windows of 1.5 s): (a) sync with 4 instances, (d) and (e), windows of 4 s -> pipeline_one_client.json
 #   device-tests  the device-postprocess tests and the GPU pipeline tests -> gpu_pipeline_tests.log
 #   tune-resnet50  bench/tune.py (issue 30), one case a call: trtpool-tune against the exhaustive grid of
 #             the same small space (sync/pipelined x 1,2,4 contexts = 6 points, all measured), ResNet-50 224
@@ -322,6 +324,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --concurrency 1 16 64 256 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 1500 \
         --variants gpu_inprocess_sync_x4 gpu_inprocess_sync_x6 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
         --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      ;;
+    pipeline-one-client)
+      python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
+        --concurrency 1 --gpu-pre-instances 2 --interval-ms 4000 \
+        --variants gpu_inprocess_sync_x4 gpu_ensemble null_jpeg \
+        --out "$OUT/pipeline_one_client.json" 2>&1 | grep -v '^[IWE]12' | tail -n 8
       ;;
     device-tests)
       python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py \
