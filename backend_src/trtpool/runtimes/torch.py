@@ -272,10 +272,6 @@ def _use_ieee_fp32() -> None:
 class TorchRuntime(Runtime):
     name = "torch"
 
-    def keep_outputs_on_device(self) -> bool:
-        self.outputs_on_device = True
-        return True
-
     def __init__(self, cfg: PoolConfig, path: Path, precision: str = "fp32",
                  sequence_buckets: tuple[int, ...] | None = None) -> None:
         if precision not in PRECISIONS:
@@ -383,6 +379,10 @@ class TorchRuntime(Runtime):
             raise EngineError(f"the converted model returned {len(results)} outputs, its ONNX file declares "
                               f"{len(outputs)}")
         return {spec.name: result.to(TORCH_DTYPES[spec.dtype]) for spec, result in zip(outputs, results)}
+
+    def keep_outputs_on_device(self) -> bool:
+        self.outputs_on_device = True
+        return True
 
     def create_context(self, index: int) -> TorchContext:
         return TorchContext(self, index)
