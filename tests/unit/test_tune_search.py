@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool_builder.model_folder import read_config
 from trtpool_ops.tune import gpu_memory
-from trtpool_ops.tune.cli import stop_on_signal, write_front
+from trtpool_ops.tune.cli import build_space, parser, stop_on_signal, write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
@@ -190,6 +190,28 @@ def test_gpu_memory_is_summed_over_the_gpus_and_absent_without_one():
 def test_a_point_over_the_p99_bound_scores_below_any_within_it_of_half_its_throughput():
     objective = Objective("p99", p99_ms=5.0)
     assert objective.score(figures("sync", 1, 1000, 10.0)) < objective.score(figures("sync", 1, 501, 5.0))
+
+
+def test_the_instances_axis_sets_every_instance_groups_count():
+    grouped = mc.ModelConfig(name="m", backend="trtpool")
+    grouped.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1, gpus=[0])
+    grouped.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=2, gpus=[1])
+    config = render(grouped, Candidate("sync", 1, (("instances", "4"),)))
+    assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_group] == [
+        (mc.ModelInstanceGroup.KIND_GPU, 4, [0]), (mc.ModelInstanceGroup.KIND_GPU, 4, [1])]
+    assert [g.count for g in grouped.instance_group] == [1, 2]   # the user's config is untouched
+    bare = render(mc.ModelConfig(name="m", backend="trtpool"), Candidate("sync", 1, (("instances", "3"),)))
+    assert [(g.kind, g.count) for g in bare.instance_group] == [(mc.ModelInstanceGroup.KIND_AUTO, 3)]
+
+
+def test_instances_is_an_ordered_axis_that_starts_at_the_served_count():
+    args = parser().parse_args(["folder", "--modes", "sync", "--contexts", "1", "--instances", "4,1,2",
+                                "--queue-delays", "100", "--preferred", "keep"])
+    served = {"max_batch_size": 8, "instance_group": [{"kind": "KIND_GPU", "count": 2}]}
+    [*_, instances] = build_space(args, served, has_process=False).axes
+    assert instances == Axis("instances", ("1", "2", "4"), "2") and instances.ordered
+    [*_, alone] = build_space(args, {"max_batch_size": 8}, has_process=False).axes
+    assert alone.start == "1"   # Triton's default: one instance
 
 
 def test_render_sets_only_the_candidates_fields():

@@ -44,7 +44,8 @@ EXIT_BAD_INPUT, EXIT_BOUND_NOT_MET, EXIT_INTERRUPTED = 2, 1, 130
 # The further axes' flags (argparse destinations) and the axes they set.
 AXIS_FLAGS = {"max_batch_sizes": "max_batch_size", "preferred": "preferred_batch_size",
               "queue_delays": "queue_delay_us", "cuda_graphs": "cuda_graphs",
-              "preprocess_threads": "preprocess_threads", "preprocess_processes": "preprocess_processes"}
+              "preprocess_threads": "preprocess_threads", "preprocess_processes": "preprocess_processes",
+              "instances": "instances"}
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -88,6 +89,9 @@ def parser() -> argparse.ArgumentParser:
     space.add_argument("--preprocess-threads", type=_list, default=(), help="with a process.py; default: as configured")
     space.add_argument("--preprocess-processes", type=_list, default=None,
                        help="with a process.py; default 0,2 where the folder has 1/process.py")
+    space.add_argument("--instances", type=_list, default=(),
+                       help="Triton instances (instance_group count: each a stub with its own engine); "
+                            "default: as configured")
     how = p.add_argument_group("measuring")
     how.add_argument("--budget", type=float, default=30.0, metavar="MINUTES", help="stop searching after this")
     how.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer's measurement window")
@@ -125,7 +129,8 @@ def current(axis: str, served: dict[str, Any]) -> str | None:
     params = {k: v.get("string_value", "") for k, v in served.get("parameters", {}).items()}
     return {"max_batch_size": str(served.get("max_batch_size", "")),
             "queue_delay_us": str(batching.get("max_queue_delay_microseconds", 0)),
-            "preferred_batch_size": KEEP}.get(axis, params.get(axis))
+            "preferred_batch_size": KEEP,
+            "instances": str((served.get("instance_group") or [{}])[0].get("count", 1))}.get(axis, params.get(axis))
 
 
 def build_space(args: argparse.Namespace, served: dict[str, Any], has_process: bool) -> Space:

@@ -75,6 +75,15 @@ def _max_batch(config: mc.ModelConfig, value: str) -> None:
     config.dynamic_batching.preferred_batch_size.extend(kept)
 
 
+def _instances(config: mc.ModelConfig, value: str) -> None:
+    """Triton's instance count (each instance a stub process with its own engine and pool): every
+    group of the config gets it; a config without groups gets one of Triton's default kind."""
+    if not config.instance_group:
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_AUTO)
+    for group in config.instance_group:
+        group.count = int(value)
+
+
 def _elastic(config: mc.ModelConfig, value: str) -> None:
     """An elastic pool from `value` contexts up to the candidate's count (min_contexts, max_contexts)."""
     _set_parameter(config, "max_contexts", config.parameters["contexts"].string_value)
@@ -96,6 +105,7 @@ AXES: dict[str, AxisKind] = {
     "cuda_graphs": AxisKind(lambda c, v: _set_parameter(c, "cuda_graphs", v), False, False),
     "preprocess_threads": AxisKind(lambda c, v: _set_parameter(c, "preprocess_threads", v), True, False),
     "preprocess_processes": AxisKind(lambda c, v: _set_parameter(c, "preprocess_processes", v), True, False),
+    "instances": AxisKind(_instances, True, False),
     # Not an axis of the grid: the search's last step (Search.elastic_range) sets it.
     ELASTIC: AxisKind(_elastic, True, False),
 }
