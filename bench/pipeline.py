@@ -32,7 +32,9 @@ of mixed sizes, at each concurrency, over five models on the one server:
     cpu_ensemble    (c) the ensemble above (Python-backend Pillow preprocessing)
     gpu_ensemble    (d) an ensemble whose Python-backend preprocessing model (KIND_GPU)
                     runs the same GPU decode and hands its GPU tensor on by DLPack
-    null_jpeg       (e) a Python-backend model that takes the JPEG and answers at once
+    null_jpeg       (e) a Python-backend model that takes the JPEG and answers at once;
+                    null_jpeg_x6 the same with 6 instances (6 stubs, as (a)'s best): the
+                    best of the two is the ceiling the ratios use (null_jpeg_best_*)
 
 plus nvidia-smi's GPU utilization sampled while (a) runs.
 
@@ -167,9 +169,12 @@ SYNC_INSTANCES = (2, 3, 4, 6)
 GPU_VARIANTS = {"gpu_inprocess_pipelined": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
                 **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
                 "gpu_inprocess_cuda": "resnet50_jpeg_cuda", "cpu_inprocess": "resnet50_jpeg_cpu",
-                "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg"}
+                "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg",
+                "null_jpeg_x6": "null_jpeg_x6"}
 # (a)'s arrangements: the headline is the best of them
 GPU_INPROCESS = tuple(v for v in GPU_VARIANTS if v.startswith("gpu_inprocess"))
+# (e)'s arrangements: the ceiling is the best of them
+NULL_JPEG = tuple(v for v in GPU_VARIANTS if v.startswith("null_jpeg"))
 # the models an ensemble variant calls besides itself
 ENSEMBLE_STEPS = {"ensemble_cpu": ("pre_cpu", "resnet50_plain", "post"),
                   "ensemble_gpu": ("pre_gpu", "resnet50_plain", "post")}
@@ -257,9 +262,10 @@ instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} 
     for file in ("process.py", "labels.txt", "process.json"):
         shutil.copyfile(jpeg / "1" / file, folder / file)
     ensemble(repo, "ensemble_gpu", "pre_gpu", "resnet50_plain", "post")
-    python_model(repo, "null_jpeg", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
-                 [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
-                 extra="dynamic_batching { max_queue_delay_microseconds: 100 }")
+    for name, instances in (("null_jpeg", ""), ("null_jpeg_x6", "\ninstance_group { kind: KIND_CPU count: 6 }")):
+        python_model(repo, name, NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
+                     [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
+                     extra="dynamic_batching { max_queue_delay_microseconds: 100 }" + instances)
     # only the measured variants' models load (each loaded instance holds GPU memory and start-up time)
     needed = {m for v in args.variants for m in (GPU_VARIANTS[v], *ENSEMBLE_STEPS.get(GPU_VARIANTS[v], ()))}
     for folder in repo.iterdir():
@@ -537,6 +543,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
             server.stop()
     best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
     headline = max((v for v in GPU_INPROCESS if v in best), key=lambda v: best[v].get("infer_per_s", 0.0))
+    ceiling = max((v for v in NULL_JPEG if v in best), key=lambda v: best[v].get("infer_per_s", 0.0), default=None)
     record = {
         **provenance(),
         "what": ("batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
@@ -550,13 +557,16 @@ def gpu_variants(args: argparse.Namespace) -> int:
         **{f"gpu_inprocess_{q}": best[headline].get(q) for q in ("infer_per_s", "p50_ms", "p99_ms", "concurrency")},
         "gpu_inprocess_best_infer_per_s": best[headline].get("infer_per_s"),
         "gpu_inprocess_best_p99_ms": best[headline].get("p99_ms"),
+        "null_jpeg_best": ceiling,
+        **{f"null_jpeg_best_{q}": best[ceiling].get(q) if ceiling else None
+           for q in ("infer_per_s", "p50_ms", "p99_ms", "concurrency")},
         "gpu_inprocess_gpu_busy_percent": busy,
         "gpu_inprocess_stage_us_total": stages,
         "gpu_memory_mib_by_model": memory,
         "by_concurrency": table,
         "profile": profile,
     }
-    a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record.get("null_jpeg_infer_per_s") or 0
+    a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record["null_jpeg_best_infer_per_s"] or 0
     c, d = record.get("cpu_ensemble_infer_per_s") or 0, record.get("gpu_ensemble_infer_per_s") or 0
     record["ratios"] = {"a_over_e": round(a / e, 3) if e else None, "a_over_c": round(a / c, 2) if c else None,
                         "a_over_d": round(a / d, 2) if d else None}

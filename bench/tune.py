@@ -15,6 +15,14 @@ One case per run, the runs merged into one record (the H200 stages tune-resnet50
     python3 bench/tune.py --cases bert_base-b32-cudashm ... --out B.json --merge-into tune.json
     python3 bench/tune.py --merge A.json B.json --merge-into tune.json     # the same, afterwards
 
+A case's grid in a call of its own (a larger space on the H200, whose calls last 10 minutes at
+most), its points loaded side by side, 18 to a server (trtpool-tune --grid-together), then the
+search and the re-measures in the next call, the grid read back:
+
+    python3 bench/tune.py --cases resnet50-b1-grpc ... --grid-flags "--grid-together 18" \
+        --grid-record /tmp/grid.json --grid-only
+    python3 bench/tune.py --cases resnet50-b1-grpc ... --grid-record /tmp/grid.json --out A.json
+
 Writes, per case, chosen_infer_per_s and grid_best_infer_per_s (as each run measured
 them), measurements_used, grid_measurements, and the ABBA and p99 re-measures.
 """
@@ -162,7 +170,9 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: 
     add_model(repo, onnx, case.example, case.example, args, contexts=1, mode="sync")
     folder = repo / case.example
     flags = [*with_transport(case.client, args.shm), *args.tune_flags.split()]
-    grid = tune(folder, base / f"{name}-grid", [*flags, "--grid"])
+    grid = measured_grid(folder, flags, args, base / f"{name}-grid")
+    if args.grid_only:
+        return {}
     searched = tune(folder, base / f"{name}-search", flags)
     if not (searched["chosen"] and grid["chosen"]):
         raise SystemExit(f"{name}: no point measured successfully (tune.json of each run under {base})")
@@ -173,6 +183,7 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: 
         "grid_best_infer_per_s": grid["chosen"]["infer_per_s"],
         "measurements_used": searched["measurements_used"], "grid_measurements": grid["measurements_used"],
         "search_minutes": searched["minutes"], "grid_minutes": grid["minutes"],
+        "grid_flags": args.grid_flags, "grid_date": grid["date"],
         "search_stopped": searched["stopped"], "grid_stopped": grid["stopped"],
         "search_measurements": searched["measurements"], "grid": grid["measurements"],
     }
@@ -189,6 +200,20 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: 
         result["p99_bound"] = p99_case(name, folder, flags, grid, args, base)
         keep(result)
     return result
+
+
+def measured_grid(folder: Path, flags: list[str], args: argparse.Namespace, scratch: Path) -> dict:
+    """The case's grid (trtpool-tune --grid with --grid-flags): read back from --grid-record where an
+    earlier run of the same case kept it there, else measured now (and kept there)."""
+    record = args.grid_record
+    if record and record.exists() and not args.grid_only:
+        grid = json.loads(record.read_text())
+        print(f"the grid measured earlier ({grid['date']}, {grid['measurements_used']} points): {record}", flush=True)
+        return grid
+    grid = tune(folder, scratch, [*flags, "--grid", *args.grid_flags.split()])
+    if record:
+        write_json(record, grid)
+    return grid
 
 
 def p99_case(name: str, folder: Path, flags: list[str], grid: dict, args: argparse.Namespace, base: Path) -> dict:
@@ -233,6 +258,13 @@ def main() -> None:
     parser.add_argument("--tune-flags", default="--contexts 1,2,4 --queue-delays 100,2000 --preferred keep,none "
                         "--interval-ms 1000 --max-trials 4 --stability 30 --budget 20",
                         help="the space and measuring flags every trtpool-tune run of a case takes")
+    parser.add_argument("--grid-flags", default="",
+                        help="flags only the grid's run takes, e.g. --grid-together 18 (its points loaded side by "
+                             "side, 18 to a server)")
+    parser.add_argument("--grid-record", type=Path, metavar="JSON",
+                        help="one case: keep the grid's tune.json here, or read it back from here where it exists")
+    parser.add_argument("--grid-only", action="store_true",
+                        help="measure the case's grid into --grid-record and stop (the rest in a later run)")
     parser.add_argument("--bert-layers", type=int, help="BERT's layers (default: BERT-base's 12; fewer for a dry run)")
     parser.add_argument("--bert-hidden", type=int, default=128, help="BERT's hidden size with --bert-layers (a head per 64)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune.json")
@@ -251,12 +283,17 @@ def main() -> None:
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
+    if args.grid_record and "," in args.cases or args.grid_only and not args.grid_record:
+        parser.error("--grid-record takes one case; --grid-only needs --grid-record")
     record = {"benchmark": "tune", **provenance(), "runtime": args.runtime, "tune_flags": args.tune_flags,
               "shm_override": args.shm,
               "cases": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases.split(","):
             run_case(name, CASES[name], args, Path(scratch), functools.partial(keep, args, record, name))
+    if args.grid_only:
+        print(f"the grid is kept in {args.grid_record}")
+        return
     summary = {name: {k: case[k] for k in ("chosen_infer_per_s", "grid_best_infer_per_s", "measurements_used",
                                            "grid_measurements")} | {"abba_median": case["abba"]["median"]}
                for name, case in record["cases"].items()}

@@ -179,3 +179,30 @@ def test_fewest_resources_measures_the_elastic_range_after_the_best_pool(tiny, t
         assert "the context count decided" in record["reason"], record["reason"]
     tuned = (tiny / "config.tuned.pbtxt").read_text()
     assert ('key: "min_contexts"' in tuned) == ("min_contexts" in record["chosen"]["config"]), tuned
+
+
+def test_a_grid_loaded_side_by_side_measures_every_point_in_fewer_servers(tiny, tmp_path):
+    """--grid --grid-together 3 over a 6-point space (modes x Triton instance counts): two servers of
+    three models each, every point measured and marked as measured beside the others; the instance
+    counts load (each a separate stub of the tiny model)."""
+    process = tune(tiny, tmp_path, *QUICK, "--grid", "--grid-together", "3", "--modes", "sync,pipelined,decoupled",
+                   "--contexts", "1", "--queue-delays", "100", "--preferred", "keep", "--instances", "1,2")
+    output = finished(process)
+    assert process.returncode == 0, output
+    assert output.count("points in one server") == 2, output
+    record = json.loads((tmp_path / "out" / "tune.json").read_text())
+    measured = record["measurements"]
+    assert record["space"]["grid_size"] == 6 and len(measured) == 6, output
+    assert {(m["config"]["mode"], m["config"]["instances"]) for m in measured} == {
+        (mode, count) for mode in ("sync", "pipelined", "decoupled") for count in ("1", "2")}
+    assert all(m.get("infer_per_s", 0) > 0 for m in measured), measured
+    assert all("measured beside 2 other point(s) loaded in one server" in m["note"] for m in measured), measured
+    assert all(m["gpu_memory_mib"] is None for m in measured)   # the server's reading is theirs together
+    assert ours(tmp_path) == []
+
+
+def test_grid_together_without_the_grid_is_refused(tiny, tmp_path):
+    process = tune(tiny, tmp_path, *QUICK, "--grid-together", "2")
+    output = finished(process)
+    assert process.returncode == 2, output
+    assert "trtpool-tune: error: --grid-together loads the grid's points side by side; it needs --grid" in output

@@ -101,6 +101,10 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--noise", type=float, default=0.05,
                      help="a gain below this fraction counts as none (default 0.05)")
     how.add_argument("--grid", action="store_true", help="measure every point of the space instead of searching")
+    how.add_argument("--grid-together", type=int, default=1, metavar="N",
+                     help="with --grid: load N points at a time into one server and measure them in turn (one "
+                          "server start for N points; they share the server and its GPU, so no GPU memory per "
+                          "point); default 1, a server each as the search does")
     how.add_argument("--elastic", action=argparse.BooleanOptionalAction, default=True,
                      help="the search's last step: the best pipelined or decoupled point with an elastic pool of 1 "
                           "up to its contexts, one more point, taken where it serves within --noise (default on; "
@@ -212,6 +216,10 @@ def tune(args: argparse.Namespace) -> int:
     if not (folder / "config.pbtxt").is_file():
         raise ValueError(f"{folder}: no config.pbtxt; MODEL_FOLDER is one model's folder (config.pbtxt, 1/...)")
     objective = Objective(args.objective, args.p99_ms, args.within, args.noise)
+    if args.grid_together < 1:
+        raise ValueError(f"--grid-together {args.grid_together}: expected a whole number of at least 1")
+    if args.grid_together > 1 and not args.grid:
+        raise ValueError("--grid-together loads the grid's points side by side; it needs --grid")
     if args.objective == "p99" and not args.p99_ms:
         raise ValueError("--objective p99 needs --p99-ms, the bound in milliseconds")
     profile = ClientProfile(args.batch, args.concurrency, args.request_rate, args.protocol, args.shm,
@@ -240,8 +248,8 @@ def tune(args: argparse.Namespace) -> int:
         stopped = "done"
         try:
             if args.grid:
-                for candidate in grid:
-                    runner(candidate)
+                for first in range(0, len(grid), args.grid_together):
+                    runner.together(grid[first:first + args.grid_together])
             else:
                 search.run()
         except BudgetSpent:

@@ -8,13 +8,14 @@ next step.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from contextlib import closing, contextmanager
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,13 @@ class Server:
 
 
 @contextmanager
-def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0) -> Iterator[Server]:
-    """Every model of `repo` loaded and READY, or LoadFailed with Triton's reason; stopped on the way out."""
+def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0, load_threads: int = 4) -> Iterator[Server]:
+    """Every model of `repo` loaded (`load_threads` at a time, Triton's default 4) and READY, or
+    LoadFailed with Triton's reason; stopped on the way out."""
     prefix = own_prefix((), tool="tune")
     options = ServeOptions(repo, (), "127.0.0.1", free_port(), free_port(), free_port(),
-                           passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10"))
+                           passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10",
+                                        f"--model-load-thread-count={load_threads}"))
     with log.open("wb") as out:
         process = start(tritonserver_command(tritonserver, options), out)
     server = Server(process, options.grpc_port, options.http_port, prefix, options.metrics_port)
@@ -179,6 +182,37 @@ class Measurer:
         finally:
             shutil.rmtree(where / "repo", ignore_errors=True)
         return replace(figures(candidate, row, time.monotonic() - begun), note=note, gpu_memory_bytes=memory)
+
+    def measure_together(self, candidates: Sequence[Candidate]) -> Iterator[Measurement]:
+        """The candidates loaded side by side in one server and measured in turn, each yielded as it is
+        done: one server start for them all (--grid-together). A point's seconds are its measurement
+        plus an even share of the start; no GPU memory per point (the server's reading is theirs
+        together). Where they do not all load, each is measured on its own server, so a point that
+        fails fails alone."""
+        self.count += 1
+        where = self.scratch / f"points-{self.count}"
+        begun = time.monotonic()
+        named = {f"{self.folder.name}_{i}": c for i, c in enumerate(candidates)}
+        beside = f"measured beside {len(candidates) - 1} other point(s) loaded in one server"
+        try:
+            models = self.stage_all(where / "repo", named)
+            with serving(self.tritonserver, where / "repo", where / "server.log",
+                         load_threads=min(len(named), os.cpu_count() or 4)) as server:
+                start_share = (time.monotonic() - begun) / len(named)
+                for name, candidate in named.items():
+                    (where / name).mkdir()
+                    point_begun = time.monotonic()
+                    try:
+                        row, note = self.settled(server, models[name], candidate.mode == "decoupled", where / name)
+                    except perf.PerfFailed as exc:
+                        yield Measurement(candidate, seconds=start_share, error=str(exc))
+                        continue
+                    seconds = start_share + time.monotonic() - point_begun
+                    yield replace(figures(candidate, row, seconds), note="; ".join(filter(None, (beside, note))))
+        except LoadFailed:
+            yield from (self.measure(candidate) for candidate in candidates)
+        finally:
+            shutil.rmtree(where / "repo", ignore_errors=True)
 
     def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[dict[str, float], str]:
         """perf_analyzer's row; where its windows did not agree (a busy machine), once more with windows

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from trtpool_ops.tune.measurement import Measurement
@@ -16,6 +17,8 @@ class BudgetSpent(Exception):
 
 class Measures(Protocol):
     def measure(self, candidate: Candidate) -> Measurement: ...
+
+    def measure_together(self, candidates: Sequence[Candidate]) -> Iterator[Measurement]: ...
 
 
 def say(message: str) -> None:
@@ -37,6 +40,18 @@ class Runner:
         return max(scored, key=self.objective.score) if scored else None
 
     def __call__(self, candidate: Candidate) -> Measurement:
+        self._announce(f"measuring {candidate.label}")
+        return self._record(self.measurer.measure(candidate))
+
+    def together(self, candidates: Sequence[Candidate]) -> None:
+        """The candidates loaded in one server and measured in turn (the grid's --grid-together)."""
+        self._announce(f"loading {len(candidates)} points in one server: "
+                       + ", ".join(c.label for c in candidates))
+        for measurement in self.measurer.measure_together(candidates):
+            self._record(measurement)
+
+    def _announce(self, what: str) -> None:
+        """The progress line, or BudgetSpent where the budget cannot take another point."""
         left_s = self.deadline - time.monotonic()
         expected = statistics.mean(m.seconds for m in self.measured) if self.measured else 0.0
         if left_s <= 0 or expected > left_s:
@@ -45,12 +60,14 @@ class Runner:
         so_far = (f"best so far {best.candidate.label}: {best.infer_per_s:.1f} infer/s p99 {best.p99_ms:.2f} ms"
                   if best else "no best yet")
         say(f"point {len(self.measured) + 1} (done {len(self.measured)}, at most {self.left()} left) "
-            f"measuring {candidate.label} | {so_far} | {left_s / 60:.1f} min of budget left")
-        measurement = self.measurer.measure(candidate)
+            f"{what} | {so_far} | {left_s / 60:.1f} min of budget left")
+
+    def _record(self, measurement: Measurement) -> Measurement:
         self.measured.append(measurement)
         if measurement.ok:
-            say(f"  {measurement.infer_per_s:.1f} infer/s, p50 {measurement.p50_ms:.2f} ms, "
-                f"p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)")
+            say(f"  {measurement.candidate.label}: {measurement.infer_per_s:.1f} infer/s, "
+                f"p50 {measurement.p50_ms:.2f} ms, p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)")
         else:
-            say(f"  failed: {measurement.error.splitlines()[0] if measurement.error else ''}")
+            say(f"  {measurement.candidate.label} failed: "
+                f"{measurement.error.splitlines()[0] if measurement.error else ''}")
         return measurement
