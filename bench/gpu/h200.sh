@@ -88,11 +88,13 @@
 #             tune-resnet50 ran on the same warm machine; otherwise merge the two here:
 #             python3 bench/tune.py --merge tune_resnet50.json tune_bert.json --merge-into bench/results/h200/tune.json
 #             (the former one-call `tune` stage ran out of its 350 s at 4/6 ResNet points, BERT never ran)
-#   tune-grid-resnet50, tune-search-resnet50, tune-grid-bert, tune-search-bert  issue 30 on a space of
-#             36 points (sync, pipelined, decoupled x 1, 2, 4 contexts x queue delays 0, 100, 500, 2000 us),
-#             two calls a case on one warm machine: the exhaustive grid, its points loaded 12 to a server
-#             (trtpool-tune --grid --grid-together 12: three server starts instead of 36; the 6-point
-#             runs above spent about 11 s of each 16-24 s point starting its server), kept in
+#   tune-grid-resnet50, tune-search-resnet50, tune-grid-bert, tune-search-bert  issue 30 on a larger space:
+#             sync, pipelined, decoupled x 1, 2, 4 contexts x queue delays 0, 100, 500, 2000 us for ResNet-50
+#             (36 points), 100, 500, 2000 for BERT-base (27: at 11:46 UTC 2026-12-04 a decoupled point at 0 us
+#             did not load, fixed after), two calls a case on one warm machine: the exhaustive grid, its
+#             points loaded 12 (ResNet) or 14 (BERT) to a server (trtpool-tune --grid --grid-together: 3 or
+#             2 server starts instead of 36 or 27; the 6-point runs above spent about 11 s of each 16-24 s
+#             point starting its server), kept in
 #             /tmp/grid_<case>.json and $OUT; then trtpool-tune's search as a user runs it (a server a
 #             point), the ABBA re-measure of its choice against the grid's best, no p99 run. Windows of
 #             2,000 ms at 80% from the start (the 6-point ResNet run settled only so).
@@ -107,20 +109,20 @@ SERVE_VENV=/tmp/serve-venv  # made by `setup`; every later stage runs its python
 IMAGE_PYTHON=$(command -v python3)  # the image's environment: torch, onnx, numpy 2
 export PATH=$SERVE_VENV/bin:$PATH
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-TUNE_SPACE="--modes sync,pipelined,decoupled --contexts 1,2,4 --queue-delays 0,100,500,2000 --preferred keep \
---interval-ms 2000 --max-trials 3 --stability 80"
+TUNE_SPACE="--modes sync,pipelined,decoupled --contexts 1,2,4 --preferred keep --interval-ms 2000 --max-trials 3 \
+--stability 80"
 
-tune_case() {  # tune_case grid|search CASE SHORT [bench/tune.py flags]: a stage of the 36-point runs
-  local part=$1 case=$2 short=$3; shift 3
-  local grid=(--grid-record "/tmp/grid_$short.json")
+# tune_case grid|search CASE SHORT QUEUE_DELAYS TOGETHER GRID_MIN SEARCH_MIN [bench/tune.py flags]: a stage of the
+# large-space runs (the grid's points TOGETHER to a server; each part's trtpool-tune --budget in minutes)
+tune_case() {
+  local part=$1 case=$2 short=$3 delays=$4 together=$5 grid_min=$6 search_min=$7; shift 7
+  local grid=(--grid-record "/tmp/grid_$short.json") budget=$search_min
   if [ "$part" = grid ]; then
-    grid+=(--grid-only --grid-flags "--grid-together 12")
-    budget=8.5
-  else
-    budget=5
+    grid+=(--grid-only --grid-flags "--grid-together $together")
+    budget=$grid_min
   fi
-  timeout -s INT 570 python3 bench/tune.py --runtime torch --precision fp16 --cases "$case" --p99-cases "" \
-    --rounds 2 --tune-flags "$TUNE_SPACE --budget $budget" "${grid[@]}" "$@" \
+  timeout -s INT 560 python3 bench/tune.py --runtime torch --precision fp16 --cases "$case" --p99-cases "" \
+    --rounds 2 --tune-flags "$TUNE_SPACE --queue-delays $delays --budget $budget" "${grid[@]}" "$@" \
     --out "$OUT/tune_${short}_large.json" --merge-into /tmp/tune_h200_large.json 2>&1 \
     | grep -v '^[IWE]12' | grep -v '^\[tune\] point' | tail -n 60
   cp "/tmp/grid_$short.json" "$OUT/" 2>/dev/null
@@ -380,10 +382,10 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/tune_bert.json" --merge-into /tmp/tune_h200.json 2>&1 | grep -v '^[IWE]12' | tail -n 40
       cp /tmp/tune_h200.json "$OUT/tune.json"
       ;;
-    tune-grid-resnet50) tune_case grid resnet50-b1-grpc resnet50 --image-size 224 ;;
-    tune-search-resnet50) tune_case search resnet50-b1-grpc resnet50 --image-size 224 ;;
-    tune-grid-bert) tune_case grid bert_base-b32-cudashm bert ;;
-    tune-search-bert) tune_case search bert_base-b32-cudashm bert ;;
+    tune-grid-resnet50) tune_case grid resnet50-b1-grpc resnet50 0,100,500,2000 12 8.5 5 --image-size 224 ;;
+    tune-search-resnet50) tune_case search resnet50-b1-grpc resnet50 0,100,500,2000 12 8.5 5 --image-size 224 ;;
+    tune-grid-bert) tune_case grid bert_base-b32-cudashm bert 100,500,2000 14 8 4.5 ;;
+    tune-search-bert) tune_case search bert_base-b32-cudashm bert 100,500,2000 14 8 4.5 ;;
     pipeline-null)
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
         --concurrency 64 256 --interval-ms 1500 --variants gpu_inprocess_sync_x6 null_jpeg null_jpeg_x6 \

@@ -7,9 +7,13 @@ import os
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
+
+from trtpool import config as pool_config
 
 from trtpool_builder.model_folder import read_config
 from trtpool_ops.tune import gpu_memory
@@ -233,6 +237,17 @@ def test_render_sets_only_the_candidates_fields():
     plain = render(base, Candidate("pipelined", 1, (("preferred_batch_size", "none"),)))
     assert not plain.HasField("model_transaction_policy") and not plain.dynamic_batching.preferred_batch_size
     assert list(base.dynamic_batching.preferred_batch_size) == [8, 32]   # the user's config is untouched
+
+
+def test_a_decoupled_point_without_queue_delay_waits_the_schedulers_least():
+    """Queue delay 0 in decoupled mode: trtpool's scheduler takes a batch wait of 1 us at least (the
+    2026-12-04 H200 grid's decoupled points at 0 did not load before this)."""
+    base = mc.ModelConfig(name="tiny", backend="trtpool", max_batch_size=8)
+    config = render(base, Candidate("decoupled", 1, (("queue_delay_us", "0"),)))
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0
+    loaded = pool_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True),
+                              Path("/models/tiny/1"), "cpu")
+    assert loaded.batch_wait_us == 1
 
 
 class Timed:

@@ -55,10 +55,10 @@ def _set_parameter(config: mc.ModelConfig, key: str, value: str) -> None:
 
 def _queue_delay(config: mc.ModelConfig, value: str) -> None:
     """Triton's batcher wait; in decoupled mode trtpool's scheduler fills its batches itself
-    (batch_wait_microseconds), so both are set."""
+    (batch_wait_microseconds), so both are set, the scheduler's to its least wait (1 us) for 0."""
     config.dynamic_batching.max_queue_delay_microseconds = int(value)
     if config.model_transaction_policy.decoupled:
-        _set_parameter(config, "batch_wait_microseconds", value)
+        _set_parameter(config, "batch_wait_microseconds", str(max(1, int(value))))
 
 
 def _preferred(config: mc.ModelConfig, value: str) -> None:
