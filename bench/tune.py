@@ -183,7 +183,7 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: 
         "grid_best_infer_per_s": grid["chosen"]["infer_per_s"],
         "measurements_used": searched["measurements_used"], "grid_measurements": grid["measurements_used"],
         "search_minutes": searched["minutes"], "grid_minutes": grid["minutes"],
-        "grid_flags": args.grid_flags, "grid_date": grid["date"],
+        "grid_together": grid.get("grid_together"), "grid_date": grid["date"],
         "search_stopped": searched["stopped"], "grid_stopped": grid["stopped"],
         "search_measurements": searched["measurements"], "grid": grid["measurements"],
     }

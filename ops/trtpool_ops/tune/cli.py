@@ -202,6 +202,7 @@ def record_of(args: argparse.Namespace, profile: ClientProfile, objective: Objec
         "p99_bound_ms": objective.p99_ms, "space": space.as_dict(), "noise": args.noise,
         "window": {"interval_ms": args.interval_ms, "max_trials": args.max_trials, "stability": args.stability},
         "strategy": "grid" if args.grid else "search", "elastic_step": args.elastic and not args.grid,
+        "grid_together": args.grid_together if args.grid else None,
         "stopped": stopped, "minutes": round(minutes, 2),
         "measurements_used": len(measured), "measurements": [m.as_dict() for m in measured],
         "pareto": [m.as_dict() for m in report.pareto(measured)],
