@@ -192,7 +192,7 @@ def test_a_grid_loaded_side_by_side_measures_every_point_in_fewer_servers(tiny, 
     assert output.count("points in one server") == 2, output
     record = json.loads((tmp_path / "out" / "tune.json").read_text())
     measured = record["measurements"]
-    assert record["space"]["grid_size"] == 6 and len(measured) == 6, output
+    assert record["space"]["grid_size"] == 6 and len(measured) == 6 and record["grid_together"] == 3, output
     assert {(m["config"]["mode"], m["config"]["instances"]) for m in measured} == {
         (mode, count) for mode in ("sync", "pipelined", "decoupled") for count in ("1", "2")}
     assert all(m.get("infer_per_s", 0) > 0 for m in measured), measured
