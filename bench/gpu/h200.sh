@@ -101,6 +101,10 @@
 #             -> grid_resnet50.json, tune_resnet50_large.json, ...; /tmp/tune_h200_large.json -> $OUT/tune.json
 #   pipeline-null  issue 28's ceiling: the null JPEG model with 1 and with 6 instances (6 stubs, as
 #             (a)'s best) beside (a) with 6 instances, 64 and 256 clients -> pipeline_null.json
+#   torch-layout  bench/torch_layout.py (issue 28's GPU floor): the torch runtime's ResNet-50 fp16 batch 32
+#             as served (NCHW) against channels_last, with and without cuDNN's autotuner, the image's
+#             python3 and onnx2torch alone (no setup needed; carry .whl or .whl_probe holding the
+#             onnx2torch wheel) -> torch_layout.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -390,6 +394,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
         --concurrency 64 256 --interval-ms 1500 --variants gpu_inprocess_sync_x6 null_jpeg null_jpeg_x6 \
         --out "$OUT/pipeline_null.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
+      ;;
+    torch-layout)
+      wheel=$(ls .whl/pip/onnx2torch-*.whl .whl_probe/onnx2torch-*.whl 2>/dev/null | head -n 1)
+      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-probe "$wheel" || exit 4
+      PYTHONPATH=/tmp/site-probe "$IMAGE_PYTHON" bench/torch_layout.py --out "$OUT/torch_layout.json" 2>&1 \
+        | grep -v Warning | tail -n 12
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
