@@ -396,8 +396,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/pipeline_null.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
       ;;
     torch-layout)
-      wheel=$(ls .whl/pip/onnx2torch-*.whl .whl_probe/onnx2torch-*.whl 2>/dev/null | head -n 1)
-      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-probe "$wheel" || exit 4
+      wheel=$(ls .whl_probe/*.whl 2>/dev/null || ls .whl/pip/onnx2torch-*.whl .whl/pip/tritonclient-*.whl .whl/pip/python_rapidjson-*.whl)
+      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site-probe $wheel || exit 4
       PYTHONPATH=/tmp/site-probe "$IMAGE_PYTHON" bench/torch_layout.py --out "$OUT/torch_layout.json" 2>&1 \
         | grep -v Warning | tail -n 12
       ;;
