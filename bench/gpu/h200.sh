@@ -103,8 +103,8 @@
 #             (a)'s best) beside (a) with 6 instances, 64 and 256 clients -> pipeline_null.json
 #   torch-layout  bench/torch_layout.py (issue 28's GPU floor): the torch runtime's ResNet-50 fp16 batch 32
 #             as served (NCHW) against channels_last, with and without cuDNN's autotuner, the image's
-#             python3 and onnx2torch alone (no setup needed; carry .whl or .whl_probe holding the
-#             onnx2torch wheel) -> torch_layout.json
+#             python3 with three of the carried wheels (onnx2torch, tritonclient, python-rapidjson; no
+#             setup needed): carry .whl, or a folder .whl_probe of those three (2 MB) -> torch_layout.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
