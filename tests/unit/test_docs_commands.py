@@ -269,6 +269,11 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh decode gpu-pipeline-tests pipeline-gpu", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup device-tests pipeline-final", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh tune-resnet50", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh tune-grid-resnet50 tune-search-resnet50", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup pipeline-null", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh torch-layout", H200, not_here=ON_H200),
+    text("--grid --grid-together N", "trtpool-tune flags (tests/ops/test_tune.py runs them: "
+         "test_a_grid_loaded_side_by_side_measures_every_point_in_fewer_servers)"),
     text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
          "or an exception", "process.py's batch interface"),
     text("preprocess_threads: auto", "a config parameter"),
