@@ -34,10 +34,21 @@ SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now and not handed out before by this process: the kernel can give a
+    just-released port again at once, and two endpoints of one server on one port fail its start.
+    (A suspect, not a proven cause, for a CI run in which a trtpool-serve test's HTTP port refused
+    connections after 'ready'.)"""
+    while True:
+        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ServerFailed(RuntimeError):
