@@ -10,7 +10,6 @@ relative difference from the served module's, in float64.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile

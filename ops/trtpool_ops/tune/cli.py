@@ -38,7 +38,7 @@ from trtpool_ops.tune.objective import OBJECTIVES, Objective
 from trtpool_ops.tune.profile import PROTOCOLS, TRANSPORTS, ClientProfile, ProfileError, check
 from trtpool_ops.tune.runner import BudgetSpent, Runner, say
 from trtpool_ops.tune.search import Search
-from trtpool_ops.tune.space import AXES, KEEP, MODES, Axis, Candidate, Space, render
+from trtpool_ops.tune.space import AXES, KEEP, MODES, Axis, Space, render
 
 EXIT_BAD_INPUT, EXIT_BOUND_NOT_MET, EXIT_INTERRUPTED = 2, 1, 130
 # The further axes' flags (argparse destinations) and the axes they set.

@@ -80,7 +80,8 @@ class Server:
 
 
 @contextmanager
-def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0, load_threads: int = 4) -> Iterator[Server]:
+def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0,
+            load_threads: int = 4) -> Iterator[Server]:
     """Every model of `repo` loaded (`load_threads` at a time, Triton's default 4) and READY, or
     LoadFailed with Triton's reason; stopped on the way out."""
     prefix = own_prefix((), tool="tune")
