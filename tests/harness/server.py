@@ -42,13 +42,15 @@ def free_port() -> int:
     just-released port again at once, and two endpoints of one server on one port fail its start.
     (A suspect, not a proven cause, for a CI run in which a trtpool-serve test's HTTP port refused
     connections after 'ready'.)"""
-    while True:
+    for _ in range(1000):
         with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         if port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
+    raise RuntimeError(f"no loopback port that this process has not handed out in 1000 tries "
+                       f"({len(_HANDED_OUT)} handed out)")
 
 
 class ServerFailed(RuntimeError):
