@@ -1,18 +1,20 @@
 """The GPU decoder, chosen by measurement: JPEG files of mixed sizes to ImageNet crops on one
-GPU, each way trtpool.images offers, against Pillow on one CPU core, in one run.
+GPU, each way trtpool.device_crops offers, against Pillow on one CPU core, in one run.
 
     torchvision       torchvision.io.decode_jpeg on the device (nvJPEG, CUDA back-end)
     nvimgcodec        nvImageCodec with every back-end it has (the hardware JPEG decoders first)
     nvimgcodec_hw     nvImageCodec's hardware decoders alone (HW_GPU_ONLY)
     nvimgcodec_cuda   nvImageCodec's CUDA decoder alone (GPU_ONLY)
-    kernel            nvImageCodec (all back-ends) and trtpool.crop_kernel: the path without torch
+    torch_resize      torchvision's decode, then the crop as trtpool made it before its crop kernel
+                      (up to 0f5812f): per image size, torch's block means, antialiased resize of the
+                      whole image, crop and normalize: the baseline the kernel replaced
 
-For each: images/s of the decode alone and of the whole crop (decode, draft reduction, resize,
-crop, normalize; trtpool.images.DeviceCrops) at batches of 1, 8, 32 and 64, with 1 and 4
-threads calling at once (the stage's batch workers do); and per file how far its crop lies
-from the CPU path's (grey levels: mean, 99th percentile, max). Each way runs in a process of
-its own, so a decoder that crashes (nvImageCodec aborted the first run on the H200) is
-recorded and the others still run.
+For each: images/s of the decode alone and of the whole crop (header check, decode, draft
+reduction, resize, crop, normalize: trtpool.device_crops.DeviceCrops, whose crop kernel makes
+the batch's crops in one launch) at batches of 1, 8, 32 and 64, with 1 and 4 threads calling at
+once (the stage's batch workers do); and per file how far its crop lies from the CPU path's
+(grey levels: mean, 99th percentile, max). Each way runs in a process of its own, so a decoder
+that crashes (nvImageCodec aborted the first run on the H200) is recorded and the others still run.
 
     python3 bench/gpu_decode.py --out $OUT/gpu_decode.json     # bench/gpu/h200.sh stage `decode`
 """
@@ -23,7 +25,9 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,22 +38,74 @@ sys.path.insert(0, str(ROOT))
 
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.pipelines import images  # noqa: E402
-from trtpool.images import CropSpec, DeviceCrops, cpu_crop  # noqa: E402
+from trtpool import cuda  # noqa: E402
+from trtpool.device_crops import DeviceCrops, Decoder  # noqa: E402
+from trtpool.images import CropSpec, cpu_crop, placement, sort_files  # noqa: E402
 
 WAYS = {"torchvision": ("torchvision", ()), "nvimgcodec": ("nvimgcodec", ()),
         "nvimgcodec_hw": ("nvimgcodec", ("HW_GPU_ONLY",)), "nvimgcodec_cuda": ("nvimgcodec", ("GPU_ONLY",)),
-        "kernel": ("kernel", ())}
+        "torch_resize": ("torchvision", ())}
+
+
+def per_thread_stream() -> Callable[[], cuda.Stream]:
+    local = threading.local()
+
+    def stream() -> cuda.Stream:
+        if getattr(local, "stream", None) is None:
+            local.stream = cuda.Stream()
+        return local.stream
+    return stream
+
+
+def decode_only(decoder: Decoder):
+    """The decode of a batch, waited for."""
+    stream_of = per_thread_stream()
+
+    def decode(files: list[bytes]) -> None:
+        stream = stream_of()
+        decoder.decode(files, stream)
+        stream.synchronize()
+    return decode
+
+
+def torch_resize(crops: DeviceCrops):
+    """The baseline: the crop with torch ops, a pass per image size (JPEGs only: the files here)."""
+    import torch
+
+    spec, functional, stream_of = crops.spec, torch.nn.functional, per_thread_stream()
+    std = torch.tensor(spec.std, device="cuda").view(3, 1, 1)
+    scale, shift = 1.0 / (255.0 * std), torch.tensor(spec.mean, device="cuda").view(3, 1, 1) / std
+
+    def crop(files: list[bytes]):
+        on_gpu, _, _ = sort_files(files, spec)
+        stream = stream_of()
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)), torch.no_grad():
+            batch = torch.zeros((len(files), 3, spec.crop, spec.crop), device="cuda")
+            decoded = crops.decoder.decode([files[i] for i, _ in on_gpu], stream)
+            groups: dict[tuple, list[int]] = {}
+            for (index, _), image in zip(on_gpu, decoded):
+                groups.setdefault(tuple(image.shape), []).append(index)
+            by_index = {index: image for (index, _), image in zip(on_gpu, decoded)}
+            for indices in groups.values():
+                pixels = torch.stack([by_index[i] for i in indices]).float()
+                draft, _, (width, height), (left, top) = placement(spec, pixels.shape[3], pixels.shape[2])
+                if draft > 1:
+                    pixels = functional.avg_pool2d(pixels, draft, draft, ceil_mode=True).round_()
+                pixels = functional.interpolate(pixels, size=(height, width), mode="bilinear", antialias=True)
+                pixels = pixels[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
+                batch[torch.tensor(indices, device="cuda")] = pixels * scale - shift
+        stream.synchronize()
+        return batch, {}
+    return crop
 
 
 def crops_of(way: str, spec: CropSpec):
+    """The way's whole crop, its decode alone, and its output to the host."""
     decoder, backends = WAYS[way]
-    if decoder == "kernel":
-        from trtpool.crop_kernel import CudaCrops
-
-        crops = CudaCrops(spec, "cuda:0")
-        return crops, lambda files: crops.decoder.decode(files, params=crops.params), lambda out: out.to_host()
     crops = DeviceCrops(spec, "cuda:0", decoder, backends)
-    return crops, crops._decode, lambda out: out.cpu().numpy()
+    if way == "torch_resize":
+        return torch_resize(crops), decode_only(crops.decoder), lambda out: out.cpu().numpy()
+    return crops, decode_only(crops.decoder), lambda out: out.to_host()
 
 
 def one_way(way: str, args: argparse.Namespace) -> dict:

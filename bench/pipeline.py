@@ -23,9 +23,9 @@ With ``--gpu-variants`` (the torch runtime on a GPU: bench/gpu/h200.sh stage
 of mixed sizes, at each concurrency, over five models on the one server:
 
     gpu_inprocess_* (a) resnet50_jpeg on the GPU: preprocess_batch decodes the dynamic
-                    batch with nvJPEG on the device (trtpool.images), postprocess_batch
+                    batch with nvJPEG on the device (trtpool.device_crops), postprocess_batch
                     takes the softmax and top-5 there; in several arrangements (pipelined,
-                    sync with 1-6 instances, the torch-less path), the best reported as
+                    sync with 1-6 instances, nvImageCodec's decoder), the best reported as
                     gpu_inprocess_infer_per_s
     cpu_inprocess   (b) the same folder with process_faces request: Pillow in
                     --pre-processes worker processes
@@ -132,8 +132,11 @@ STAGE_MODEL = PROCESS_MODEL_HEAD + '''        self.stage = config["parameters"][
 GPU_STAGE_MODEL = PROCESS_MODEL_HEAD + '''        on_gpu = args["model_instance_kind"] == "GPU"
         self.device = f"cuda:{args['model_instance_device_id']}" if on_gpu else "cpu"
         if on_gpu:
+            import torch
             import torch.utils.dlpack
-            self.to_dlpack = torch.utils.dlpack.to_dlpack
+            # the crops' memory is the stage's, reused next call: the response gets its own copy
+            self.to_dlpack = lambda pixels: torch.utils.dlpack.to_dlpack(
+                torch.as_tensor(pixels, device=self.device).clone())
 
     def execute(self, requests):
         batch = [{"IMAGE": pb_utils.get_input_tensor_by_name(r, "IMAGE").as_numpy()} for r in requests]
@@ -165,10 +168,10 @@ class TritonPythonModel:
                                             pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
 '''
 # (a) in sync mode with N instances (N stubs, each its own engine and GIL): gpu_inprocess_sync_xN
-SYNC_INSTANCES = (2, 3, 4, 6)
+SYNC_INSTANCES = (2, 3, 4, 6, 8)
 GPU_VARIANTS = {"gpu_inprocess_pipelined": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
                 **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
-                "gpu_inprocess_cuda": "resnet50_jpeg_cuda", "cpu_inprocess": "resnet50_jpeg_cpu",
+                "gpu_inprocess_nvimgcodec": "resnet50_jpeg_nvimgcodec", "cpu_inprocess": "resnet50_jpeg_cpu",
                 "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg",
                 "null_jpeg_x6": "null_jpeg_x6"}
 # (a)'s arrangements: the headline is the best of them
@@ -249,7 +252,7 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
             config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
         config.instance_group[0].count = count
         write_config(several, config)
-    set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_cuda", contexts="1"), gpu_path="cuda")  # no torch
+    set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_nvimgcodec", contexts="1"), decoder="nvimgcodec")
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
     stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
                 [tensor("input", "FP32", [3, args.image_size, args.image_size])])
@@ -518,6 +521,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         memory = gpu_memory_by_model(server, sorted(folder.name for folder in repo.iterdir()))  # steps too
         table: dict[str, dict[str, dict]] = {v: {} for v in args.variants}
         busy: dict[str, dict[str, float | None]] = {}
+        interrupted = None
         try:
             for turn, concurrency in enumerate(args.concurrency):
                 order = list(args.variants) if turn % 2 == 0 else list(args.variants)[::-1]
@@ -529,6 +533,9 @@ def gpu_variants(args: argparse.Namespace) -> int:
                     table[variant][str(concurrency)] = row
                     if variant in GPU_INPROCESS:
                         busy.setdefault(variant, {})[str(concurrency)] = utilization.mean
+        except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): the record keeps what was measured
+            interrupted = f"interrupted at {concurrency} clients, {variant}"
+            print(interrupted, flush=True)
             stages = {GPU_VARIANTS[v]: {stage: server.metric_total("trtpool_stage_us_total", GPU_VARIANTS[v],
                                                                    stage=stage)
                                         for stage in ("pre_batch", "queue", "engine", "post_batch")}
@@ -541,7 +548,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
                                                       args.profile_concurrency, input_data, 3000)
         finally:
             server.stop()
-    best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items()}
+    best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items() if rows}
     headline = max((v for v in GPU_INPROCESS if v in best), key=lambda v: best[v].get("infer_per_s", 0.0))
     ceiling = max((v for v in NULL_JPEG if v in best), key=lambda v: best[v].get("infer_per_s", 0.0), default=None)
     record = {
@@ -565,6 +572,7 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "gpu_memory_mib_by_model": memory,
         "by_concurrency": table,
         "profile": profile,
+        "interrupted": interrupted,
     }
     a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record["null_jpeg_best_infer_per_s"] or 0
     c, d = record.get("cpu_ensemble_infer_per_s") or 0, record.get("gpu_ensemble_infer_per_s") or 0

@@ -1,9 +1,11 @@
 """What the tensor layout does to the torch runtime's speed (issue 28: the GPU's time per image bounds
-the JPEG pipeline on the H200). The ResNet-50 example as trtpool's torch runtime converts it (fp16,
-NCHW, as served today) against the same module in channels_last (NHWC, the layout the tensor-core
-convolutions take), each with and without cuDNN's autotuner; batch 32 replayed as a CUDA graph (as
-a context runs it). Images/s (the median of 3 timings of 50 replays, CUDA events) and each output's
-relative difference from the served module's, in float64.
+the JPEG pipeline on the H200). The ResNet-50 example converted by trtpool's torch runtime (fp16) in
+NCHW, as served before 2026-12-04's change; in channels_last (NHWC, the layout the tensor-core
+convolutions take) with its input in NHWC too; and as the runtime now serves it (convert's default
+for fp16 convolutions: channels_last weights, the input in NCHW as the ONNX file declares it, which
+the first convolution converts); each without and (the first two) with cuDNN's autotuner; batch 32
+replayed as a CUDA graph (as a context runs it). Images/s (the median of 3 timings of 50 replays,
+CUDA events) and each output's relative difference from the NCHW module's, in float64.
 
     python3 bench/torch_layout.py --out $OUT/torch_layout.json       # bench/gpu/h200.sh stage torch-layout
 """
@@ -25,8 +27,10 @@ from bench.record import provenance, write_json  # noqa: E402
 from trtpool.runtimes.torch import convert  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
-VARIANTS = {"nchw": (False, False), "nchw_autotuned": (False, True),
-            "channels_last": (True, False), "channels_last_autotuned": (True, True)}
+# name: (channels_last weights, channels_last input, cuDNN autotuner)
+VARIANTS = {"nchw": (False, False, False), "nchw_autotuned": (False, False, True),
+            "channels_last": (True, True, False), "channels_last_autotuned": (True, True, True),
+            "as_served": (None, False, False)}
 
 
 def images_per_s(module: torch.nn.Module, x: torch.Tensor, runs: int) -> tuple[float, torch.Tensor]:
@@ -65,13 +69,10 @@ def main() -> None:
         model = onnx.load(str(path))
     x = torch.randn(args.batch, 3, args.image_size, args.image_size, device="cuda").half()
     rows, reference = {}, None
-    for name, (channels_last, autotuned) in VARIANTS.items():
+    for name, (channels_last, nhwc_input, autotuned) in VARIANTS.items():
         torch.backends.cudnn.benchmark = autotuned
-        module = convert(model, "cuda", "fp16")
-        given = x
-        if channels_last:
-            module = module.to(memory_format=torch.channels_last)
-            given = x.contiguous(memory_format=torch.channels_last)
+        module = convert(model, "cuda", "fp16", channels_last=channels_last)
+        given = x.contiguous(memory_format=torch.channels_last) if nhwc_input else x
         rate, out = images_per_s(module, given, args.runs)
         out = out.double()
         reference = out if reference is None else reference
@@ -83,7 +84,8 @@ def main() -> None:
     record = {**provenance(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "batch": args.batch, "image_size": args.image_size, "variants": rows,
               "channels_last_over_nchw": round(rows["channels_last_autotuned"]["images_per_s"]
-                                               / rows["nchw"]["images_per_s"], 3)}
+                                               / rows["nchw"]["images_per_s"], 3),
+              "as_served_over_nchw": round(rows["as_served"]["images_per_s"] / rows["nchw"]["images_per_s"], 3)}
     write_json(args.out, record)
 
 

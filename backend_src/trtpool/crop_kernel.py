@@ -1,25 +1,25 @@
-"""ImageNet crops on the GPU without torch: one CUDA kernel (compiled at run time with NVRTC,
-launched through cuda-python, both of which the TensorRT runtime already uses) takes a batch
-of decoded uint8 images of any sizes and layouts (nvImageCodec's, by the CUDA array
-interface) and writes the engine's normalized float32 [N, 3, crop, crop] batch in one launch.
+"""ImageNet crops on the GPU: one CUDA kernel (compiled at run time with NVRTC, launched
+through cuda-python, both of which the TensorRT runtime already uses; no torch) takes a batch
+of decoded uint8 images of any sizes and layouts (torchvision's or nvImageCodec's, by the CUDA
+array interface) and writes the engine's normalized float32 [N, 3, crop, crop] batch in one
+launch, computing the crop's pixels alone (trtpool.device_crops drives it).
 
-Per output pixel it does what trtpool.images' torch path does, in the same arithmetic:
-Pillow's JPEG draft reduction as the rounded mean of a x a blocks, then the antialiased
-bilinear resize of torch and Pillow (a triangle filter whose support grows with the
-downscale, weights normalized per axis), the centre crop, rounding to grey levels, and
-(x / 255 - mean) / std.
+Per output pixel it follows trtpool.images.cpu_crop (Pillow): the JPEG draft reduction as the
+rounded mean of a x a blocks (libjpeg's DCT-domain scaling is close to it), then the
+antialiased bilinear resize of Pillow and torch (a triangle filter whose support grows with
+the downscale, weights normalized per axis), the centre crop, rounding to grey levels, and
+(x / 255 - mean) / std. tests/harness/pipelines.crop_reference is the same in float64 numpy.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trtpool import cuda
-from trtpool.images import CropSpec, ImageRefused, cpu_crop, decode_chunks, placement, sort_files
+from trtpool.images import CropSpec, placement
 
 KERNEL = r"""
 __device__ float triangle(float x) { x = fabsf(x); return x < 1.0f ? 1.0f - x : 0.0f; }
@@ -129,16 +129,6 @@ class DeviceArray:
         return host
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where one decoded image goes: its draft scale, sizes after draft and resize, crop origin."""
-
-    draft: int
-    drafted: tuple[int, int]   # (height, width)
-    resized: tuple[int, int]
-    origin: tuple[int, int]    # (left, top)
-
-
 class CropKernel:
     """The compiled kernel on one device; `launch` is safe from several threads (each passes
     its own stream)."""
@@ -201,85 +191,14 @@ def _checked(module: Any, call: str, result: tuple) -> Any:
     return values[0] if len(values) == 1 else tuple(values) if values else None
 
 
-class CudaCrops:
-    """trtpool.images.DeviceCrops without torch: nvImageCodec decodes the batch's JPEGs on the
-    device (its hardware decoders where the GPU has them), CropKernel makes the crops; the
-    result is a DeviceArray, which the runtimes take like a torch tensor. Callable from several
-    threads at once: each works on its own stream and output memory, reused call after call
-    (a thread's crops are handed to the engine, which copies them, before its next call)."""
-
-    def __init__(self, spec: CropSpec, device: str, backends: tuple[str, ...] = ()) -> None:
-        from nvidia import nvimgcodec
-
-        self.spec = spec
-        self.device_index = cuda.device_index(device)
-        self.kernel = CropKernel(self.device_index)
-        allowed = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, name)) for name in backends] or None
-        self.decoder = nvimgcodec.Decoder(device_id=self.device_index, backends=allowed)
-        self.params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
-                                              sample_format=nvimgcodec.SampleFormat.I_RGB)
-        std = np.array(spec.std, np.float64)
-        self.scale = tuple(float(v) for v in 1.0 / (255.0 * std))
-        self.shift = tuple(float(v) for v in np.array(spec.mean, np.float64) / std)
-        self._local = threading.local()
-
-    def _thread_state(self, nbytes: int, images: int) -> tuple[cuda.Stream, cuda.DeviceBuffer, cuda.DeviceBuffer]:
-        """This thread's stream, output memory and kernel table, grown to this call's batch (no
-        allocation, and no cudaFree's device-wide wait, per request)."""
-        local = self._local
-        if getattr(local, "stream", None) is None:
-            cuda.set_device(self.device_index)
-            local.stream, local.buffer, local.size, local.table, local.rows = cuda.Stream(), None, 0, None, 0
-        if local.size < nbytes:
-            local.buffer, local.size = cuda.DeviceBuffer(nbytes), nbytes
-        if local.rows < images:
-            local.table, local.rows = cuda.DeviceBuffer(max(1, images) * FIELDS * 8), images
-        return local.stream, local.buffer, local.table
-
-    def __call__(self, files: list[bytes]) -> tuple[DeviceArray, dict[int, ImageRefused]]:
-        spec = self.spec
-        on_gpu, on_cpu, refused = sort_files(files, spec)
-        shape = (len(files), 3, spec.crop, spec.crop)
-        nbytes = int(np.prod(shape)) * 4
-        row_bytes = nbytes // max(1, len(files))
-        stream, buffer, device_table = self._thread_state(nbytes, len(files))
-        cuda.set_device(self.device_index)
-        cuda.memset_async(buffer.ptr, 0, nbytes, stream)
-        held: list[Any] = []  # decoded images and host arrays the stream still reads
-        for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
-            images = self.decoder.decode([files[i] for i in chunk], params=self.params, cuda_stream=stream.handle)
-            rows = []
-            for index, image in zip(chunk, images):
-                if image is None:  # Pillow decodes it, or refuses it with its reason
-                    on_cpu.append(index)
-                    continue
-                held.append(image)
-                rows.append(_table_row(spec, image.__cuda_array_interface__, index))
-            if rows:  # a later chunk's table is copied after this launch, in stream order
-                table = np.array(rows, np.int64)
-                cuda.memcpy_htod_async(device_table.ptr, table, table.nbytes, stream)
-                held.append(table)
-                self.kernel.launch(device_table.ptr, len(rows), buffer.ptr, spec.crop, self.scale, self.shift,
-                                   stream)
-        for index in on_cpu:
-            try:
-                crop = np.ascontiguousarray(cpu_crop(files[index], spec))
-            except ImageRefused as exc:
-                refused[index] = exc
-                continue
-            held.append(crop)
-            cuda.memcpy_htod_async(buffer.ptr + index * row_bytes, crop, crop.nbytes, stream)
-        stream.synchronize()
-        return DeviceArray(buffer, buffer.ptr, shape), refused
-
-
-def _table_row(spec: CropSpec, interface: dict[str, Any], index: int) -> list[int]:
-    """The kernel's table row for one decoded uint8 image, [H, W, 3] or [3, H, W] by its strides."""
+def table_row(spec: CropSpec, interface: dict[str, Any], index: int, planar: bool) -> list[int]:
+    """The kernel's table row for one decoded uint8 image: [3, H, W] if `planar`, else [H, W, 3]
+    (the decoder says which: a shape alone cannot, an image 3 pixels wide being either)."""
     shape = tuple(interface["shape"])
     strides = interface.get("strides") or tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
-    if shape[-1] == 3:   # interleaved: H, W, C
-        (height, width, _), (rs, ps, cs) = shape, strides
-    else:                # planar: C, H, W
+    if planar:
         (_, height, width), (cs, rs, ps) = shape, strides
+    else:
+        (height, width, _), (rs, ps, cs) = shape, strides
     draft, (wd, hd), (wr, hr), (left, top) = placement(spec, width, height)
     return [interface["data"][0], height, width, rs, ps, cs, draft, hd, wd, hr, wr, left, top, index]

@@ -2,19 +2,15 @@
 shorter side resized to ``resize``, the centre ``crop`` x ``crop`` taken, RGB / 255
 normalized by ``mean`` and ``std``, channels first (float32 [3, crop, crop]).
 
-    cpu_crop(data, spec)          one file on the CPU with Pillow (the per-request faces)
-    DeviceCrops(spec, device)     a batch of files on the GPU: JPEG decoded by nvJPEG
-                                  (decoder "torchvision": torchvision.io.decode_jpeg; or
-                                  "nvimgcodec": nvImageCodec, which also drives the GPU's
-                                  hardware JPEG decoders), resized, cropped and normalized
-                                  with torch; the batch never leaves the device
+    cpu_crop(data, spec)     one file on the CPU with Pillow (the per-request faces, and the
+                             GPU path's files nvJPEG does not take)
+    sort_files, decode_chunks, placement
+                             what the GPU path (trtpool.device_crops) decides on the host
 
-Every file is first read from its header alone (Pillow opens lazily): a file that is
-no image, or whose decoded pixels would pass ``max_decoded_bytes``, is refused alone
-(ImageRefused, with the reason). On the GPU path, JPEGs nvJPEG decodes there (baseline
-or progressive, RGB or grayscale) are decoded in batches whose decoded pixels stay
-within ``max_decoded_bytes``; other files (PNG, CMYK JPEG, ...) take the CPU path and
-are uploaded. EXIF orientation is ignored on both paths, as Pillow's ``open`` ignores it.
+Every file is first read from its header alone (Pillow opens lazily): a file that is no
+image, or whose decoded pixels would pass ``max_decoded_bytes``, is refused alone
+(ImageRefused, with the reason). EXIF orientation is ignored on both paths, as Pillow's
+``open`` ignores it.
 
 The GPU path follows the CPU path: libjpeg (Pillow's draft mode) decodes a large JPEG
 at a reduced DCT scale (1/2, 1/4 or 1/8: the smallest still at least ``resize`` on
@@ -26,9 +22,7 @@ between passes: BENCHMARKS.md, "GPU decode", has them measured.
 from __future__ import annotations
 
 import io
-import threading
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -36,9 +30,8 @@ from PIL import Image, UnidentifiedImageError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # Decoded pixels (uint8) one GPU decode call may hold, and the largest image taken: 8000x8000
-# RGB fits. Resizing a group of one size holds float32 copies of it besides (up to 4x more).
+# RGB fits (the crop kernel reads the decoded pixels in place: nothing more is held).
 DEFAULT_MAX_DECODED_BYTES = 256 * 2**20
-DECODERS = ("torchvision", "nvimgcodec")
 _GPU_MODES = ("RGB", "L")  # JPEG colour modes nvJPEG decodes to RGB on the device
 
 
@@ -174,121 +167,3 @@ def placement(spec: CropSpec, width: int, height: int) -> tuple[int, tuple[int, 
     drafted = (-(-width // scale), -(-height // scale))
     resized = spec.resized(*drafted)
     return scale, drafted, resized, spec.crop_origin(*resized)
-
-
-class DeviceCrops:
-    """Crops of a batch of files made on one GPU; callable from several threads at once
-    (each thread works on a CUDA stream of its own)."""
-
-    def __init__(self, spec: CropSpec, device: str, decoder: str = "torchvision",
-                 backends: tuple[str, ...] = ()) -> None:
-        """`backends`: nvImageCodec's BackendKind names to allow (e.g. HW_GPU_ONLY); () all of them."""
-        import torch
-
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder '{decoder}' is not one of {', '.join(DECODERS)}")
-        self.spec = spec
-        self.torch = torch
-        self.device = torch.device(device)
-        self._decode = self._nvimgcodec(backends) if decoder == "nvimgcodec" else self._torchvision()
-        shape = (3, 1, 1)
-        std = torch.tensor(spec.std, dtype=torch.float32, device=self.device).view(shape)
-        self.scale = 1.0 / (255.0 * std)  # (x / 255 - mean) / std == x * scale - shift
-        self.shift = torch.tensor(spec.mean, dtype=torch.float32, device=self.device).view(shape) / std
-        self._streams = threading.local()
-
-    def _stream(self) -> Any:
-        stream = getattr(self._streams, "stream", None)
-        if stream is None:
-            stream = self._streams.stream = self.torch.cuda.Stream(self.device)
-        return stream
-
-    def __call__(self, files: list[bytes]) -> tuple[Any, dict[int, ImageRefused]]:
-        """A float32 [len(files), 3, crop, crop] tensor on the device, complete when this
-        returns, and the files refused by index (their rows are left as zeros)."""
-        torch = self.torch
-        spec = self.spec
-        on_gpu, on_cpu, refused = sort_files(files, spec)
-        stream = self._stream()
-        with torch.cuda.stream(stream), torch.no_grad():
-            batch = torch.zeros((len(files), 3, spec.crop, spec.crop), dtype=torch.float32, device=self.device)
-            for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
-                decoded = self._decoded(files, chunk, on_cpu)
-                for indices in _by_shape(decoded).values():
-                    self._place(batch, indices, [decoded[i] for i in indices])
-            for index in on_cpu:
-                try:
-                    batch[index].copy_(torch.from_numpy(cpu_crop(files[index], spec)), non_blocking=False)
-                except ImageRefused as exc:
-                    refused[index] = exc
-        stream.synchronize()
-        return batch, refused
-
-    def _torchvision(self) -> Any:
-        """list of files -> list of uint8 [3, H, W] device tensors, None where one failed."""
-        import torchvision.io
-
-        torch, decode_jpeg, rgb = self.torch, torchvision.io.decode_jpeg, torchvision.io.ImageReadMode.RGB
-
-        def decode(files: list[bytes]) -> list[Any]:
-            encoded = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in files]
-            try:
-                return decode_jpeg(encoded, mode=rgb, device=self.device)
-            except RuntimeError:
-                if len(encoded) == 1:
-                    return [None]
-            return [decode([data])[0] for data in files]  # one at a time: only the file that fails is None
-        return decode
-
-    def _nvimgcodec(self, backends: tuple[str, ...]) -> Any:
-        from nvidia import nvimgcodec
-
-        allowed = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, name)) for name in backends] or None
-        decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=allowed)
-        params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
-                                         sample_format=nvimgcodec.SampleFormat.P_RGB)
-
-        def decode(files: list[bytes]) -> list[Any]:
-            stream = self.torch.cuda.current_stream(self.device).cuda_stream
-            images = decoder.decode(files, params=params, cuda_stream=stream)
-            return [None if image is None else _planar(self.torch.as_tensor(image, device=self.device))
-                    for image in images]
-        return decode
-
-    def _decoded(self, files: list[bytes], chunk: list[int], on_cpu: list[int]) -> dict[int, Any]:
-        """uint8 [3, H, W] device images by index; a file the decoder refuses joins `on_cpu`
-        (Pillow then decodes it, or refuses it with its reason)."""
-        decoded = {}
-        for index, image in zip(chunk, self._decode([files[i] for i in chunk])):
-            if image is None:
-                on_cpu.append(index)
-            else:
-                decoded[index] = image
-        return decoded
-
-    def _place(self, batch: Any, indices: list[int], images: list[Any]) -> None:
-        """Reduce as JPEG draft mode does, resize (antialiased bilinear), centre-crop and normalize
-        uint8 [3, H, W] images of one size into their rows of `batch`: one pass for the group."""
-        spec = self.spec
-        functional = self.torch.nn.functional
-        pixels = self.torch.stack(images).float()
-        scale, _, (new_width, new_height), (left, top) = placement(spec, pixels.shape[3], pixels.shape[2])
-        if scale > 1:  # blocks at the right and bottom edges average what they hold (sizes round up)
-            pixels = functional.avg_pool2d(pixels, scale, scale, ceil_mode=True).round_()
-        resized = functional.interpolate(pixels, size=(new_height, new_width), mode="bilinear", antialias=True,
-                                         align_corners=False)
-        crops = resized[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
-        batch[self.torch.tensor(indices, device=self.device)] = crops * self.scale - self.shift
-
-
-def _by_shape(images: dict[int, Any]) -> dict[tuple[int, ...], list[int]]:
-    """Indices of the decoded images, grouped by their shape (resized together)."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for index, image in images.items():
-        groups.setdefault(tuple(image.shape), []).append(index)
-    return groups
-
-
-def _planar(image: Any) -> Any:
-    """[3, H, W] from an image the decoder laid out [H, W, 3] (interleaved) or [3, H, W]."""
-    return image if image.shape[0] == 3 else image.permute(2, 0, 1)

@@ -1,11 +1,11 @@
-"""JPEG in, labels out on the GPU: trtpool.images' device path against the CPU path, and
-the resnet50_jpeg example served on a GPU instance (the torch runtime, fp32: its batch
-faces decode on the device) against the CPU reference loop (process.py's per-request
-faces around ONNX Runtime fp32).
+"""JPEG in, labels out on the GPU: trtpool.device_crops against the CPU path, and the
+resnet50_jpeg example served on a GPU instance (the torch runtime, fp32: its batch faces
+decode on the device) against the CPU reference loop (process.py's per-request faces around
+ONNX Runtime fp32).
 
-The torch-less path (nvImageCodec and trtpool.crop_kernel, process.json "gpu_path": "cuda")
-is held to the same, and to crop_reference, the kernel's arithmetic in float64 numpy, on the
-very pixels nvImageCodec decoded.
+Both decoders (torchvision's nvJPEG, the example's default; nvImageCodec, the path without
+torch) are held to the CPU path, and the crop kernel to crop_reference, its arithmetic in
+float64 numpy, on the very pixels each decoder produced.
 
 Tolerances, stated: decoded crops within a mean of 3 and a 99th percentile of 10 grey levels
 of the CPU path per file (nvJPEG and libjpeg differ in IDCT rounding and chroma upsampling,
@@ -44,7 +44,9 @@ from tests.harness.pipelines import (  # noqa: E402
     set_process_settings,
 )
 from tests.harness.pipelines import crop_reference  # noqa: E402
-from trtpool.images import CropSpec, DeviceCrops, cpu_crop  # noqa: E402
+from trtpool import cuda  # noqa: E402
+from trtpool.device_crops import DeviceCrops  # noqa: E402
+from trtpool.images import CropSpec, cpu_crop, sort_files  # noqa: E402
 from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
 
@@ -66,32 +68,29 @@ def assert_near_the_cpu_path(files: list[bytes], served: np.ndarray) -> None:
     assert all(mean <= 3 and p99 <= 10 for _, mean, p99, _ in report), report
 
 
-def test_device_crops_follow_the_cpu_path():
+def host_pixels(image) -> np.ndarray:
+    """A decoded device image as uint8 [H, W, 3] on the host: torchvision's [3, H, W] tensor or
+    nvImageCodec's interleaved image."""
+    if isinstance(image, torch.Tensor):
+        return image.permute(1, 2, 0).cpu().numpy()
+    return np.asarray(image.cpu())
+
+
+@pytest.mark.parametrize("decoder", ["torchvision", "nvimgcodec"])
+def test_device_crops_compute_their_reference_and_follow_the_cpu_path(decoder):
     files = sample_files()
-    crops, refused = DeviceCrops(SPEC, "cuda:0")(files)
+    crops = DeviceCrops(SPEC, "cuda:0", decoder)
+    served, refused = crops(files)
     assert refused == {}
-    assert_near_the_cpu_path(files, crops.cpu().numpy())
-
-
-def test_the_torchless_path_computes_its_reference_and_follows_the_cpu_path():
-    from nvidia import nvimgcodec
-
-    from trtpool.crop_kernel import CudaCrops
-
-    files = sample_files()
-    crops, refused = CudaCrops(SPEC, "cuda:0")(files)
-    assert refused == {}
-    served = crops.to_host()
-    decoder = nvimgcodec.Decoder()
-    params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
-                                     sample_format=nvimgcodec.SampleFormat.I_RGB)
-    for index, data in enumerate(files):
-        image = decoder.decode(data, params=params)
-        if image is None:  # taken by Pillow: the CPU path's own crop
-            continue
-        decoded = np.asarray(image.cpu())
-        levels = np.abs(served[index] - crop_reference(decoded, SPEC)) * LEVELS
+    served = served.to_host()
+    on_gpu, _, _ = sort_files(files, SPEC)
+    stream = cuda.Stream()
+    for index, _ in on_gpu:
+        [image] = crops.decoder.decode([files[index]], stream)
+        stream.synchronize()
+        levels = np.abs(served[index] - crop_reference(host_pixels(image), SPEC)) * LEVELS
         assert levels.max() <= 1.01, (index, levels.max())
+    assert len(on_gpu) >= 24  # the JPEGs of mixed sizes, progressive and grayscale among them
     assert_near_the_cpu_path(files, served)
 
 
@@ -108,8 +107,8 @@ def gpu_pipeline(start_server, tmp_path_factory):
     write_config(folder, config)
     limited = add_mode(folder, "pipelined", "resnet50_jpeg_limited")
     set_process_settings(limited, max_decoded_bytes=50_000_000)
-    torchless = add_mode(folder, "sync", "resnet50_jpeg_cuda")
-    set_process_settings(torchless, gpu_path="cuda")
+    torchless = add_mode(folder, "sync", "resnet50_jpeg_nvimgcodec")
+    set_process_settings(torchless, decoder="nvimgcodec")
     server = start_server(repo)
     return server, Reference(folder)
 
@@ -119,9 +118,9 @@ def served(server, model: str, requests: list[np.ndarray]) -> list:
                               outputs=("LABELS", "SCORES"))
 
 
-@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_cuda"])
+@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_nvimgcodec"])
 def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline, model):
-    """Pipelined with torch's GPU path; sync with the torch-less path (execute() returns the responses)."""
+    """Pipelined with torchvision's decoder; sync with nvImageCodec's (execute() returns the responses)."""
     server, reference = gpu_pipeline
     files = sample_files()
     answers = served(server, model, [np.array([[f]], dtype=np.object_) for f in files])
@@ -138,14 +137,14 @@ def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline, model
 
 def test_the_examples_softmax_and_top5_run_on_the_device(gpu_pipeline):
     """OUTPUTS_ON_DEVICE: the torch runtime leaves the logits on the device for postprocess_batch
-    (the answers above come through that path), on both GPU paths."""
+    (the answers above come through that path), with either decoder."""
     server, _ = gpu_pipeline
     log = server.log_text()
-    for model in ("resnet50_jpeg", "resnet50_jpeg_cuda"):
+    for model in ("resnet50_jpeg", "resnet50_jpeg_nvimgcodec"):
         assert f"model '{model}': postprocess_batch takes the engine's outputs on the device" in log
 
 
-@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_cuda"])
+@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_nvimgcodec"])
 def test_each_bad_file_fails_its_request_alone_on_the_gpu(gpu_pipeline, model):
     """Bad files alone and beside a good one, batch clients (3 files in a request), awkward
     formats and an 8000x8000 photo (answered; refused by name where max_decoded_bytes is 50 MB)."""

@@ -186,6 +186,40 @@ def test_converted_module_matches_onnxruntime_on_the_cpu(examples, name, precisi
         assert_close(result.float().numpy(), expected, TOLERANCE[precision])
 
 
+def spatial_kernels(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The weights of the 2-D convolutions wider than 1x1 (a 1x1 kernel is contiguous in both layouts)."""
+    return [m.weight for m in module.modules() if isinstance(m, torch.nn.Conv2d) and m.weight.shape[2:] != (1, 1)]
+
+
+@needs_onnx2torch
+@pytest.mark.parametrize("name, precision, nhwc", [("resnet50", "fp16", True), ("resnet50", "fp32", False),
+                                                   ("bert_base", "fp16", False)])
+def test_fp16_convolutions_take_channels_last_weights(examples, name, precision, nhwc):
+    import onnx
+
+    from trtpool.runtimes.torch import prefers_channels_last
+
+    module = convert(onnx.load(str(examples[name])), "cpu", precision)
+    assert prefers_channels_last(module, precision) == nhwc
+    kernels = spatial_kernels(module)
+    assert all(w.is_contiguous(memory_format=torch.channels_last) == nhwc for w in kernels)
+    assert all(w.is_contiguous() != nhwc for w in kernels)
+    assert bool(kernels) == (name == "resnet50")
+
+
+@needs_onnx2torch
+def test_channels_last_weights_compute_what_nchw_weights_do(examples):
+    """The layout is the only difference: fp32 on the CPU, each layout on the same inputs (NCHW)."""
+    import onnx
+
+    model = onnx.load(str(examples["resnet50"]))
+    inputs = torch.from_numpy(sample("resnet50", 3, seed=5)["input"])
+    nhwc, nchw = convert(model, "cpu", channels_last=True), convert(model, "cpu", channels_last=False)
+    assert spatial_kernels(nhwc)[0].is_contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        np.testing.assert_allclose(nhwc(inputs).numpy(), nchw(inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
 @needs_onnx2torch
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_converted_module_reads_no_device_tensor_on_the_host(examples, name):
@@ -269,6 +303,9 @@ def test_gpu_batches_match_onnxruntime(examples, name, precision):
     pool = ContextPool(runtime, 2)
     runner = BatchRunner(pool)
     seq = {"bert_base": [None, 40, 100]}.get(name, [None, None, None])
+    # fp16 ResNet runs its convolutions in channels_last, captured in the graphs checked below
+    assert all(w.is_contiguous(memory_format=torch.channels_last) == (precision == "fp16")
+               for w in spatial_kernels(runtime.module))
     try:
         # 1 + 3 + 8 rows make one batch of 12, run in bucket 16; BERT adds sequence buckets.
         for length in seq:

@@ -25,7 +25,8 @@ meta device, where such a read raises). A graph that feeds shape values into
 device arithmetic (say, divides by the sequence length) would then fail at
 load with a device mismatch; none of ours does.
 
-One copy of the weights is on the GPU, shared by every context. A context owns
+One copy of the weights is on the GPU, shared by every context; an fp16 model with
+2-D convolutions keeps them channels_last (NHWC, the tensor-core layout; prefers_channels_last). A context owns
 a stream, events, pinned host staging buffers, device input buffers sized for
 the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
@@ -230,9 +231,19 @@ class NonZero(torch.nn.Module):
         return torch.nonzero(x).T
 
 
-def convert(model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32") -> torch.nn.Module:
+def prefers_channels_last(module: torch.nn.Module, precision: str) -> bool:
+    """Whether the module runs faster with its 4-D weights laid out NHWC (channels_last):
+    fp16 2-D convolutions, which cuDNN runs on tensor cores in that layout (ResNet-50 224,
+    batch 32 on the H200: 1.40x, bench/results/h200/torch_layout.json). Inputs stay NCHW,
+    as the ONNX file declares them; the first convolution converts its input."""
+    return precision == "fp16" and any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
+
+
+def convert(model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32",
+            channels_last: bool | None = None) -> torch.nn.Module:
     """The ONNX model as an eval-mode torch module on `device` whose forward reads
-    no device tensor on the host (so it can be captured in a CUDA graph)."""
+    no device tensor on the host (so it can be captured in a CUDA graph).
+    `channels_last`: lay 4-D weights out NHWC; None: where prefers_channels_last says so."""
     onnx2torch = _import_onnx2torch()
     from onnx2torch.node_converters.cast import OnnxCast
     from onnx2torch.node_converters.nonzero import OnnxNonZero
@@ -254,6 +265,8 @@ def convert(model: onnx.ModelProto, device: torch.device | str, precision: str =
     module.to(device)
     if precision == "fp16":
         module.half()
+    if prefers_channels_last(module, precision) if channels_last is None else channels_last:
+        module.to(memory_format=torch.channels_last)
     for name, tensor in host_constants.items():
         owner, _, leaf = name.rpartition(".")
         module.get_submodule(owner).register_buffer(leaf, tensor)

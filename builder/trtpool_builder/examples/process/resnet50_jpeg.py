@@ -9,13 +9,14 @@ the crop, centre crop, RGB scaled to [0, 1] and normalized by ImageNet's mean an
 std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.choose_faces):
 
     GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
-                  the device, resized and normalized there; the engine reads them from
-                  the device. postprocess_batch: one softmax and top-5 for the batch, on
-                  the device where the runtime leaves the logits there (OUTPUTS_ON_DEVICE:
-                  the torch runtime), so only the answer comes to the host.
-                  process.json's "gpu_path": "torch" (torchvision's nvJPEG and torch;
-                  "decoder" picks nvImageCodec instead) or "cuda" (nvImageCodec and
-                  trtpool's crop kernel: no torch, as in NVIDIA's Triton image).
+                  the device, resized, cropped and normalized there in one kernel launch
+                  (trtpool.device_crops); the engine reads them from the device.
+                  postprocess_batch: one softmax and top-5 for the batch, on the device
+                  where the runtime leaves the logits there (OUTPUTS_ON_DEVICE: the torch
+                  runtime), so only the answer comes to the host. process.json's
+                  "decoder": "auto" (default: torchvision where it imports, else
+                  nvImageCodec), "torchvision" or "nvimgcodec" (no torch, as in NVIDIA's
+                  Triton image).
     CPU instance  preprocess / postprocess per request, in parallel on the stage's
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, DeviceCrops, ImageRefused, cpu_crop
+from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
 
 TOP = 5
 OUTPUTS_ON_DEVICE = True  # postprocess_batch takes the logits as device tensors where the runtime can
@@ -88,11 +89,9 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
 
 
 def _crops_on(device: str):
-    if _settings.get("gpu_path", "torch") == "cuda":
-        from trtpool.crop_kernel import CudaCrops
+    from trtpool.device_crops import DeviceCrops
 
-        return CudaCrops(_spec, device)
-    return DeviceCrops(_spec, device, _settings.get("decoder", "torchvision"))
+    return DeviceCrops(_spec, device, _settings.get("decoder", "auto"))
 
 
 def _top(logits: np.ndarray) -> dict:
