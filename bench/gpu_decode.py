@@ -68,32 +68,40 @@ def decode_only(decoder: Decoder):
     return decode
 
 
-def torch_resize(crops: DeviceCrops):
-    """The baseline: the crop with torch ops, a pass per image size (JPEGs only: the files here)."""
+def torch_crop_pass(spec: CropSpec, decoded: list):
+    """The baseline's crop of decoded uint8 [3, H, W] tensors on the current stream, a pass per image
+    size: block means (draft), antialiased resize of the whole image, crop, normalize."""
     import torch
 
-    spec, functional, stream_of = crops.spec, torch.nn.functional, per_thread_stream()
+    functional = torch.nn.functional
     std = torch.tensor(spec.std, device="cuda").view(3, 1, 1)
     scale, shift = 1.0 / (255.0 * std), torch.tensor(spec.mean, device="cuda").view(3, 1, 1) / std
+    batch = torch.zeros((len(decoded), 3, spec.crop, spec.crop), device="cuda")
+    groups: dict[tuple, list[int]] = {}
+    for index, image in enumerate(decoded):
+        groups.setdefault(tuple(image.shape), []).append(index)
+    for indices in groups.values():
+        pixels = torch.stack([decoded[i] for i in indices]).float()
+        draft, _, (width, height), (left, top) = placement(spec, pixels.shape[3], pixels.shape[2])
+        if draft > 1:
+            pixels = functional.avg_pool2d(pixels, draft, draft, ceil_mode=True).round_()
+        pixels = functional.interpolate(pixels, size=(height, width), mode="bilinear", antialias=True)
+        pixels = pixels[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
+        batch[torch.tensor(indices, device="cuda")] = pixels * scale - shift
+    return batch
+
+
+def torch_resize(crops: DeviceCrops):
+    """The baseline's whole crop: header check, decode, torch_crop_pass (JPEGs only: the files here)."""
+    import torch
+
+    stream_of = per_thread_stream()
 
     def crop(files: list[bytes]):
-        on_gpu, _, _ = sort_files(files, spec)
+        on_gpu, _, _ = sort_files(files, crops.spec)
         stream = stream_of()
         with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)), torch.no_grad():
-            batch = torch.zeros((len(files), 3, spec.crop, spec.crop), device="cuda")
-            decoded = crops.decoder.decode([files[i] for i, _ in on_gpu], stream)
-            groups: dict[tuple, list[int]] = {}
-            for (index, _), image in zip(on_gpu, decoded):
-                groups.setdefault(tuple(image.shape), []).append(index)
-            by_index = {index: image for (index, _), image in zip(on_gpu, decoded)}
-            for indices in groups.values():
-                pixels = torch.stack([by_index[i] for i in indices]).float()
-                draft, _, (width, height), (left, top) = placement(spec, pixels.shape[3], pixels.shape[2])
-                if draft > 1:
-                    pixels = functional.avg_pool2d(pixels, draft, draft, ceil_mode=True).round_()
-                pixels = functional.interpolate(pixels, size=(height, width), mode="bilinear", antialias=True)
-                pixels = pixels[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
-                batch[torch.tensor(indices, device="cuda")] = pixels * scale - shift
+            batch = torch_crop_pass(crops.spec, crops.decoder.decode([files[i] for i, _ in on_gpu], stream))
         stream.synchronize()
         return batch, {}
     return crop

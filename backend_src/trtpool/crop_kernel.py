@@ -22,36 +22,60 @@ from trtpool import cuda
 from trtpool.images import CropSpec, placement
 
 KERNEL = r"""
-__device__ float triangle(float x) { x = fabsf(x); return x < 1.0f ? 1.0f - x : 0.0f; }
+__device__ __forceinline__ float triangle(float x) { x = fabsf(x); return x < 1.0f ? 1.0f - x : 0.0f; }
 
-__device__ float drafted(const unsigned char* src, const long long* t, int row, int column, int channel) {
-    long long height = t[1], width = t[2], rs = t[3], ps = t[4], cs = t[5];
-    int a = (int)t[6];
-    const unsigned char* base = src + channel * cs;
-    if (a == 1) return (float)base[row * rs + column * ps];
-    long long y0 = (long long)row * a, x0 = (long long)column * a;
-    long long y1 = min(y0 + a, height), x1 = min(x0 + a, width);
-    float sum = 0.0f;
-    for (long long y = y0; y < y1; ++y)
-        for (long long x = x0; x < x1; ++x) sum += (float)base[y * rs + x * ps];
-    return rintf(sum / (float)((y1 - y0) * (x1 - x0)));
+/* One axis of the antialiased bilinear filter for one output index: the first source index, the
+   count of taps, their centre, 1/scale and the sum of their weights (each weight is divided by it). */
+struct Axis { int first, count; float centre, inv, total; };
+
+__device__ __forceinline__ float weight(const Axis& a, int k) {
+    return triangle((a.first + k - a.centre + 0.5f) * a.inv);
 }
 
-/* One axis of the antialiased bilinear filter: first source index, count, centre, 1/scale. */
-__device__ void axis(int out, int size_in, int size_out, int* first, int* count, float* centre, float* inv) {
+__device__ Axis axis(int out, int size_in, int size_out) {
+    Axis a;
     float scale = (float)size_in / (float)size_out;
     float support = scale >= 1.0f ? scale : 1.0f;
-    *inv = scale >= 1.0f ? 1.0f / scale : 1.0f;
-    *centre = scale * (out + 0.5f);
-    int lo = (int)(*centre - support + 0.5f);
-    *first = lo > 0 ? lo : 0;
-    int hi = (int)(*centre + support + 0.5f);
-    *count = (hi < size_in ? hi : size_in) - *first;
+    a.inv = scale >= 1.0f ? 1.0f / scale : 1.0f;
+    a.centre = scale * (out + 0.5f);
+    int lo = (int)(a.centre - support + 0.5f);
+    a.first = lo > 0 ? lo : 0;
+    int hi = (int)(a.centre + support + 0.5f);
+    a.count = (hi < size_in ? hi : size_in) - a.first;
+    a.total = 0.0f;
+    for (int k = 0; k < a.count; ++k) a.total += weight(a, k);
+    return a;
+}
+
+/* The drafted pixel (row, column), 3 channels: the rounded mean of its a x a block (cut at the
+   image's edge), or the pixel itself where a is 1. */
+__device__ __forceinline__ void drafted(const unsigned char* __restrict__ src, int row, int column, int a,
+                                        int height, int width, long long rs, long long ps, long long cs,
+                                        float* p) {
+    if (a == 1) {
+        const unsigned char* at = src + row * rs + column * ps;
+        p[0] = at[0]; p[1] = at[cs]; p[2] = at[2 * cs];
+        return;
+    }
+    int y0 = row * a, x0 = column * a;
+    int y1 = min(y0 + a, height), x1 = min(x0 + a, width);
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+    for (int y = y0; y < y1; ++y) {
+        const unsigned char* line = src + y * rs;
+        for (int x = x0; x < x1; ++x) {
+            const unsigned char* at = line + x * ps;
+            s0 += at[0]; s1 += at[cs]; s2 += at[2 * cs];
+        }
+    }
+    float count = (float)((y1 - y0) * (x1 - x0));
+    p[0] = rintf(s0 / count); p[1] = rintf(s1 / count); p[2] = rintf(s2 / count);
 }
 
 /* table: per image [ptr, H, W, row stride, pixel stride, channel stride, draft, Hd, Wd, Hr, Wr,
-   left, top, output row]; grid (ceil(crop*crop / block), images). */
-extern "C" __global__ void imagenet_crops(const long long* table, int fields, float* out, int crop,
+   left, top, output row]; grid (ceil(crop*crop / block), images); a thread makes one output
+   pixel's 3 channels, each tap's weight computed once for the three. */
+extern "C" __global__ void imagenet_crops(const long long* __restrict__ table, int fields,
+                                          float* __restrict__ out, int crop,
                                           float scale0, float scale1, float scale2,
                                           float shift0, float shift1, float shift2) {
     const long long* t = table + (long long)blockIdx.y * fields;
@@ -59,29 +83,28 @@ extern "C" __global__ void imagenet_crops(const long long* table, int fields, fl
     if (pixel >= crop * crop) return;
     int y = pixel / crop, x = pixel % crop;
     const unsigned char* src = (const unsigned char*)t[0];
-    int hd = (int)t[7], wd = (int)t[8], hr = (int)t[9], wr = (int)t[10];
-    int fy, ny, fx, nx; float cy, cx, iy, ix;
-    axis(y + (int)t[12], hd, hr, &fy, &ny, &cy, &iy);
-    axis(x + (int)t[11], wd, wr, &fx, &nx, &cx, &ix);
-    float wy_total = 0.0f, wx_total = 0.0f;
-    for (int i = 0; i < ny; ++i) wy_total += triangle((fy + i - cy + 0.5f) * iy);
-    for (int j = 0; j < nx; ++j) wx_total += triangle((fx + j - cx + 0.5f) * ix);
-    float scales[3] = {scale0, scale1, scale2}, shifts[3] = {shift0, shift1, shift2};
-    for (int c = 0; c < 3; ++c) {
-        float acc = 0.0f;
-        for (int i = 0; i < ny; ++i) {
-            float wy = triangle((fy + i - cy + 0.5f) * iy) / wy_total;
-            if (wy == 0.0f) continue;
-            float line = 0.0f;
-            for (int j = 0; j < nx; ++j) {
-                float wx = triangle((fx + j - cx + 0.5f) * ix) / wx_total;
-                if (wx != 0.0f) line += wx * drafted(src, t, fy + i, fx + j, c);
-            }
-            acc += wy * line;
+    int height = (int)t[1], width = (int)t[2], a = (int)t[6];
+    long long rs = t[3], ps = t[4], cs = t[5];
+    Axis ay = axis(y + (int)t[12], (int)t[7], (int)t[9]);
+    Axis ax = axis(x + (int)t[11], (int)t[8], (int)t[10]);
+    float acc[3] = {0.0f, 0.0f, 0.0f}, p[3];
+    for (int i = 0; i < ay.count; ++i) {
+        float wy = weight(ay, i) / ay.total;
+        if (wy == 0.0f) continue;
+        float line[3] = {0.0f, 0.0f, 0.0f};
+        for (int j = 0; j < ax.count; ++j) {
+            float wx = weight(ax, j) / ax.total;
+            if (wx == 0.0f) continue;
+            drafted(src, ay.first + i, ax.first + j, a, height, width, rs, ps, cs, p);
+            line[0] += wx * p[0]; line[1] += wx * p[1]; line[2] += wx * p[2];
         }
-        float level = rintf(fminf(fmaxf(acc, 0.0f), 255.0f));
-        out[(((long long)t[13] * 3 + c) * crop + y) * crop + x] = level * scales[c] - shifts[c];
+        acc[0] += wy * line[0]; acc[1] += wy * line[1]; acc[2] += wy * line[2];
     }
+    float* o = out + ((long long)t[13] * 3 * crop + y) * crop + x;
+    long long plane = (long long)crop * crop;
+    o[0] = rintf(fminf(fmaxf(acc[0], 0.0f), 255.0f)) * scale0 - shift0;
+    o[plane] = rintf(fminf(fmaxf(acc[1], 0.0f), 255.0f)) * scale1 - shift1;
+    o[2 * plane] = rintf(fminf(fmaxf(acc[2], 0.0f), 255.0f)) * scale2 - shift2;
 }
 """
 FIELDS = 14
@@ -133,25 +156,27 @@ class CropKernel:
     """The compiled kernel on one device; `launch` is safe from several threads (each passes
     its own stream)."""
 
-    _compiled: dict[int, bytes] = {}
+    _compiled: dict[tuple[int, str], bytes] = {}
     _lock = threading.Lock()
 
-    def __init__(self, device_index: int) -> None:
+    def __init__(self, device_index: int, source: str = KERNEL) -> None:
+        """`source`: the kernel's CUDA C++ (another version's, for a side-by-side timing)."""
         from cuda.bindings import driver
 
         self.driver = driver
         cuda.set_device(device_index)  # the runtime's primary context: the driver calls use it
-        image = self._cubin(device_index)
+        image = self._cubin(device_index, source)
         self.module = _checked(driver, "cuModuleLoadData", driver.cuModuleLoadData(image))
         self.function = _checked(driver, "cuModuleGetFunction",
                                  driver.cuModuleGetFunction(self.module, b"imagenet_crops"))
 
     @classmethod
-    def _cubin(cls, device_index: int) -> bytes:
+    def _cubin(cls, device_index: int, source: str) -> bytes:
         with cls._lock:
-            if device_index not in cls._compiled:
-                cls._compiled[device_index] = _compile(cuda.device_properties(device_index).compute_capability)
-            return cls._compiled[device_index]
+            key = (device_index, source)
+            if key not in cls._compiled:
+                cls._compiled[key] = _compile(source, cuda.device_properties(device_index).compute_capability)
+            return cls._compiled[key]
 
     def launch(self, table: Any, images: int, out: int, crop: int, scale: tuple[float, ...],
                shift: tuple[float, ...], stream: cuda.Stream) -> None:
@@ -164,12 +189,12 @@ class CropKernel:
                                             arguments, 0))
 
 
-def _compile(compute_capability: str) -> bytes:
+def _compile(source: str, compute_capability: str) -> bytes:
     """The kernel's cubin for this GPU (sm_XY), from NVRTC."""
     from cuda.bindings import nvrtc
 
     program = _checked(nvrtc, "nvrtcCreateProgram",
-                       nvrtc.nvrtcCreateProgram(KERNEL.encode(), b"crop_kernel.cu", 0, [], []))
+                       nvrtc.nvrtcCreateProgram(source.encode(), b"crop_kernel.cu", 0, [], []))
     arch = f"--gpu-architecture=sm_{compute_capability.replace('.', '')}".encode()
     result = nvrtc.nvrtcCompileProgram(program, 2, [arch, b"-default-device"])
     if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -191,14 +216,23 @@ def _checked(module: Any, call: str, result: tuple) -> Any:
     return values[0] if len(values) == 1 else tuple(values) if values else None
 
 
-def table_row(spec: CropSpec, interface: dict[str, Any], index: int, planar: bool) -> list[int]:
+Memory = tuple[int, tuple[int, int, int], tuple[int, int, int]]  # a decoded image: pointer, shape, byte strides
+
+
+def interface_memory(interface: dict[str, Any]) -> Memory:
+    """A uint8 image's Memory from its CUDA array interface (strides None: C-contiguous)."""
+    shape = tuple(interface["shape"])
+    strides = interface.get("strides") or (shape[1] * shape[2], shape[2], 1)
+    return interface["data"][0], shape, tuple(strides)
+
+
+def table_row(spec: CropSpec, memory: Memory, index: int, planar: bool) -> list[int]:
     """The kernel's table row for one decoded uint8 image: [3, H, W] if `planar`, else [H, W, 3]
     (the decoder says which: a shape alone cannot, an image 3 pixels wide being either)."""
-    shape = tuple(interface["shape"])
-    strides = interface.get("strides") or tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    pointer, shape, strides = memory
     if planar:
         (_, height, width), (cs, rs, ps) = shape, strides
     else:
         (height, width, _), (rs, ps, cs) = shape, strides
     draft, (wd, hd), (wr, hr), (left, top) = placement(spec, width, height)
-    return [interface["data"][0], height, width, rs, ps, cs, draft, hd, wd, hr, wr, left, top, index]
+    return [pointer, height, width, rs, ps, cs, draft, hd, wd, hr, wr, left, top, index]

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trtpool import cuda
-from trtpool.crop_kernel import FIELDS, CropKernel, DeviceArray, table_row
+from trtpool.crop_kernel import FIELDS, CropKernel, DeviceArray, Memory, interface_memory, table_row
 from trtpool.images import CropSpec, ImageRefused, cpu_crop, decode_chunks, sort_files
 
 DECODERS = ("auto", "torchvision", "nvimgcodec")
@@ -32,8 +32,11 @@ class Decoder(Protocol):
     planar: bool  # decoded images are [3, H, W]; else [H, W, 3]
 
     def decode(self, files: list[bytes], stream: cuda.Stream) -> list[Any]:
-        """Decoded uint8 RGB images on the device ([3, H, W] or [H, W, 3], by the CUDA array
-        interface), queued on `stream`; None for a file the decoder does not take."""
+        """Decoded uint8 RGB images on the device, queued on `stream`; None for a file the
+        decoder does not take."""
+
+    def memory(self, image: Any) -> Memory:
+        """A decoded image's pointer, shape and byte strides."""
 
 
 class TorchvisionDecoder:
@@ -53,6 +56,10 @@ class TorchvisionDecoder:
         torch = self.torch
         with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle, device=self.device)):
             return self._decoded(files)
+
+    @staticmethod
+    def memory(image: Any) -> Memory:  # a uint8 tensor: its strides in elements are bytes
+        return image.data_ptr(), tuple(image.shape), image.stride()
 
     def _decoded(self, files: list[bytes]) -> list[Any]:
         encoded = [self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8) for data in files]
@@ -79,6 +86,10 @@ class NvImageCodecDecoder:
 
     def decode(self, files: list[bytes], stream: cuda.Stream) -> list[Any]:
         return self.decoder.decode(files, params=self.params, cuda_stream=stream.handle)
+
+    @staticmethod
+    def memory(image: Any) -> Memory:
+        return interface_memory(image.__cuda_array_interface__)
 
 
 def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -> Decoder:
@@ -122,6 +133,10 @@ class DeviceCrops:
             local.table, local.rows = cuda.DeviceBuffer(max(1, images) * FIELDS * 8), images
         return local.stream, local.buffer, local.table
 
+    def table_row(self, image: Any, index: int) -> list[int]:
+        """The crop kernel's row for a decoded image, to be the batch's row `index`."""
+        return table_row(self.spec, self.decoder.memory(image), index, self.decoder.planar)
+
     def __call__(self, files: list[bytes]) -> tuple[DeviceArray, dict[int, ImageRefused]]:
         """float32 [len(files), 3, crop, crop] on the device, complete when this returns, and the
         files refused by index (their rows are left as zeros)."""
@@ -141,7 +156,7 @@ class DeviceCrops:
                     on_cpu.append(index)
                     continue
                 held.append(image)
-                rows.append(table_row(spec, image.__cuda_array_interface__, index, self.decoder.planar))
+                rows.append(self.table_row(image, index))
             if rows:  # a later chunk's table is copied after this launch, in stream order
                 table = np.array(rows, np.int64)
                 cuda.memcpy_htod_async(device_table.ptr, table, table.nbytes, stream)

@@ -111,6 +111,10 @@
 #             large first: SIGINT at 570 s keeps what was measured) -> pipeline.json
 #   decode-kernel  bench/gpu_decode.py after the crop kernel: torchvision, the former torch resize as the
 #             baseline, nvImageCodec (all back-ends, hardware alone) -> gpu_decode.json
+#   crop-timing  bench/crop_timing.py: per image, the decode's GPU and host time, the table's host time, the crop
+#             kernel's GPU time beside the previous kernel's (.probe/crop_kernel_previous.py, carried: before the
+#             call, here, git show REV:backend_src/trtpool/crop_kernel.py > .probe/crop_kernel_previous.py) and the
+#             torch resize's, batches of 32 and 64 -> crop_timing.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -406,6 +410,10 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --concurrency 256 64 16 1 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 1500 \
         --variants gpu_inprocess_sync_x6 gpu_inprocess_sync_x8 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
         null_jpeg_x6 --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
+      ;;
+    crop-timing)
+      previous=(); [ -f .probe/crop_kernel_previous.py ] && previous=(--previous .probe/crop_kernel_previous.py)
+      python3 bench/crop_timing.py "${previous[@]}" --out "$OUT/crop_timing.json" 2>&1 | tail -n 8
       ;;
     decode-kernel)
       python3 bench/gpu_decode.py --seconds 1 --ways torchvision torch_resize nvimgcodec nvimgcodec_hw \

@@ -74,11 +74,13 @@ def test_the_crop_kernels_arithmetic_follows_pillow(size):
 
 def test_the_kernel_table_reads_the_layout_the_decoder_names():
     """A decoded image 3 pixels wide is [3, H, 3] planar or [H, 3, 3] interleaved: the decoder's
-    word decides, not the shape (strides in bytes, as the CUDA array interface gives them)."""
-    from trtpool.crop_kernel import FIELDS, table_row
+    word decides, not the shape (strides in bytes, as the CUDA array interface gives them, None
+    where the image is C-contiguous)."""
+    from trtpool.crop_kernel import FIELDS, interface_memory, table_row
 
-    planar = {"shape": (3, 300, 3), "data": (1000, False), "strides": None}
-    interleaved = {"shape": (300, 3, 3), "data": (2000, False), "strides": (9, 3, 1)}
+    planar = interface_memory({"shape": (3, 300, 3), "data": (1000, False), "strides": None})
+    interleaved = interface_memory({"shape": (300, 3, 3), "data": (2000, False), "strides": (9, 3, 1)})
+    assert planar == (1000, (3, 300, 3), (900, 3, 1))
     # pointer, height, width, row stride, pixel stride, channel stride ... output row
     row = table_row(SPEC, planar, 4, planar=True)
     assert (row[:6], row[-1], len(row)) == ([1000, 300, 3, 3, 1, 900], 4, FIELDS)
