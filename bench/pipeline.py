@@ -171,6 +171,7 @@ class TritonPythonModel:
 SYNC_INSTANCES = (2, 3, 4, 6, 8)
 GPU_VARIANTS = {"gpu_inprocess_pipelined": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
                 **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
+                "gpu_inprocess_sync_x6_b64": "resnet50_jpeg_sync_x6_b64",
                 "gpu_inprocess_nvimgcodec": "resnet50_jpeg_nvimgcodec", "cpu_inprocess": "resnet50_jpeg_cpu",
                 "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg",
                 "null_jpeg_x6": "null_jpeg_x6"}
@@ -236,6 +237,15 @@ def serving(folder: Path, args: argparse.Namespace) -> None:
         set_parameters(folder, runtime="torch", model_file="model.onnx", precision=args.precision)
 
 
+def instances(folder: Path, count: int) -> None:
+    """The model folder's instance count (on the CPU for a dry run without a GPU)."""
+    config = read_config(folder)
+    if not config.instance_group:  # the dry run on the CPU
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.instance_group[0].count = count
+    write_config(folder, config)
+
+
 def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None:
     """(b) to (e) beside (a), the GPU folder `jpeg` (resnet50_jpeg) and the ensembles' engine
     (on a machine without a GPU, for a dry run: the same models on the CPU)."""
@@ -246,12 +256,17 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
     # two instances (two stubs, each its own engine and GIL)
     variant(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
     for count in SYNC_INSTANCES:
-        several = variant(jpeg, "sync", f"resnet50_jpeg_sync_x{count}", contexts="1")
-        config = read_config(several)
-        if not config.instance_group:  # the dry run on the CPU
-            config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
-        config.instance_group[0].count = count
-        write_config(several, config)
+        instances(variant(jpeg, "sync", f"resnet50_jpeg_sync_x{count}", contexts="1"), count)
+    # the same with 6 instances and dynamic batches of up to 64 files (nvJPEG decodes a batch of 64 at
+    # 60 us an image on the H200, of 32 at 75: bench/results/h200/crop_timing.json)
+    wide = variant(jpeg, "sync", "resnet50_jpeg_sync_x6_b64", contexts="1",
+                   profile=f"input=1x3x{args.image_size}x{args.image_size}:32x3x{args.image_size}x{args.image_size}"
+                           f":64x3x{args.image_size}x{args.image_size}")
+    instances(wide, 6)
+    config = read_config(wide)
+    config.max_batch_size = 64
+    config.dynamic_batching.preferred_batch_size[:] = [32, 64]
+    write_config(wide, config)
     set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_nvimgcodec", contexts="1"), decoder="nvimgcodec")
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
     stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
@@ -265,10 +280,10 @@ instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} 
     for file in ("process.py", "labels.txt", "process.json"):
         shutil.copyfile(jpeg / "1" / file, folder / file)
     ensemble(repo, "ensemble_gpu", "pre_gpu", "resnet50_plain", "post")
-    for name, instances in (("null_jpeg", ""), ("null_jpeg_x6", "\ninstance_group { kind: KIND_CPU count: 6 }")):
+    for name, group in (("null_jpeg", ""), ("null_jpeg_x6", "\ninstance_group { kind: KIND_CPU count: 6 }")):
         python_model(repo, name, NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
                      [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
-                     extra="dynamic_batching { max_queue_delay_microseconds: 100 }" + instances)
+                     extra="dynamic_batching { max_queue_delay_microseconds: 100 }" + group)
     # only the measured variants' models load (each loaded instance holds GPU memory and start-up time)
     needed = {m for v in args.variants for m in (GPU_VARIANTS[v], *ENSEMBLE_STEPS.get(GPU_VARIANTS[v], ()))}
     for folder in repo.iterdir():
@@ -523,19 +538,20 @@ def gpu_variants(args: argparse.Namespace) -> int:
         busy: dict[str, dict[str, float | None]] = {}
         interrupted = None
         try:
-            for turn, concurrency in enumerate(args.concurrency):
-                order = list(args.variants) if turn % 2 == 0 else list(args.variants)[::-1]
-                for variant in order:
-                    with GpuUtilization() as utilization:
-                        row = perf_row(server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data,
-                                       args.interval_ms)
-                    row["gpu_utilization_percent"] = utilization.mean
-                    table[variant][str(concurrency)] = row
-                    if variant in GPU_INPROCESS:
-                        busy.setdefault(variant, {})[str(concurrency)] = utilization.mean
-        except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): the record keeps what was measured
-            interrupted = f"interrupted at {concurrency} clients, {variant}"
-            print(interrupted, flush=True)
+            try:
+                for turn, concurrency in enumerate(args.concurrency):
+                    order = list(args.variants) if turn % 2 == 0 else list(args.variants)[::-1]
+                    for variant in order:
+                        with GpuUtilization() as utilization:
+                            row = perf_row(server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data,
+                                           args.interval_ms)
+                        row["gpu_utilization_percent"] = utilization.mean
+                        table[variant][str(concurrency)] = row
+                        if variant in GPU_INPROCESS:
+                            busy.setdefault(variant, {})[str(concurrency)] = utilization.mean
+            except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): the record keeps what was measured
+                interrupted = f"interrupted at {concurrency} clients, {variant}"
+                print(interrupted, flush=True)
             stages = {GPU_VARIANTS[v]: {stage: server.metric_total("trtpool_stage_us_total", GPU_VARIANTS[v],
                                                                    stage=stage)
                                         for stage in ("pre_batch", "queue", "engine", "post_batch")}

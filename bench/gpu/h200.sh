@@ -106,9 +106,10 @@
 #             python3 with three of the carried wheels (onnx2torch, tritonclient, python-rapidjson; no
 #             setup needed): carry .whl, or a folder .whl_probe of those three (2 MB) -> torch_layout.json
 #   pipeline-kernel  issue 28 after the crop kernel took over the GPU path's resize and the torch runtime's
-#             fp16 convolutions went channels_last (third session, 2026-12-04): (a) sync with 6 and 8
-#             instances, (b)-(d), (e) with 1 and 6 instances, perf_analyzer at 256, 64, 16, 1 clients (the
-#             large first: SIGINT at 570 s keeps what was measured) -> pipeline.json
+#             fp16 convolutions went channels_last (2026-12-04, fourth session): (a) sync with 6 and 8
+#             instances and with 6 instances batching up to 64 files, (b)-(d), (e) with 1 and 6 instances,
+#             perf_analyzer at 256, 64, 16, 1 clients (the large first: SIGINT at 450 s keeps what was
+#             measured, so setup and gpu-pipeline-tests fit the same call) -> pipeline.json
 #   decode-kernel  bench/gpu_decode.py after the crop kernel: torchvision, the former torch resize as the
 #             baseline, nvImageCodec (all back-ends, hardware alone) -> gpu_decode.json
 #   crop-timing  bench/crop_timing.py: per image, the decode's GPU and host time, the table's host time, the crop
@@ -406,10 +407,10 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --out "$OUT/pipeline_null.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
       ;;
     pipeline-kernel)
-      timeout -s INT 570 python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
+      timeout -s INT 450 python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
         --concurrency 256 64 16 1 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 1500 \
-        --variants gpu_inprocess_sync_x6 gpu_inprocess_sync_x8 cpu_inprocess cpu_ensemble gpu_ensemble null_jpeg \
-        null_jpeg_x6 --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
+        --variants gpu_inprocess_sync_x6 gpu_inprocess_sync_x8 gpu_inprocess_sync_x6_b64 cpu_inprocess cpu_ensemble \
+        gpu_ensemble null_jpeg null_jpeg_x6 --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
       ;;
     crop-timing)
       previous=(); [ -f .probe/crop_kernel_previous.py ] && previous=(--previous .probe/crop_kernel_previous.py)
