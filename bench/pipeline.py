@@ -169,9 +169,13 @@ class TritonPythonModel:
 '''
 # (a) in sync mode with N instances (N stubs, each its own engine and GIL): gpu_inprocess_sync_xN
 SYNC_INSTANCES = (2, 3, 4, 6, 8)
+# (a) batching up to 64 files (nvJPEG decodes a batch of 64 at 60 us an image on the H200, of 32 at 75:
+# bench/results/h200/crop_timing.json): name -> mode, instances, contexts
+WIDE = {"sync_x6_b64": ("sync", 6, "1"), "sync_x8_b64": ("sync", 8, "1"), "sync_x10_b64": ("sync", 10, "1"),
+        "pipelined_x2_b64": ("pipelined", 2, "2"), "pipelined_x3_b64": ("pipelined", 3, "2")}
 GPU_VARIANTS = {"gpu_inprocess_pipelined": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
                 **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
-                "gpu_inprocess_sync_x6_b64": "resnet50_jpeg_sync_x6_b64",
+                **{f"gpu_inprocess_{name}": f"resnet50_jpeg_{name}" for name in WIDE},
                 "gpu_inprocess_nvimgcodec": "resnet50_jpeg_nvimgcodec", "cpu_inprocess": "resnet50_jpeg_cpu",
                 "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg",
                 "null_jpeg_x6": "null_jpeg_x6"}
@@ -257,16 +261,15 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
     variant(jpeg, "sync", "resnet50_jpeg_sync", contexts="1")
     for count in SYNC_INSTANCES:
         instances(variant(jpeg, "sync", f"resnet50_jpeg_sync_x{count}", contexts="1"), count)
-    # the same with 6 instances and dynamic batches of up to 64 files (nvJPEG decodes a batch of 64 at
-    # 60 us an image on the H200, of 32 at 75: bench/results/h200/crop_timing.json)
-    wide = variant(jpeg, "sync", "resnet50_jpeg_sync_x6_b64", contexts="1",
-                   profile=f"input=1x3x{args.image_size}x{args.image_size}:32x3x{args.image_size}x{args.image_size}"
-                           f":64x3x{args.image_size}x{args.image_size}")
-    instances(wide, 6)
-    config = read_config(wide)
-    config.max_batch_size = 64
-    config.dynamic_batching.preferred_batch_size[:] = [32, 64]
-    write_config(wide, config)
+    side = args.image_size
+    for name, (mode, count, contexts) in WIDE.items():
+        wide = variant(jpeg, mode, f"resnet50_jpeg_{name}", contexts=contexts,
+                       profile=f"input=1x3x{side}x{side}:32x3x{side}x{side}:64x3x{side}x{side}")
+        instances(wide, count)
+        config = read_config(wide)
+        config.max_batch_size = 64
+        config.dynamic_batching.preferred_batch_size[:] = [32, 64]
+        write_config(wide, config)
     set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_nvimgcodec", contexts="1"), decoder="nvimgcodec")
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
     stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],

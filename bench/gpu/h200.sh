@@ -112,6 +112,9 @@
 #             measured, so setup and gpu-pipeline-tests fit the same call) -> pipeline.json
 #   decode-kernel  bench/gpu_decode.py after the crop kernel: torchvision, the former torch resize as the
 #             baseline, nvImageCodec (all back-ends, hardware alone) -> gpu_decode.json
+#   pipeline-wide  after pipeline-kernel (14:12 UTC): (a) batching up to 64 files with 8 and 10 sync instances and
+#             3 pipelined instances of 2 contexts (one stub's decode and engine overlap on the GPU), beside
+#             (c), (d) and (e) with 6 instances, 256 and 64 clients -> pipeline_wide.json
 #   crop-timing  bench/crop_timing.py: per image, the decode's GPU and host time, the table's host time, the crop
 #             kernel's GPU time beside the previous kernel's (.probe/crop_kernel_previous.py, carried: before the
 #             call, here, git show REV:backend_src/trtpool/crop_kernel.py > .probe/crop_kernel_previous.py) and the
@@ -411,6 +414,12 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
         --concurrency 256 64 16 1 --pre-instances 8 --pre-processes 8 --gpu-pre-instances 2 --interval-ms 1500 \
         --variants gpu_inprocess_sync_x6 gpu_inprocess_sync_x8 gpu_inprocess_sync_x6_b64 cpu_inprocess cpu_ensemble \
         gpu_ensemble null_jpeg null_jpeg_x6 --out "$OUT/pipeline.json" 2>&1 | grep -v '^[IWE]12' | tail -n 40
+      ;;
+    pipeline-wide)
+      timeout -s INT 480 python3 bench/pipeline.py --runtime torch --precision fp16 --image-size 224 --gpu-variants \
+        --concurrency 256 64 --pre-instances 8 --gpu-pre-instances 2 --interval-ms 1500 \
+        --variants gpu_inprocess_sync_x8_b64 gpu_inprocess_sync_x10_b64 gpu_inprocess_pipelined_x3_b64 cpu_ensemble \
+        gpu_ensemble null_jpeg_x6 --out "$OUT/pipeline_wide.json" 2>&1 | grep -v '^[IWE]12' | tail -n 20
       ;;
     crop-timing)
       previous=(); [ -f .probe/crop_kernel_previous.py ] && previous=(--previous .probe/crop_kernel_previous.py)
