@@ -169,7 +169,8 @@ INVENTORY = (
     text("Range(0, Cast(Shape(x)[3]), 1) + 0.5", "an ONNX expression"),
     text("h0 [layers, 1, hidden]", "a tensor shape"),
     text("dims: [1]", "a config.pbtxt field"),
-    text("instance_group [{ count: 4, kind: KIND_GPU }]", "a config.pbtxt field"),
+    text("instance_group [{ count: 6, kind: KIND_GPU }]", "a config.pbtxt field"),
+    text("max_batch_size: 64", "a config.pbtxt field"),
     text("mode: sync", "a config.pbtxt parameter, as docs/configuration.md names it"),
     text("--instances 1,2,4", "a trtpool-tune flag (tests/unit/test_tune_search.py parses it)"),
     text("... contexts=N min_contexts=1", "trtpool-tune's progress line for the elastic step"),
@@ -272,6 +273,9 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh tune-grid-resnet50 tune-search-resnet50", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup pipeline-null", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh torch-layout", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup gpu-pipeline-tests pipeline-kernel", H200, not_here=ON_H200),
+    *(text(f"git show 0f5812f:bench/results/h200/{record}", "an earlier record, kept in git's history")
+      for record in ("torch_layout.json", "gpu_decode.json", "pipeline.json")),
     text("--grid --grid-together N", "trtpool-tune flags (tests/ops/test_tune.py runs them: "
          "test_a_grid_loaded_side_by_side_measures_every_point_in_fewer_servers)"),
     text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
