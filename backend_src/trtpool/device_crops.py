@@ -16,6 +16,7 @@ other files (PNG, CMYK JPEG, ...) and any the decoder fails take the CPU path an
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ import numpy as np
 from trtpool import cuda
 from trtpool.crop_kernel import FIELDS, CropKernel, DeviceArray, Memory, interface_memory, table_row
 from trtpool.images import CropSpec, ImageRefused, cpu_crop, decode_chunks, sort_files
+
+log = logging.getLogger("trtpool")
 
 DECODERS = ("auto", "torchvision", "nvimgcodec")
 
@@ -98,11 +101,11 @@ def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -
     if name == "auto":
         try:
             return TorchvisionDecoder(device_index)
-        except Exception:  # no torchvision, or one built for another torch
-            return NvImageCodecDecoder(device_index, backends)
-    if name == "torchvision":
-        return TorchvisionDecoder(device_index)
-    return NvImageCodecDecoder(device_index, backends)
+        except Exception as exc:  # no torchvision, or one built for another torch
+            log.info("JPEG decoder 'auto': torchvision cannot be used here (%s: %s); nvImageCodec decodes",
+                     type(exc).__name__, exc)
+            name = "nvimgcodec"
+    return TorchvisionDecoder(device_index) if name == "torchvision" else NvImageCodecDecoder(device_index, backends)
 
 
 class DeviceCrops:
