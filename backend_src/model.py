@@ -10,10 +10,13 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from trtpool.config import instance_device, parameters_of
+from trtpool import config as pool_config
+from trtpool.config import engine_host_on, instance_device, parameters_of
 from trtpool.errors import TrtpoolError
 from trtpool.front import check_front
-from trtpool.handlers import DecoupledHandler, ForwardHandler, PipelinedHandler, SyncHandler
+from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, PipelinedHandler, SyncHandler
+from trtpool.host.client import HostClient
+from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model_config import auto_complete
@@ -101,6 +104,7 @@ class TritonPythonModel:
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
         self.instance = None
+        self.metrics = None
         check_numpy_handover(pb_utils)
         if "forward_to" in parameters_of(model_config):
             target = check_front(model_config, Path(args["model_repository"]))
@@ -110,6 +114,14 @@ class TritonPythonModel:
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
+        cfg = pool_config.load(model_config, version_dir, device)
+        if engine_host_on(cfg):  # a thin instance: the model lives in its engine host (trtpool.host)
+            client = HostClient(Launcher({"model_config": model_config, "version_dir": str(version_dir),
+                                          "device": device, "server_pid": os.getppid()}))
+            client.attach()
+            self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms)
+            self.handler = HostHandler(pb_utils, client, self.metrics)
+            return
         self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch,
                                       self.metrics.record_stage)
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
@@ -128,6 +140,7 @@ class TritonPythonModel:
 
     def finalize(self):
         self.handler.close()
-        if self.instance:
+        if self.metrics:
             self.metrics.close()
+        if self.instance:
             self.instance.close()

@@ -24,6 +24,7 @@
       { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
       { key: "preprocess_processes" value: { string_value: "0" } },    # process.py: worker processes for preprocess
       { key: "process_faces"   value: { string_value: "auto" } },      # process.py: auto | request | batch (stages.py)
+      { key: "engine_host"     value: { string_value: "auto" } },      # auto | on | off: one process owns the model (trtpool.host)
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
 """
@@ -51,7 +52,7 @@ KNOWN_KEYS = {
     "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
     "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
     "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads", "preprocess_processes",
-    "process_faces",
+    "process_faces", "engine_host",
 }
 PROCESS_FACES = ("auto", "request", "batch")  # trtpool.stages.choose_faces
 PRECISIONS = ("fp32", "fp16")
@@ -65,6 +66,7 @@ MAX_IDLE_S = 86_400.0               # shrink_after_idle_seconds: a day
 MAX_SEQUENCE_BUCKET = 1_048_576
 MAX_FILE_NAME, MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
 SWITCHES = ("on", "off")
+ENGINE_HOST = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class PoolConfig:
     postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
     preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
     process_faces: str = "auto"   # which of process.py's faces serve (trtpool.stages.choose_faces)
+    engine_host: str = "auto"     # auto | on | off (engine_host_on)
 
     @property
     def most_contexts(self) -> int | None:
@@ -295,4 +298,24 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         postprocess_threads=_threads(params, "postprocess_threads"),
         preprocess_processes=_whole_number(params, "preprocess_processes", 0, MAX_CONTEXTS, minimum=0),
         process_faces=_choice(params, "process_faces", PROCESS_FACES, "auto"),
+        engine_host=_engine_host(params, mode),
     )
+
+
+def _engine_host(params: dict[str, str], mode: str) -> str:
+    value = _choice(params, "engine_host", ENGINE_HOST, "auto")
+    if value == "on" and mode != "sync":
+        raise ConfigError(f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
+                          "engine host are sync instances (the host overlaps every instance's batches on its "
+                          "contexts); set mode sync, or engine_host off")
+    return value
+
+
+def engine_host_on(cfg: PoolConfig) -> bool:
+    """Whether this instance forwards to its model's engine host (trtpool.host). auto: on for a GPU
+    instance in sync mode, where one process feeding the GPU from several streams beats several
+    processes (docs/modes.md, "The engine host"); off on the CPU, where ONNX Runtime's session per
+    instance measured faster (bench/results/engine_host_cpu.json)."""
+    if cfg.engine_host == "auto":
+        return cfg.mode == "sync" and cfg.device != "cpu"
+    return cfg.engine_host == "on"

@@ -31,3 +31,7 @@ class Cancelled(TrtpoolError):
 
 class ProcessError(TrtpoolError):
     """The model's process.py failed or returned what cannot be served; only that request fails."""
+
+
+class Unavailable(TrtpoolError):
+    """The model's engine host is gone or restarting; the client should retry."""

@@ -7,6 +7,8 @@
                workers answer through each request's response sender (streaming clients)
     forward    a unary front for a decoupled model: forwards each request with
                BLS and returns its single response (for HTTP /infer and unary gRPC)
+    host       engine_host on: execute() checks the batch, hands it to the model's engine
+               host (trtpool.host) and returns the host's answers
 
 These classes take Triton's ``pb_utils`` module as an argument: it exists only
 inside the Python backend's stub.
@@ -20,6 +22,8 @@ import numpy as np
 
 from trtpool import bfloat16
 from trtpool.device_tensors import from_dlpack, keep_after_execute
+from trtpool.errors import InvalidInput
+from trtpool.host.client import HostClient
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
 from trtpool.pipeline import Pipeline
@@ -27,6 +31,7 @@ from trtpool.probes import PROBE_MARK, is_probe
 from trtpool.responders import ListResponder, SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
+from trtpool.validate import accept
 
 
 def request_tensors(request: Any) -> dict[str, Any]:
@@ -64,57 +69,66 @@ class SyncHandler:
 
     def __call__(self, requests: list[Any]) -> list[Any] | None:
         """A plain call: a coroutine would make the stub hand every execute to its
-        event-loop thread and wait for it there, a thread hop per batch."""
-        if self.instance.stage is not None:
-            return self._staged(requests)
+        event-loop thread and wait for it there, a thread hop per batch.
+
+        The batch runs here and execute() returns the responses, except with a process file
+        whose postprocess runs per request: its post workers answer through the response
+        senders after execute() returns, overlapping the next batch."""
+        stage = self.instance.stage
         responses: list[Any] = [None] * len(requests)
-
-        def emit(index: int, outputs: dict[str, np.ndarray]) -> None:
-            responses[index] = response(self.pb, outputs)
-
-        def fail(index: int, error: Exception) -> None:
-            responses[index] = error_response(self.pb, error)
-
-        # Detached: the stub reads the responses after execute() returns, and within it
-        # a context may take another batch (a split batch, a retried request).
-        self.instance.runner.run([request_tensors(r) for r in requests], emit, fail, detach=True)
-        self.metrics.after_work()
-        return responses
-
-    def _staged(self, requests: list[Any]) -> list[Any] | None:
-        """With a process file: the batch runs here, and its postprocessing on the
-        stage's workers answers through the response senders after execute() returns,
-        overlapping the next batch. With the batch faces the whole batch, its
-        postprocess_batch included, runs here and execute() returns the responses:
-        one round trip to the server per batch instead of one per response."""
-        if self.instance.stage.faces.batch_post:
-            return self._staged_batch(requests)
+        if stage is None or stage.faces.batch_post:
+            served = []
+            for index, request in enumerate(requests):
+                if stage is not None and is_probe(request):  # answered untouched by user code (trtpool.probes)
+                    responses[index] = response(self.pb, {})
+                else:
+                    served.append(index)
+            # Nothing outlives execute(): the requests' tensors need no copies.
+            tensors = [request_tensors(requests[index]) for index in served]
+            responders = [ListResponder(self.pb, responses, index) for index in served]
+            self.instance.serve(tensors, responders, inline=True)
+            self.metrics.after_work()
+            return responses
         requests = without_probes(self.pb, requests)
-        tensors, responders = self.instance.stage.before(
-            kept([request_tensors(r) for r in requests]),
-            [SenderResponder(self.pb, request) for request in requests])
-        self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
-                                 lambda i, error: responders[i].fail(error), detach=True)
+        self.instance.serve(kept([request_tensors(r) for r in requests]),
+                            [SenderResponder(self.pb, request) for request in requests], inline=False)
         self.metrics.after_work()
-
-    def _staged_batch(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
-        served = []
-        for index, request in enumerate(requests):
-            if is_probe(request):  # answered with no outputs, untouched by user code (trtpool.probes)
-                responses[index] = response(self.pb, {})
-            else:
-                served.append(index)
-        tensors, responders = self.instance.stage.before(  # nothing outlives execute(): no copies kept
-            [request_tensors(requests[index]) for index in served],
-            [ListResponder(self.pb, responses, index) for index in served], inline=True)
-        self.instance.runner.run(tensors, lambda i, outputs: responders[i].send(outputs),
-                                 lambda i, error: responders[i].fail(error), detach=True)
-        self.metrics.after_work()
-        return responses
+        return None
 
     def close(self) -> None:
         pass
+
+
+class HostHandler:
+    """Forwards each batch to the model's engine host and returns its answers."""
+
+    def __init__(self, pb_utils: Any, client: HostClient, metrics: PoolMetrics) -> None:
+        self.pb = pb_utils
+        self.client = client
+        self.metrics = metrics
+
+    def __call__(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        forwarded, tensors, probes = [], [], []
+        for index, request in enumerate(requests):
+            try:
+                inputs = {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t).cpu().numpy()
+                          for t in request.inputs()}
+                if not self.client.process_file:   # the engine's own checks, before anything is sent
+                    inputs, _ = accept(self.client.signature, inputs)
+            except InvalidInput as exc:
+                responses[index] = error_response(self.pb, exc)
+                continue
+            forwarded.append(index)
+            tensors.append(inputs)
+            probes.append(is_probe(request))
+        for index, answer in zip(forwarded, self.client.run(tensors, probes)):
+            responses[index] = (error_response(self.pb, answer) if isinstance(answer, Exception)
+                                else response(self.pb, answer))
+        return responses
+
+    def close(self) -> None:
+        self.client.close()
 
 
 class PipelinedHandler:

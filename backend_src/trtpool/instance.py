@@ -13,6 +13,7 @@ from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreeme
 from trtpool.pool import ContextPool, auto_size
 from trtpool.process_file import ProcessFile, load_process_file
 from trtpool.process_pool import ProcessPreprocess
+from trtpool.responders import Responder
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
@@ -28,6 +29,9 @@ log = logging.getLogger("trtpool")
 # pipelined gained 1.32-1.37x from a second context and nothing from a third and
 # fourth; decoupled 1.3-2.1x from four. Beyond these, contexts only cost memory.
 AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
+# An engine host overlaps the batches of every instance on its contexts, as decoupled mode's
+# workers do within one instance.
+HOSTED_CONTEXTS = AUTO_CONTEXTS["decoupled"]
 
 
 def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
@@ -84,8 +88,11 @@ def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
 
 class ModelInstance:
     def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
-                 on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None) -> None:
+                 on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None,
+                 hosted: bool = False) -> None:
+        """`hosted`: loaded in an engine host (trtpool.host), which serves every instance's batches."""
         self.cfg = pool_config.load(model_config, version_dir, device)
+        self.hosted = hosted
         process = load_process_file(version_dir, model_config)
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
@@ -151,8 +158,18 @@ class ModelInstance:
 
     def _ceiling(self) -> int:
         """The mode's measured useful number; on the CPU, no more than cores (contention)."""
-        ceiling = AUTO_CONTEXTS[self.cfg.mode]
+        ceiling = HOSTED_CONTEXTS if self.hosted else AUTO_CONTEXTS[self.cfg.mode]
         return min(ceiling, os.cpu_count() or 1) if self.cfg.device == "cpu" else ceiling
+
+    def serve(self, requests: list[dict[str, Any]], responders: list[Responder], inline: bool) -> None:
+        """Run a batch of requests and answer each through its responder: through the process
+        file's stages when there is one (`inline`: postprocess_batch in the thread that completes
+        the batch), else straight from the engine. Detached: the responders may answer after the
+        context has taken another batch."""
+        if self.stage is not None:
+            requests, responders = self.stage.before(requests, responders, inline=inline)
+        self.runner.run(requests, lambda i, outputs: responders[i].send(outputs),
+                        lambda i, error: responders[i].fail(error), detach=True)
 
     def close(self) -> None:
         if self.stage is not None:

@@ -16,6 +16,13 @@
     trtpool_stage_us_total{model,stage}            with a process file: time per stage, pre | queue | engine | post
     trtpool_stage_failures_total{model,stage}      with a process file: requests preprocess refused (pre) or
                                                    postprocess failed (post)
+    trtpool_host_queue_depth{model}                engine host: requests waiting for a worker (gauge)
+    trtpool_host_merged_batches_total{model,messages}  engine host: batches by how many instances' batches they merged
+    trtpool_context_in_flight{model,context}       engine host: batches running on each context now (gauge)
+    trtpool_host_busy_share{model}                 engine host: share of the last interval with a batch running (gauge)
+
+With an engine host (trtpool.host) the counts are the host's: one instance, the one
+connected longest, fetches them every interval and publishes them.
 
 Every metric update is a round trip from the stub to the server process, so
 the counters are kept here and handed to Triton in one flush: every
@@ -28,7 +35,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from trtpool.pool import PoolStats
+from trtpool.pool import ContextStats, PoolStats
 
 
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
@@ -47,6 +54,8 @@ CHANGE_COUNTERS = {
 class PoolMetrics:
     def __init__(self, metric_family: Any, model_name: str) -> None:
         counter = metric_family.COUNTER
+        self._family = metric_family
+        self._fetch: Any = None
         self._model = model_name
         self._busy = metric_family(name="trtpool_context_busy_us_total",
                                    description="Microseconds each execution context spent running batches", kind=counter)
@@ -76,7 +85,7 @@ class PoolMetrics:
         self._stage_ns: Counter[str] = Counter()
         self._stage_failed: Counter[str] = Counter()
         self._metrics: dict[tuple, Any] = {}
-        self._gauges: dict[int, int] = {}  # id(family) -> the value last set
+        self._gauges: dict[tuple, float] = {}  # (id(family), labels) -> the value last set
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
         self._counts_lock = threading.Lock()  # the request path's counters
@@ -86,6 +95,56 @@ class PoolMetrics:
         self._stats: PoolStats | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def start_hosted(self, fetch: Any, interval_ms: int) -> None:
+        """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None."""
+        self._fetch = fetch
+        self._host_gauges: dict[str, Any] | None = None
+        self._host_last = (0, 0)   # busy_ns, uptime_ns at the previous flush
+        self._thread = threading.Thread(target=self._flush_every, args=(max(interval_ms, 100) / 1000,),
+                                        name="trtpool-metrics", daemon=True)
+        self._thread.start()
+
+    def _adopt(self) -> None:
+        """The host's snapshot as this instance's totals, when this instance is its publisher."""
+        snapshot = self._fetch()
+        if not snapshot or not snapshot.get("publisher"):
+            self._stats = None
+            return
+        pool = dict(snapshot["pool"])
+        contexts = {int(index): ContextStats(**values) for index, values in pool.pop("contexts").items()}
+        self._stats = PoolStats(contexts, **pool)
+        with self._counts_lock:
+            self._batch_sizes = Counter({int(size): n for size, n in snapshot["batch_sizes"].items()})
+            self._stage_ns = Counter(snapshot["stage_ns"])
+            self._stage_failed = Counter(snapshot["stage_failed"])
+        gauges = self._host_families()
+        self._set(gauges["depth"], snapshot["queue_depth"])
+        for messages, count in snapshot["merged"].items():
+            self._advance(gauges["merged"], count, messages=str(messages))
+        running = set(snapshot["running"])
+        for index in contexts:
+            self._set(gauges["in_flight"], int(index in running), context=str(index))
+        busy, uptime = snapshot["busy_ns"], snapshot["uptime_ns"]
+        last_busy, last_uptime = self._host_last
+        if uptime > last_uptime:
+            self._set(gauges["busy"], round((busy - last_busy) / (uptime - last_uptime), 4))
+        self._host_last = (busy, uptime)
+
+    def _host_families(self) -> dict[str, Any]:
+        if self._host_gauges is None:
+            family = self._family
+            self._host_gauges = {
+                "depth": family(name="trtpool_host_queue_depth", kind=family.GAUGE,
+                                description="Engine host: requests waiting for a worker"),
+                "merged": family(name="trtpool_host_merged_batches_total", kind=family.COUNTER,
+                                 description="Engine host: batches by how many instances' batches they merged"),
+                "in_flight": family(name="trtpool_context_in_flight", kind=family.GAUGE,
+                                    description="Engine host: batches running on each execution context now"),
+                "busy": family(name="trtpool_host_busy_share", kind=family.GAUGE,
+                               description="Engine host: share of the last interval with a batch running"),
+            }
+        return self._host_gauges
 
     def start(self, stats: PoolStats, interval_ms: int) -> None:
         """Flush the pool's `stats` and the recorded counters every interval_ms (0: after every batch)."""
@@ -121,6 +180,8 @@ class PoolMetrics:
             self.flush()
 
     def flush(self) -> None:
+        if self._fetch is not None:
+            self._adopt()
         stats = self._stats
         if stats is None:
             return
@@ -166,11 +227,13 @@ class PoolMetrics:
             self._metrics[key] = family.Metric(labels={"model": self._model, **labels})
         return self._metrics[key]
 
-    def _set(self, family: Any, value: int) -> None:
+    def _set(self, family: Any, value: float, **labels: str) -> None:
         """A gauge, set only when it changed (each set is a round trip to the server)."""
-        if self._gauges.get(id(family)) != value:
-            self._metric(family).set(value)
-            self._gauges[id(family)] = value
+        key = (id(family), *sorted(labels.items()))
+        if self._gauges.get(key) != value:
+            self._metric(family, **labels).set(value)
+            self._gauges[key] = value
+
 
     def _advance(self, family: Any, total: int, **labels: str) -> None:
         """Counters only go up: add what the running total gained since the last flush."""

@@ -135,6 +135,11 @@ class ContextPool:
 
     # ---- hand-out -----------------------------------------------------------------
 
+    def running(self) -> set[int]:
+        """The indexes of the contexts running a batch now."""
+        with self._lock:
+            return set(self._taken_at)
+
     def take(self) -> ExecutionContext:
         """A free context, waiting for one if none is; hand it back with ``give``.
 

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trtpool import bfloat16
-from trtpool.errors import Cancelled, InvalidInput, Overloaded
+from trtpool.errors import Cancelled, InvalidInput, Overloaded, Unavailable
 from trtpool.signature import BFLOAT16
 
 log = logging.getLogger("trtpool")
@@ -24,11 +24,11 @@ class Responder(Protocol):
 
 def triton_error(pb_utils: Any, error: Exception) -> Any:
     """A pb_utils.TritonError with the code a client can act on: a bad request is
-    INVALID_ARG (HTTP 400), a full queue UNAVAILABLE (503: retry), a cancelled one
+    INVALID_ARG (HTTP 400), a full queue or a restarting engine host UNAVAILABLE (503: retry), a cancelled one
     CANCELLED, anything else INTERNAL (500)."""
     codes = pb_utils.TritonError
     code = (codes.INVALID_ARG if isinstance(error, InvalidInput)
-            else codes.UNAVAILABLE if isinstance(error, Overloaded)
+            else codes.UNAVAILABLE if isinstance(error, Overloaded | Unavailable)
             else codes.CANCELLED if isinstance(error, Cancelled)
             else codes.INTERNAL)
     return pb_utils.TritonError(str(error), code)

@@ -1,0 +1,3 @@
+from trtpool.host.server import main
+
+main()

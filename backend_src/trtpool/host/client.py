@@ -1,0 +1,160 @@
+"""A thin instance's side of the engine host: requests in, answers out, no CUDA here.
+
+``HostClient.run`` writes a batch's input tensors into the instance's input slab (once),
+sends one message and waits for the answer; the outputs come back as views of the
+host's output slab, valid until the next run. A host that goes away fails the batch
+in flight with Unavailable naming it and how it ended; the next run finds or starts
+a new one (trtpool.host.launch), so the model serves again once it has loaded.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+import numpy as np
+
+from trtpool.errors import ConfigError, TrtpoolError, Unavailable
+from trtpool.host import protocol, wire
+from trtpool.host.launch import Launcher
+from trtpool.host.slab import GrowingSlab, Slab, room_for
+from trtpool.signature import Signature
+
+log = logging.getLogger("trtpool")
+
+START_TIMEOUT_S = 600.0   # the host loads the model before it answers (a large engine, a first build)
+RUN_TIMEOUT_S = 300.0     # one batch, queued behind every other instance's at the host
+INPUT_SLAB_BYTES = 1 << 20
+
+Answer = dict[str, np.ndarray] | TrtpoolError
+
+
+class HostClient:
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self.name = launcher.name
+        self.signature: Signature | None = None
+        self.process_file = False
+        self.host_pid: int | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()   # one exchange at a time on the connection
+        self._inputs = GrowingSlab(f"trtpool-in-{os.getpid()}", INPUT_SLAB_BYTES)
+        self._outputs: Slab | None = None
+        self._ids = itertools.count(1)
+
+    def attach(self) -> None:
+        """Connect (starting the host if none runs) and learn the model's signature. The
+        host's load error is raised as this instance's (ConfigError: the model does not load)."""
+        with self._lock:
+            self._attach()
+
+    def _attach(self) -> None:
+        sock = self.launcher.connect(START_TIMEOUT_S)
+        try:
+            wire.send(sock, {"op": "hello", "pid": os.getpid()})
+            sock.settimeout(START_TIMEOUT_S)
+            reply, _ = self._receive(sock, "its model to load")
+        except BaseException:
+            sock.close()
+            raise
+        if reply["op"] == "refused":
+            sock.close()
+            raise ConfigError(str(reply.get("error")))
+        self.signature = protocol.signature_from_wire(reply["signature"])
+        self.process_file = bool(reply.get("process_file"))
+        self.host_pid = int(reply["host_pid"])
+        self._sock = sock
+        self._inputs.fresh = True   # a new host has not seen the input slab
+        self._outputs = None
+
+    def _receive(self, sock: socket.socket, waiting_for: str) -> tuple[wire.Message, list[int]]:
+        try:
+            message, fds = wire.receive(sock)
+        except socket.timeout:
+            raise Unavailable(f"the engine host of model '{self.name}' did not answer within "
+                              f"{sock.gettimeout():.0f} s while this instance waited for {waiting_for}") from None
+        if message["op"] == "error":
+            raise Unavailable(f"the engine host of model '{self.name}' refused a message: {message.get('error')}")
+        return message, fds
+
+    def run(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
+        """Each request's outputs (views, valid until the next run) or its error."""
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._attach()
+                return self._exchange(requests, probes)
+            except (wire.ConnectionClosed, OSError, Unavailable) as exc:
+                error = self._lost(exc)
+                return [error] * len(requests)
+            except ConfigError as exc:   # a host started again could not load the model
+                return [Unavailable(f"the engine host of model '{self.name}' could not load it: {exc}")] * len(requests)
+
+    def _exchange(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
+        assert self._sock is not None
+        slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
+        wired, offset = [], 0
+        for tensors, probe in zip(requests, probes):
+            descriptors, offset = slab.write(tensors, offset)
+            wired.append({"probe": probe, "inputs": descriptors})
+        run_id = next(self._ids)
+        wire.send(self._sock, {"op": "run", "id": run_id, "requests": wired}, self._inputs.handover())
+        self._sock.settimeout(RUN_TIMEOUT_S)
+        reply, fds = self._receive(self._sock, "a batch's answers")
+        if fds:
+            if self._outputs is not None:
+                self._outputs.close()
+            self._outputs = Slab(fds[0])
+        if reply["op"] != "answer" or reply.get("id") != run_id:
+            raise Unavailable(f"the engine host of model '{self.name}' answered {reply['op']} "
+                              f"{reply.get('id')} to run {run_id}")
+        return [self._answer(entry) for entry in reply["answers"]]
+
+    def _answer(self, entry: dict[str, Any]) -> Answer:
+        if "outputs" in entry:
+            assert self._outputs is not None
+            return self._outputs.read(entry["outputs"])
+        return protocol.error_from_wire(entry)
+
+    def _lost(self, cause: Exception) -> Unavailable:
+        """Drop the connection; the error that answers the batch in flight."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if isinstance(cause, Unavailable):
+            return cause
+        pid = f" (pid {self.host_pid})" if self.host_pid else ""
+        ended = f", {self.launcher.last_exit}" if self.launcher.last_exit else ""
+        log.error("model '%s': the engine host%s went away (%s%s); the next batch starts or finds a new one",
+                  self.name, pid, cause, ended)
+        return Unavailable(f"the engine host of model '{self.name}'{pid} went away while it held this request "
+                           f"({cause}{ended}); it is being restarted: retry")
+
+    def stats(self) -> dict[str, Any] | None:
+        """The host's totals for the metrics, or None while there is no host."""
+        with self._lock:
+            if self._sock is None:
+                return None
+            try:
+                wire.send(self._sock, {"op": "stats"})
+                reply, _ = self._receive(self._sock, "its statistics")
+                return reply
+            except (wire.ConnectionClosed, OSError, Unavailable) as exc:
+                self._lost(exc)
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                try:
+                    wire.send(self._sock, {"op": "bye"})
+                except (TrtpoolError, OSError):
+                    pass
+                self._sock.close()
+                self._sock = None
+            self._inputs.close()
+            if self._outputs is not None:
+                self._outputs.close()

@@ -1,0 +1,189 @@
+"""Tensors in shared memory: a memfd that one side writes and the other reads in place.
+
+A slab is an anonymous memory file (memfd_create): it has no name in /dev/shm or
+anywhere else, so nothing can be left behind by a process that is killed; it is
+shared by handing its file descriptor over the channel (trtpool.host.wire), and
+the kernel frees it once the last process holding it has closed or unmapped it.
+Only processes given the descriptor can map it.
+
+Each side writes into a slab of its own and grows it (a new, larger memfd sent with
+the next message) when a batch does not fit: the instance its requests' inputs, the
+host the answers' outputs. A tensor in a slab is described by a small list,
+[name, Triton type, shape, offset, nbytes]; numbers are read back as numpy views of
+the mapping (no copy), BYTES elements as Triton serialises them (a 4-byte
+little-endian length before each element's bytes).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterable
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from trtpool.host.wire import MessageError
+from trtpool.signature import STRING, TRITON_DTYPES
+
+ALIGN = 64            # every tensor starts on a cache line
+MAX_RANK = 16
+MAX_TENSORS = 4096    # per message: descriptors beyond this are refused
+_ELEMENT_LENGTH = struct.Struct("<I")
+_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
+
+Descriptor = list[Any]   # [name, triton type, shape, offset, nbytes]
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGN) * ALIGN
+
+
+def _bytes_elements(array: np.ndarray) -> list[bytes]:
+    return [e.encode() if isinstance(e, str) else bytes(e) for e in array.reshape(-1)]
+
+
+def nbytes_of(array: np.ndarray) -> int:
+    """The bytes a tensor takes in a slab."""
+    if array.dtype == STRING:
+        return sum(_ELEMENT_LENGTH.size + len(e) for e in _bytes_elements(array))
+    return array.nbytes
+
+
+def room_for(tensors: Iterable[np.ndarray]) -> int:
+    """The slab bytes a set of tensors needs, alignment included."""
+    return sum(_aligned(nbytes_of(t)) for t in tensors)
+
+
+class Slab:
+    """One shared mapping of a memfd; `fd` is kept open while it may still be sent."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+        self.memory = mmap.mmap(fd, self.size) if self.size else None
+
+    @classmethod
+    def create(cls, size: int, name: str) -> "Slab":
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, max(size, ALIGN))
+            return cls(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        """Close the descriptor; the mapping stays valid while arrays view it (freed with the last)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # --- writing ----------------------------------------------------------------
+
+    def write(self, tensors: dict[str, np.ndarray], offset: int = 0) -> tuple[list[Descriptor], int]:
+        """Copy tensors in from `offset`; their descriptors and the offset after them."""
+        descriptors = []
+        for name, array in tensors.items():
+            data_type = TRITON_DTYPES.get(array.dtype)
+            if data_type is None:
+                raise TypeError(f"tensor '{name}': numpy {array.dtype} has no Triton data type")
+            offset = _aligned(offset)
+            size = self._put(array, offset)
+            descriptors.append([name, data_type, list(array.shape), offset, size])
+            offset += size
+        return descriptors, offset
+
+    def _put(self, array: np.ndarray, offset: int) -> int:
+        assert self.memory is not None
+        if array.dtype == STRING:
+            position = offset
+            for element in _bytes_elements(array):
+                _ELEMENT_LENGTH.pack_into(self.memory, position, len(element))
+                position += _ELEMENT_LENGTH.size
+                self.memory[position:position + len(element)] = element
+                position += len(element)
+            return position - offset
+        view = np.frombuffer(self.memory, dtype=array.dtype, count=array.size, offset=offset)
+        view[...] = array.reshape(-1)
+        return array.nbytes
+
+    # --- reading ----------------------------------------------------------------
+
+    def read(self, descriptors: Any) -> dict[str, np.ndarray]:
+        """The tensors the descriptors name, numbers as views of the mapping. Every field is
+        checked: a peer's descriptor that points outside the slab raises MessageError."""
+        if not isinstance(descriptors, list) or len(descriptors) > MAX_TENSORS:
+            raise MessageError(f"tensors must be a list of at most {MAX_TENSORS} descriptors")
+        tensors = {}
+        for descriptor in descriptors:
+            name, dtype, shape, offset, size = self._checked(descriptor)
+            tensors[name] = self._get(name, dtype, shape, offset, size)
+        return tensors
+
+    def _checked(self, descriptor: Any) -> tuple[str, np.dtype, tuple[int, ...], int, int]:
+        if not (isinstance(descriptor, list) and len(descriptor) == 5):
+            raise MessageError(f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}")
+        name, data_type, shape, offset, size = descriptor
+        if not isinstance(name, str) or data_type not in _DTYPES:
+            raise MessageError(f"tensor {name!r:.40}: unknown data type {data_type!r:.40}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_RANK
+                and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise MessageError(f"tensor '{name}': shape {shape!r:.80} is not a list of at most {MAX_RANK} sizes")
+        if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size
+                and offset + size <= self.size):
+            raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {self.size:,}-byte slab")
+        dtype = _DTYPES[data_type]
+        if dtype != STRING and size != prod(shape) * dtype.itemsize:
+            raise MessageError(f"tensor '{name}': {size} bytes for shape {shape} of {data_type}")
+        return name, dtype, tuple(shape), offset, size
+
+    def _get(self, name: str, dtype: np.dtype, shape: tuple[int, ...], offset: int, size: int) -> np.ndarray:
+        assert self.memory is not None or size == 0
+        if dtype != STRING:
+            if size == 0:
+                return np.empty(shape, dtype)
+            return np.frombuffer(self.memory, dtype=dtype, count=prod(shape), offset=offset).reshape(shape)
+        elements = []
+        position, end = offset, offset + size
+        for _ in range(prod(shape)):
+            if position + _ELEMENT_LENGTH.size > end:
+                raise MessageError(f"tensor '{name}': its BYTES elements end early")
+            (length,) = _ELEMENT_LENGTH.unpack_from(self.memory, position)
+            position += _ELEMENT_LENGTH.size
+            if position + length > end:
+                raise MessageError(f"tensor '{name}': an element of {length:,} bytes runs past the tensor")
+            elements.append(self.memory[position:position + length])
+            position += length
+        array = np.empty(len(elements), dtype=np.object_)
+        array[:] = elements
+        return array.reshape(shape)
+
+
+class GrowingSlab:
+    """The writer's side: a slab that is replaced by a larger one when a batch does not fit."""
+
+    def __init__(self, name: str, initial: int) -> None:
+        self.name = name
+        self.slab = Slab.create(initial, name)
+        self.fresh = True   # not yet sent to the reader
+
+    def room(self, needed: int) -> Slab:
+        """A slab of at least `needed` bytes (a new one, marked fresh, when the current is smaller)."""
+        if needed > self.slab.size:
+            old = self.slab
+            self.slab = Slab.create(max(needed, 2 * old.size), self.name)
+            old.close()
+            self.fresh = True
+        return self.slab
+
+    def handover(self) -> tuple[int, ...]:
+        """The descriptor to send with this message when the reader has not got this slab yet."""
+        if not self.fresh:
+            return ()
+        self.fresh = False
+        return (self.slab.fd,)
+
+    def close(self) -> None:
+        self.slab.close()
