@@ -127,7 +127,8 @@ class HostClient:
         if isinstance(cause, Unavailable):
             return cause
         pid = f" (pid {self.host_pid})" if self.host_pid else ""
-        ended = f", {self.launcher.last_exit}" if self.launcher.last_exit else ""
+        how = self.launcher.how_it_ended(self.host_pid) if self.host_pid else None
+        ended = f"; it {how}" if how else ""
         log.error("model '%s': the engine host%s went away (%s%s); the next batch starts or finds a new one",
                   self.name, pid, cause, ended)
         return Unavailable(f"the engine host of model '{self.name}'{pid} went away while it held this request "

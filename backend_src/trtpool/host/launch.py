@@ -68,9 +68,9 @@ def host_address(model_config: dict[str, Any], version_dir: Path, device: str, s
 def _exit_cause(code: int) -> str:
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
+            return f"was killed by signal {-code}"
     return f"exited with code {code}"
 
 
@@ -84,6 +84,7 @@ class Launcher:
         self.address = host_address(spec["model_config"], Path(spec["version_dir"]), spec["device"],
                                     spec["server_pid"])
         self._starts: deque[float] = deque()
+        self._started: dict[int, threading.Event] = {}   # pid of each host this instance started -> ended
         self.last_exit: str | None = None   # how the last host this instance started ended
 
     def connect(self, timeout_s: float) -> socket.socket:
@@ -150,6 +151,7 @@ class Launcher:
         process.stdin.write(json.dumps({**self.spec, "listen_fd": listener.fileno()}).encode())
         process.stdin.close()
         log.info("model '%s': started its engine host, pid %d (%s)", self.name, process.pid, self.spec["device"])
+        self._started[process.pid] = threading.Event()
         threading.Thread(target=self._relay, args=(process,), name="trtpool-host-log", daemon=True).start()
 
     def _relay(self, process: subprocess.Popen) -> None:
@@ -159,5 +161,11 @@ class Launcher:
             line = raw.decode(errors="replace").rstrip()
             log.log(_LOG_LEVELS.get(line.split(" ", 1)[0], logging.INFO), "%s", line)
         self.last_exit = _exit_cause(process.wait())
+        self._started[process.pid].set()
         level = logging.INFO if process.returncode == 0 else logging.ERROR
         log.log(level, "model '%s': its engine host (pid %d) %s", self.name, process.pid, self.last_exit)
+
+    def how_it_ended(self, pid: int, timeout_s: float = 1.0) -> str | None:
+        """How host `pid` ended, when this instance started it (its parent sees the exit status)."""
+        ended = self._started.get(pid)
+        return self.last_exit if ended is not None and ended.wait(timeout_s) else None
