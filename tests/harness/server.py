@@ -191,6 +191,21 @@ class TritonServer(LoopbackEndpoints):
                     pids.append(int(entry.name))
         return pids
 
+    def host_pids(self, model: str | None = None) -> list[int]:
+        """The engine hosts (trtpool.host) of this server's models, or of one model: their command
+        line is python -m trtpool.host MODEL DEVICE SERVER_PID."""
+        pids = []
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode().split("\0")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if (cmdline[1:3] == ["-m", "trtpool.host"] and len(cmdline) > 5 and state != "Z"
+                    and cmdline[5] == str(self.process.pid) and model in (None, cmdline[3])):
+                pids.append(int(entry.name))
+        return pids
+
     def stub_pid(self, model: str) -> int | None:
         """A stub of `model`'s instances: its command line names the model's folder."""
         for pid in self.stub_pids():

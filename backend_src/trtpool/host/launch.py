@@ -144,7 +144,10 @@ class Launcher:
 
     def _spawn(self, listener: socket.socket) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        process = subprocess.Popen([environment_python(), "-m", "trtpool.host"], stdin=subprocess.PIPE,
+        # The model, device and server on the command line: what `ps` shows an operator.
+        command = [environment_python(), "-m", "trtpool.host", self.name, self.spec["device"],
+                   str(self.spec["server_pid"])]
+        process = subprocess.Popen(command, stdin=subprocess.PIPE,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                    pass_fds=(listener.fileno(),), start_new_session=True)
         assert process.stdin is not None
