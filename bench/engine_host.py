@@ -1,0 +1,310 @@
+"""Issue 36: the engine host against today's best arrangement, side by side on one server.
+
+    jpeg       resnet50_jpeg (JPEG in, top-5 out): host_xN (sync instances forwarding to one
+               engine host, N instances) against now_x6 (today's record arrangement: 6 sync
+               instances, one context each, batches up to 64) and the null JPEG model with 6
+               instances; perf_analyzer's batch-1 gRPC clients sending JPEG files
+    ceiling    (f) one process, no Triton: K threads serving batches of JPEG files through the
+               host's own code (ModelInstance.serve on a hosted instance of K contexts)
+    resnet50, bert_base
+               the tensor path: host_xN against today's sync instances (now_x1, now_x2), batch-1
+               clients over plain gRPC and, on a GPU, CUDA shared memory
+    tiny       the same on the CPU (ONNX Runtime), for engine_host: auto's CPU decision
+
+Variants are measured in turn at each concurrency, the order reversed every level; each
+variant's best concurrency is its figure. GPU memory (nvidia-smi, per process: the model's
+stubs plus its host) after load and after the variant's last measurement. Every run merges its
+case's figures into --out (a record of several calls).
+
+    .venv/bin/python bench/engine_host.py --case tiny --out bench/results/engine_host_cpu.json
+    python3 bench/engine_host.py --runtime torch --case jpeg --out $OUT/engine_host.json   # bench/gpu/h200.sh
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import gpu_memory  # noqa: E402
+from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
+from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
+from bench.record import provenance, write_json  # noqa: E402
+from tests.harness.pipelines import add_mode, as_request, images, set_process_settings  # noqa: E402
+from tests.harness.python_model import python_model, tensor  # noqa: E402
+from tests.harness.repository import set_parameters  # noqa: E402
+from tests.harness.server import TritonServer  # noqa: E402
+from trtpool_builder.example_repo import make_example_folder  # noqa: E402
+from trtpool_builder.examples import write_example  # noqa: E402
+from trtpool_builder.load_check import as_triton_hands_it  # noqa: E402
+from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
+
+JPEG_BATCH = 64   # today's record batches up to 64 files (README)
+KEYS = {  # the issue's headline keys: (case, variant family, transport)
+    "resnet50_b1_grpc": ("resnet50", "none"), "resnet50_b1_cudashm": ("resnet50", "cuda"),
+    "bert_b1_grpc": ("bert_base", "none"), "bert_b1_cudashm": ("bert_base", "cuda"),
+    "tiny_b1_grpc": ("tiny", "none"),
+}
+
+
+def gpu(args: argparse.Namespace) -> bool:
+    return args.runtime == "torch"
+
+
+def set_instances(folder: Path, count: int, kind: str) -> None:
+    from tritonclient.grpc import model_config_pb2 as mc
+    config = read_config(folder)
+    del config.instance_group[:]
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU if kind == "gpu" else mc.ModelInstanceGroup.KIND_CPU,
+                              count=count)
+    config.dynamic_batching.max_queue_delay_microseconds = 100
+    write_config(folder, config)
+
+
+# --- the JPEG case ------------------------------------------------------------------------
+
+def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
+    """resnet50_jpeg at --image-size, batches up to 64 files, on the runtime asked for."""
+    side = args.image_size
+    folder = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": side}).folder
+    config = read_config(folder)
+    config.max_batch_size = JPEG_BATCH
+    config.dynamic_batching.preferred_batch_size[:] = [32, JPEG_BATCH]
+    write_config(folder, config)
+    set_parameters(folder, profile=f"input=1x3x{side}x{side}:32x3x{side}x{side}:{JPEG_BATCH}x3x{side}x{side}")
+    if gpu(args):
+        set_parameters(folder, runtime="torch", model_file="model.onnx", precision=args.precision)
+    return folder
+
+
+def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
+    jpeg = jpeg_folder(repo, args)
+    kind = "gpu" if gpu(args) else "cpu"
+    variants = {}
+    for count in args.host_instances:
+        name = f"host_x{count}"
+        set_instances(add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on"),
+                      count, kind)
+        variants[name] = f"jpeg_{name}"
+    set_instances(add_mode(jpeg, "sync", "jpeg_now_x6", contexts="1", engine_host="off"), 6, kind)
+    variants["now_x6"] = "jpeg_now_x6"
+    python_model(repo, "null_x6", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
+                 [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
+                 extra="dynamic_batching { max_queue_delay_microseconds: 100 }\ninstance_group { kind: KIND_CPU count: 6 }")
+    variants["null_x6"] = "null_x6"
+    import shutil
+    shutil.rmtree(jpeg)   # only the variants load
+    return variants
+
+
+# --- the tensor cases ---------------------------------------------------------------------
+
+def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
+    onnx = repo.parent / f"{args.case}.onnx"
+    write_example(args.case, onnx, **({"image_size": args.image_size} if args.case == "resnet50" else {}))
+    variants = {}
+    for count in args.host_instances:
+        name = f"host_x{count}"
+        # Triton copies CUDA-shm inputs to host memory for the thin instance: it holds no CUDA context.
+        add_model(repo, onnx, f"{args.case}_{name}", args.case, args, contexts=args.host_contexts, mode="sync",
+                  instances=count, parameters={"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"})
+        variants[name] = f"{args.case}_{name}"
+    for count, contexts in ((1, 1), (2, 1)):
+        name = f"now_x{count}"
+        add_model(repo, onnx, f"{args.case}_{name}", args.case, args, contexts=contexts, mode="sync",
+                  instances=count, parameters={"engine_host": "off"})
+        variants[name] = f"{args.case}_{name}"
+    return variants
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+def processes_of(server: TritonServer, model: str) -> list[int]:
+    stubs = [pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return stubs + server.host_pids(model)
+
+
+def memory_mib(server: TritonServer, model: str) -> int | None:
+    held = gpu_memory.by_process()
+    return sum(held[pid][1] for pid in processes_of(server, model) if pid in held) if held else None
+
+
+def point(server: TritonServer, model: str, concurrency: int, transport: str, args: argparse.Namespace,
+          input_data: Path | None) -> dict:
+    if input_data is not None:
+        return perf_row(server.grpc_url, model, concurrency, input_data, args.interval_ms)
+    return measure(server, model, concurrency=concurrency, shm=transport, inputs=INPUTS[args.case],
+                   interval_ms=args.interval_ms)
+
+
+def measure_all(server: TritonServer, variants: dict[str, str], args: argparse.Namespace,
+                input_data: Path | None) -> dict:
+    transports = ["none"] + (["cuda"] if gpu(args) and input_data is None else [])
+    table: dict = {t: {v: {} for v in variants} for t in transports}
+    memory = {v: {"after_load": memory_mib(server, m)} for v, m in variants.items()}
+    turn = 0
+    for transport in transports:
+        for concurrency in args.concurrency:
+            order = list(variants) if turn % 2 == 0 else list(variants)[::-1]
+            turn += 1
+            for variant in order:
+                with GpuUtilization() as utilization:
+                    row = point(server, variants[variant], concurrency, transport, args, input_data)
+                row["gpu_utilization_percent"] = utilization.mean
+                table[transport][variant][str(concurrency)] = row
+                memory[variant]["under_load"] = memory_mib(server, variants[variant])
+    best = {t: {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in by_variant.items()}
+            for t, by_variant in table.items()}
+    return {"by_concurrency": table, "best": best, "gpu_memory_mib": memory}
+
+
+def family_best(best: dict[str, dict], family: str) -> tuple[str | None, dict]:
+    """The best variant whose name starts with `family` (host_ or now_), and its row."""
+    candidates = {v: row for v, row in best.items() if v.startswith(family) and "infer_per_s" in row}
+    if not candidates:
+        return None, {}
+    name = max(candidates, key=lambda v: candidates[v]["infer_per_s"])
+    return name, candidates[name]
+
+
+def headline(case: str, result: dict) -> dict:
+    figures = {}
+    for transport, best in result["best"].items():
+        host_name, host = family_best(best, "host_")
+        now_name, now = family_best(best, "now_")
+        key = "jpeg" if case == "jpeg" else next((k for k, (c, t) in KEYS.items() if c == case and t == transport),
+                                                 f"{case}_{transport}")
+        if case == "jpeg":
+            figures |= {"jpeg_host_infer_per_s": host.get("infer_per_s"), "jpeg_now_infer_per_s": now.get("infer_per_s"),
+                        "jpeg_host_p99_ms": host.get("p99_ms"), "jpeg_now_p99_ms": now.get("p99_ms"),
+                        "jpeg_host_best": host_name, "jpeg_null_x6_infer_per_s": best.get("null_x6", {}).get("infer_per_s")}
+        else:
+            figures |= {f"{key}_host": host.get("infer_per_s"), f"{key}_now": now.get("infer_per_s"),
+                        f"{key}_host_best": host_name, f"{key}_now_best": now_name}
+        if host.get("infer_per_s") and now.get("infer_per_s"):
+            figures[f"{key}_host_over_now"] = round(host["infer_per_s"] / now["infer_per_s"], 3)
+    memory = result["gpu_memory_mib"]
+    six = next((v for v in memory if v == "host_x6"), None)
+    if six:
+        figures[f"gpu_memory_mib_host_x6_{case}"] = memory[six]
+    if "now_x1" in memory:
+        figures[f"gpu_memory_mib_one_instance_{case}"] = memory["now_x1"]
+    return figures
+
+
+def served(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        repo = Path(scratch) / "repo"
+        repo.mkdir()
+        variants = build_jpeg(repo, args) if args.case == "jpeg" else build_tensor(repo, args)
+        input_data = None
+        if args.case == "jpeg":
+            input_data = write_input_data(Path(scratch) / "files.json", images(args.files, seed=7, png_every=0))
+        server_args = ("--cuda-memory-pool-byte-size=0:2147483648",) if gpu(args) else ()
+        server = TritonServer(repo, Path(scratch) / "server.log", server_args).start(timeout=900)
+        try:
+            result = measure_all(server, variants, args, input_data)
+        finally:
+            server.stop()
+    return {"variants": variants, **result, **headline(args.case, result)}
+
+
+# --- (f): the in-process ceiling ----------------------------------------------------------
+
+class _Count:
+    """A responder that counts answers."""
+
+    def __init__(self, tally: dict) -> None:
+        self.tally = tally
+
+    def send(self, outputs) -> None:
+        self.tally["ok"] += 1
+
+    def fail(self, error) -> None:
+        self.tally["failed"] += 1
+        self.tally["error"] = str(error)
+
+    def cancelled(self) -> bool:
+        return False
+
+
+def ceiling(args: argparse.Namespace) -> dict:
+    """K threads, each serving batches of --ceiling-batch JPEG files through one hosted ModelInstance
+    of K contexts (decode, crop, engine and postprocess as the host runs them), for --seconds."""
+    from trtpool.instance import ModelInstance
+    files = images(args.files, seed=7, png_every=0)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = jpeg_folder(Path(scratch) / "repo", args)
+        device = "cuda:0" if gpu(args) else "cpu"
+        results = {}
+        for threads in args.ceiling_threads:
+            set_parameters(folder, contexts=str(threads))
+            instance = ModelInstance(as_triton_hands_it(read_config(folder)), folder / "1", device, hosted=True)
+            tally = {"ok": 0, "failed": 0}
+            stop = threading.Event()
+
+            def loop(seed: int) -> None:
+                rng = np.random.default_rng(seed)
+                while not stop.is_set():
+                    chosen = rng.integers(0, len(files), args.ceiling_batch)
+                    requests = [as_request("IMAGE", files[i]) for i in chosen]
+                    instance.serve(requests, [_Count(tally) for _ in requests], inline=True)
+            workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+            for worker in workers[:1]:   # warm-up: the first batches build kernels and graphs
+                pass
+            instance.serve([as_request("IMAGE", f) for f in files[:args.ceiling_batch]],
+                           [_Count({"ok": 0, "failed": 0}) for _ in range(args.ceiling_batch)], inline=True)
+            start_ok, start = tally["ok"], time.monotonic()
+            for worker in workers:
+                worker.start()
+            time.sleep(args.seconds)
+            stop.set()
+            for worker in workers:
+                worker.join()
+            elapsed = time.monotonic() - start
+            results[str(threads)] = {"images_per_s": round((tally["ok"] - start_ok) / elapsed, 1),
+                                     "failed": tally["failed"], "error": tally.get("error")}
+            print(f"ceiling threads={threads}: {results[str(threads)]}", flush=True)
+            instance.close()
+    best = max(results.values(), key=lambda r: r["images_per_s"])
+    return {"by_threads": results, "jpeg_inprocess_ceiling_images_per_s": best["images_per_s"],
+            "batch": args.ceiling_batch}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", choices=("jpeg", "ceiling", "resnet50", "bert_base", "tiny"), required=True)
+    parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime")
+    parser.add_argument("--precision", default="fp16")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--host-instances", type=lambda t: [int(x) for x in t.split(",")], default=[2, 4, 6])
+    parser.add_argument("--host-contexts", type=int, default=4)
+    parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256, 512])
+    parser.add_argument("--interval-ms", type=int, default=2000)
+    parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
+    parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
+    parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    result = ceiling(args) if args.case == "ceiling" else served(args)
+    record = json.loads(args.out.read_text()) if args.out.exists() else {}
+    record.setdefault("cases", {})[args.case] = {**provenance(), "settings": {
+        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, **result}
+    for case in record["cases"].values():   # the headline keys at the top, from every case so far
+        record.update({k: v for k, v in case.items() if not isinstance(v, dict | list) and k not in ("date", "command")})
+    write_json(args.out, record)
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
