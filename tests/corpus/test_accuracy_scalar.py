@@ -4,7 +4,6 @@
 message that says to give --inputs, not in ONNX Runtime's traceback."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from tests.corpus.fetch import fetch
 from tests.corpus.inputs import vad_streaming
-from tests.corpus.manifest import BY_NAME
+from tests.corpus.manifest import SILERO_IF
 from trtpool_builder.cli import accuracy_main, model_main
 
 pytestmark = pytest.mark.corpus_runtime
@@ -20,13 +19,11 @@ pytestmark = pytest.mark.corpus_runtime
 SAMPLES = 4
 # The issue's shapes: frames of 576 samples (512 and the 64 of context), the state [2, B, 128].
 SHAPES = "input=1x576:1x576:8x576,state=2x1x128:2x1x128:2x8x128"
-# The same wheel's silero_vad.onnx: its 8 kHz branch refuses a 576-sample frame, so sr=0 breaks it.
-SILERO_IF = replace(BY_NAME["silero_vad_streaming"], name="silero_vad_if", member="silero_vad/data/silero_vad.onnx",
-                    sha256="1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3")
 SR_LAYOUTS = {"0-d, once": lambda sr: sr[0], "[N]": lambda sr: sr, "[N, 1]": lambda sr: sr.reshape(-1, 1)}
 
 
-def _folder(model: Path, repo: Path) -> Path:
+def vad_folder(model: Path, repo: Path) -> Path:
+    """A model folder of a silero VAD file at the issue's shapes, as trtpool-model writes it."""
     assert model_main([str(model), "--repo", str(repo), "--name", "vad", "--shapes", SHAPES,
                        "--instance-kind", "cpu"]) == 0
     return repo / "vad"
@@ -44,7 +41,7 @@ def _samples(path: Path, layout: str) -> Path:
 @pytest.mark.parametrize("layout", SR_LAYOUTS)
 @pytest.mark.parametrize("candidate", ["folder", "onnx file"])
 def test_each_sample_layout_of_a_scalar_input_runs(layout, candidate, tmp_path, corpus_files, capsys):
-    folder = _folder(corpus_files["silero_vad_streaming"], tmp_path / "repo")
+    folder = vad_folder(corpus_files["silero_vad_streaming"], tmp_path / "repo")
     model = folder / "1" / "model.onnx"
     target = [str(folder)] if candidate == "folder" else [str(model), "--reference", str(model)]
     code = accuracy_main([*target, "--inputs", str(_samples(tmp_path / "s.npz", layout))])
@@ -54,7 +51,7 @@ def test_each_sample_layout_of_a_scalar_input_runs(layout, candidate, tmp_path, 
 
 
 def test_random_inputs_the_model_refuses_are_said_to_need_inputs(tmp_path, capsys):
-    folder = _folder(fetch((SILERO_IF,))[SILERO_IF.name], tmp_path / "repo")
+    folder = vad_folder(fetch((SILERO_IF,))[SILERO_IF.name], tmp_path / "repo")
     code = accuracy_main([str(folder)])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -67,7 +64,7 @@ def test_random_inputs_the_model_refuses_are_said_to_need_inputs(tmp_path, capsy
 
 
 def test_a_scalar_in_a_rank_it_cannot_take_is_refused_with_the_forms_it_can(tmp_path, corpus_files, capsys):
-    folder = _folder(corpus_files["silero_vad_streaming"], tmp_path / "repo")
+    folder = vad_folder(corpus_files["silero_vad_streaming"], tmp_path / "repo")
     path = tmp_path / "s.npz"
     np.savez(path, input=np.zeros((SAMPLES, 1, 576), np.float32), state=np.zeros((SAMPLES, 2, 1, 128), np.float32),
              sr=np.full((SAMPLES, 2), 16000, np.int64))
