@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from bench.gpu_serving import INPUTS, add_model, example_options, measure  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from bench.stub_profile import stub_profile  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--batch32", default="sync_c1,best_pipelined",
                         help="variants measured with batch-32 clients; best_pipelined: the best pipelined one")
     parser.add_argument("--profile-variant", default="best_pipelined", help="a variant, best or best_pipelined")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ceiling.json")
+    parser.add_argument("--out", type=Path, default=default_out("ceiling.json"))
     args = parser.parse_args()
     args.shm = "cuda" if args.runtime == "torch" else "none"
     variants = args.variants.split(",")

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.conformance.node_suite import VARIANTS, collect, refusal_mistakes, run_corpus, uncarriable  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def _reason_kind(reason: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "conformance.json")
+    parser.add_argument("--out", type=Path, default=default_out("conformance.json"))
     args = parser.parse_args()
     import onnx
     import onnxruntime

@@ -24,7 +24,7 @@ from google.protobuf import json_format  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from bench.inprocess import items_per_s, timed, warm_up  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import perf_analyzer  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool import config as pool_config  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
     parser.add_argument("--stability", type=int, default=20,
                         help="perf_analyzer's --stability-percentage (its default 10 rarely settles on 2 shared cores)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_serving.json")
+    parser.add_argument("--out", type=Path, default=default_out("cpu_serving.json"))
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
 

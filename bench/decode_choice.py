@@ -26,7 +26,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.pipelines import images  # noqa: E402
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
@@ -83,7 +83,7 @@ def main() -> int:
     parser.add_argument("--opencv-path", type=Path, help="a folder holding cv2 (pip install --target)")
     parser.add_argument("--images", type=int, default=240)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode_choice.json")
+    parser.add_argument("--out", type=Path, default=default_out("decode_choice.json"))
     args = parser.parse_args()
     if args.opencv_path:
         sys.path.insert(0, str(args.opencv_path))

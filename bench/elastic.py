@@ -44,7 +44,7 @@ import tritonclient.http as httpclient  # noqa: E402
 
 from bench import gpu_memory  # noqa: E402
 from bench.paired import alternate, compared  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from trtpool.config import Elasticity  # noqa: E402
@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--grow-after-us", type=int, default=Elasticity().grow_after_wait_us,
                         help="grow_after_wait_microseconds (default: the parameter's)")
     parser.add_argument("--settle", type=int, default=5, help="seconds at the start of a peak left out of its rate")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "elastic_cpu.json")
+    parser.add_argument("--out", type=Path, default=default_out("elastic_cpu.json"))
     args = parser.parse_args()
     elastic, fixed = f"{args.example}_elastic", f"{args.example}_fixed"
     report: dict = {"benchmark": "elastic", **provenance(), "runtime": args.runtime, "example": args.example,

@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.pipelines import images  # noqa: E402
 from trtpool import cuda  # noqa: E402
 from trtpool.device_crops import DeviceCrops, Decoder  # noqa: E402
@@ -168,7 +168,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--ways", nargs="+", default=list(WAYS))
     parser.add_argument("--one-way", choices=list(WAYS), help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h200" / "gpu_decode.json")
+    parser.add_argument("--out", type=Path, default=default_out("gpu_decode.json"))
     args = parser.parse_args()
 
     if args.one_way:

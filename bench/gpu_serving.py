@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import tritonclient.http as httpclient  # noqa: E402
 
 from bench import gpu_memory  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -280,7 +280,7 @@ def main() -> None:
                         help="which of the served models (c1, c4, c4_dec, c1_inline) the throughput section measures")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="an extra tritonserver argument, e.g. --cuda-memory-pool-byte-size=0:1073741824")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_serving.json")
+    parser.add_argument("--out", type=Path, default=default_out("gpu_serving.json"))
     args = parser.parse_args()
     sections = args.sections.split(",")
     report: dict = {"benchmark": "gpu_serving", **provenance(), "runtime": args.runtime,

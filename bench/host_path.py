@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.ceiling import VARIANTS, add_null_model, arguments, inprocess_best, profiled  # noqa: E402
 from bench.gpu_serving import INPUTS, add_model, example_options, measure  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
@@ -119,7 +119,7 @@ def main() -> None:
                         help="measure and write the in-process section alone (a device call of its own)")
     parser.add_argument("--inprocess-from", type=Path, metavar="JSON",
                         help="take the in-process section from an earlier --inprocess-only run's file")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "host_path.json")
+    parser.add_argument("--out", type=Path, default=default_out("host_path.json"))
     args = parser.parse_args()
     if args.runtime == "onnxruntime":
         args.precision = "fp32"  # ONNX Runtime runs the file's own types

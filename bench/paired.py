@@ -11,12 +11,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.record import provenance, write_json
+from bench.record import default_out, provenance, write_json
 from tests.harness.perf import perf_analyzer
 from tests.harness.server import TritonServer
 from trtpool_builder.examples import write_example
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def arguments(doc: str, result_name: str, concurrency: int) -> argparse.ArgumentParser:
@@ -26,7 +24,7 @@ def arguments(doc: str, result_name: str, concurrency: int) -> argparse.Argument
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=concurrency)
     parser.add_argument("--interval-ms", type=int, default=3000)
-    parser.add_argument("--out", type=Path, default=RESULTS / result_name)
+    parser.add_argument("--out", type=Path, default=default_out(result_name))
     return parser
 
 

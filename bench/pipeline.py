@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu_memory import by_process  # noqa: E402
 from bench.paired import compared  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from bench.stub_profile import stub_profile  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.pipelines import (  # noqa: E402
@@ -86,7 +86,6 @@ from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.examples import get_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 # The stage models' common start: import the folder's process.py and set it up.
 PROCESS_MODEL_HEAD = '''
 import importlib.util
@@ -421,11 +420,11 @@ def main() -> int:
     parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer's measurement interval")
     parser.add_argument("--profile", choices=list(GPU_VARIANTS),
                         help="with --gpu-variants: py-spy samples this variant's stub (one of them) under load")
-    parser.add_argument("--profile-out", type=Path, default=Path("stub_profile.txt"))
+    parser.add_argument("--profile-out", type=Path, default=default_out("stub_profile.txt"))
     parser.add_argument("--profile-concurrency", type=int, default=64)
     parser.add_argument("--native", action="store_true", help="the profile's C/C++ frames too")
     parser.add_argument("--gil", action="store_true", help="the profile: only samples holding the GIL")
-    parser.add_argument("--out", type=Path, default=RESULTS / "pipeline.json")
+    parser.add_argument("--out", type=Path, default=default_out("pipeline.json"))
     args = parser.parse_args()
 
     if args.gpu_variants:

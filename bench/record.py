@@ -1,5 +1,6 @@
 """Where a benchmark's figures came from (when, by which command, on what
-machine), and how every benchmark writes its JSON record."""
+machine), how every benchmark writes its JSON record, and where a run writes
+when --out is not given."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,15 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+
+# A run's output without --out: ignored by git. The tracked records under bench/results/ are
+# written only where --out names them, so no run replaces one by default.
+RUNS = Path(__file__).resolve().parent / "runs"
+
+
+def default_out(name: str) -> Path:
+    return RUNS / name
 
 
 def provenance() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.reliability_repo import MODELS, build_reliability_repository  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from tests.harness.soak import soak  # noqa: E402
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of traffic")
     parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between memory samples")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu_soak.json")
+    parser.add_argument("--out", type=Path, default=default_out("cpu_soak.json"))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu_serving import add_model  # noqa: E402
 from bench.paired import compared  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.server import TRITONSERVER  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 from trtpool_builder.model_folder import read_config  # noqa: E402
@@ -135,12 +135,12 @@ def side_by_side(folder: Path, record: dict, named: dict[str, Candidate], rounds
                 where = scratch / f"{name}-{round_index}"
                 where.mkdir()
                 try:
-                    row = measurer.drive(server, models[name], named[name].mode == "decoupled", where)
+                    reading = measurer.drive(server, models[name], named[name].mode == "decoupled", where)
                 except perf.PerfFailed as exc:   # kept as a failed round (compared() leaves it out)
                     rows[name].append({"error": str(exc)[-300:]})
                     print(f"  round {round_index} {name:10s} failed: {exc}", flush=True)
                     continue
-                m = figures(named[name], row, 0)
+                m = figures(named[name], reading, 0)
                 rows[name].append({"infer_per_s": round(m.infer_per_s, 1), "p99_ms": round(m.p99_ms, 3)})
                 print(f"  round {round_index} {name:10s} {m.infer_per_s:9.1f} infer/s p99 {m.p99_ms:.2f} ms", flush=True)
     return rows
@@ -267,7 +267,7 @@ def main() -> None:
                         help="measure the case's grid into --grid-record and stop (the rest in a later run)")
     parser.add_argument("--bert-layers", type=int, help="BERT's layers (default: BERT-base's 12; fewer for a dry run)")
     parser.add_argument("--bert-hidden", type=int, default=128, help="BERT's hidden size with --bert-layers (a head per 64)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune.json")
+    parser.add_argument("--out", type=Path, default=default_out("tune.json"))
     parser.add_argument("--merge-into", type=Path, metavar="JSON",
                         help="also merge this run's cases into JSON as each finishes (other cases there are kept): "
                              "one record from runs of one case each")

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.record import provenance, write_json  # noqa: E402
+from bench.record import default_out, provenance, write_json  # noqa: E402
 
 MODELS = ("yolov8n.yaml", "yolo11n.yaml")
 IMGSZ = 320
@@ -123,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("step", choices=("export", "build"))
     parser.add_argument("--dir", type=Path, required=True, help="where the exports are (written by export)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "yolo_fp16.json")
+    parser.add_argument("--out", type=Path, default=default_out("yolo_fp16.json"))
     args = parser.parse_args()
     export(args.dir) if args.step == "export" else build(args.dir, args.out)
 

@@ -24,15 +24,20 @@ from pathlib import Path
 
 import numpy as np
 
+from trtpool.errors import TrtpoolError
 from trtpool_builder.errors import BuildError
 from trtpool_builder.ort_cpu import cpu_session
-from trtpool_builder.samples import Samples
+from trtpool_builder.samples import Samples, describe
 
 Runner = Callable[[Samples], dict[str, np.ndarray]]
 REL_FLOOR = 1e-3
 # --max-error defaults: what a sound conversion stays within on sample inputs
 # (the corpus in fp16: 0.002 to 0.06; int8: a few 0.01), with room for deep graphs.
 DEFAULT_MAX_ERROR = {"fp16": 0.1, "bf16": 0.1, "int8": 0.25, "fp8": 0.25}
+
+
+class InputsRefused(BuildError):
+    """The fp32 reference cannot run a feed: the inputs, not the candidate, are at fault."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +108,24 @@ def output_error(name: str, reference: np.ndarray, candidate: np.ndarray) -> Out
     return OutputError(name, max_abs, float(rel.max(initial=0.0)), scale, _figure(reference, candidate, diff))
 
 
+def _ran(runner: Runner, feed: Samples, name: str, refused: type[BuildError]) -> dict[str, np.ndarray]:
+    """runner(feed), with a failure told as `refused` naming the runner and the feed."""
+    try:
+        return runner(feed)
+    except TrtpoolError:
+        raise
+    except Exception as exc:  # ONNX Runtime raises its own exception types for inputs a graph refuses
+        raise refused(f"{name} cannot run the inputs {describe(feed)}: {exc}") from exc
+
+
 def compare(reference: Runner, candidate: Runner, feeds: Sequence[Samples],
             reference_name: str, candidate_name: str) -> AccuracyReport:
-    """Run both on every feed and keep the worst error per output."""
+    """Run both on every feed and keep the worst error per output; InputsRefused where the
+    reference cannot run a feed."""
     worst: dict[str, OutputError] = {}
     for feed in feeds:
-        expected, got = reference(feed), candidate(feed)
+        expected = _ran(reference, feed, reference_name, InputsRefused)
+        got = _ran(candidate, feed, candidate_name, BuildError)
         for name, ref in expected.items():
             if name not in got:
                 raise BuildError(f"{candidate_name} has no output '{name}'")

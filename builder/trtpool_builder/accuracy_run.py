@@ -15,7 +15,7 @@ from google.protobuf import json_format
 
 from trtpool.errors import TrtpoolError
 from trtpool.sidecar import read_sidecar
-from trtpool_builder.accuracy import AccuracyReport, Runner, compare, onnxruntime_runner
+from trtpool_builder.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.errors import BuildError
 from trtpool_builder.instance_runner import instance_runner
@@ -113,5 +113,16 @@ def run_accuracy(candidate: Path, reference: Path | None = None, inputs: Path | 
         run, close, label = onnxruntime_runner(model_file), (lambda: None), f"'{model_file}'"
     try:
         return compare(onnxruntime_runner(reference), run, feeds, f"fp32 '{reference}' on ONNX Runtime", label)
+    except InputsRefused as exc:
+        raise InputsRefused(f"{exc}\n{_inputs_hint(inputs, feeds[0])}") from None
     finally:
         close()
+
+
+def _inputs_hint(inputs: Path | None, feed: Samples) -> str:
+    """What to do when the model refuses the inputs: its own samples, or other ones."""
+    if inputs is not None:
+        return f"the samples in '{inputs}' are not valid for this model: check their values and shapes"
+    return ("these are random inputs (floats ~ N(0, 1), integers and booleans 0 or 1) at the profile's opt "
+            "shapes, and they are not valid for this model (a value such as a sample rate must be one it "
+            "knows): give real ones with --inputs FILE.npz, one array per input (" + ", ".join(feed) + ")")

@@ -11,6 +11,9 @@ inputs, a .npy file (single-input models only), or a folder of such files
 - the input's rank, and its first dimension fixed: one value, the same in every
   sample (a state given once).
 
+A scalar (rank-0) input takes all three: a 0-d array (one value), shape [N]
+(a value per sample) or [N, 1] (a value per sample, each the [1] clients send).
+
 Inputs given per sample must agree on the count.
 """
 from __future__ import annotations
@@ -52,7 +55,8 @@ class SampleSet:
 
     def _sample(self, name: str, index: int) -> np.ndarray:
         array, form = self.arrays[name], self.forms[name]
-        return array[index] if form == STACKED else array[index:index + 1] if form == ROWS else array
+        # array[index, ...] stays an array where a sample is a scalar (ONNX Runtime takes no numpy.int64).
+        return array[index, ...] if form == STACKED else array[index:index + 1] if form == ROWS else array
 
 
 def _read(path: Path, inputs: Sequence[TensorSpec]) -> Samples:
@@ -67,16 +71,26 @@ def _read(path: Path, inputs: Sequence[TensorSpec]) -> Samples:
     raise ConfigError(f"'{path}': expected a .npy or .npz file")
 
 
+def _as_scalars(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """A scalar input given as clients send it, [1] per sample ([N, 1]), read as N scalars."""
+    if not spec.shape and array.ndim == 2 and array.shape[1] == 1:
+        return array.reshape(-1)
+    return array
+
+
 def _form(name: str, array: np.ndarray, spec: TensorSpec, where: Path) -> str:
     """How the array gives the input's samples (see the module's docstring)."""
     rank = len(spec.shape)
+    batched = bool(rank) and spec.shape[0] == -1
     if array.ndim == rank + 1:
         return STACKED
     if array.ndim == rank:
-        return ROWS if rank and spec.shape[0] == -1 else ONCE
+        return ROWS if batched else ONCE
+    forms = [f"rank {rank + 1} (samples first, each a whole input)",
+             f"rank {rank} ({'rows of a batch' if batched else 'one value for every sample'})",
+             *(["[N, 1] (a value per sample, as clients send the scalar)"] if not rank else [])]
     raise ConfigError(f"'{where}': array '{name}' has shape {list(array.shape)}; the model's input has rank "
-                      f"{rank} ({list(spec.shape)}): give rank {rank + 1} (samples first, each a whole input)"
-                      + (f" or rank {rank} (rows of a batch)" if rank and spec.shape[0] == -1 else ""))
+                      f"{rank} ({list(spec.shape)}): give " + ", ".join(forms[:-1]) + f" or {forms[-1]}")
 
 
 def _check(name: str, array: np.ndarray, spec: TensorSpec, form: str, where: Path) -> np.ndarray:
@@ -108,6 +122,7 @@ def load_samples(path: Path, inputs: Sequence[TensorSpec]) -> SampleSet:
             raise ConfigError(f"'{file}': arrays must be named after the model's inputs {sorted(by_name)}; "
                               f"missing {missing}, unknown {unknown}")
         for name, array in data.items():
+            array = _as_scalars(array, by_name[name])
             form = _form(name, array, by_name[name], file)
             if forms.setdefault(name, form) != form or (form == ONCE and parts[name]):
                 raise ConfigError(f"'{file}': array '{name}' is given as {form} here and as {forms[name]} "
@@ -117,8 +132,17 @@ def load_samples(path: Path, inputs: Sequence[TensorSpec]) -> SampleSet:
     if len(set(counts.values())) > 1:
         raise ConfigError(f"'{path}': inputs have different sample counts {counts} (an input given once, "
                           "the same for every sample, has the input's rank and a fixed first dimension)")
-    return SampleSet({name: np.concatenate(arrays, axis=0) for name, arrays in parts.items()}, forms,
-                     next(iter(counts.values()), 1))
+    # A value given once is one array (a 0-d one cannot be concatenated).
+    return SampleSet({name: arrays[0] if forms[name] == ONCE else np.concatenate(arrays, axis=0)
+                      for name, arrays in parts.items()}, forms, next(iter(counts.values()), 1))
+
+
+def describe(feed: Samples) -> str:
+    """Each input's shape and dtype, and the values of a small integer one (a sample rate, a flag)."""
+    def one(name: str, array: np.ndarray) -> str:
+        values = f" = {array.tolist()}" if array.dtype.kind in "iub" and array.size <= 4 else ""
+        return f"'{name}' {list(array.shape)} {array.dtype}{values}"
+    return ", ".join(one(name, array) for name, array in feed.items())
 
 
 def batches(samples: Samples, size: int) -> Iterator[Samples]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from matplotlib import pyplot
 from PIL import Image
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input
@@ -23,6 +24,9 @@ from tests.harness.docs import command_argv, quoted_command
 from tests.harness.repository import add_example
 from tests.harness.server import SHM, TRITONSERVER, TritonServer
 from trtpool_builder.examples.tiny import tiny_reference
+from trtpool_ops.tune import report
+from trtpool_ops.tune.measurement import Measurement
+from trtpool_ops.tune.space import Candidate
 
 TRTPOOL_TUNE = Path(sys.executable).parent / "trtpool-tune"
 # Short windows, a loose stability bound: a few seconds a point on two shared cores.
@@ -94,6 +98,7 @@ def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
         assert image.format == "PNG" and image.size[0] > 400
     assert (tiny / "config.pbtxt").read_text() == original        # never over the original without a flag
     tuned = (tiny / "config.tuned.pbtxt").read_text()
+    _says_what_next_and_how_sure(record, output, table, tiny)
     assert f'string_value: "{record["chosen"]["config"]["mode"]}"' in tuned
 
     # The tuned config loads and answers as the model should.
@@ -108,6 +113,36 @@ def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
         np.testing.assert_allclose(result.as_numpy("OUTPUT0"), tiny_reference(x), **TINY_TOLERANCE)
     finally:
         server.stop()
+
+
+def _says_what_next_and_how_sure(record: dict, output: str, table: str, folder: Path) -> None:
+    """Issue 37: the terminal and report.md say that Triton serves the choice only once it is
+    config.pbtxt and the model is reloaded; each point has the throughput of the windows its figure
+    averages, and the choice is said to be within noise of exactly the points it does not surely beat;
+    tune.png's points carry their row numbers."""
+    next_step = f"Triton reads only config.pbtxt, so the choice in {folder / 'config.tuned.pbtxt'} is not served yet"
+    assert f"[tune] next: {next_step}" in output and next_step in table, output
+    assert "POST /v2/repository/models/tiny/load" in table
+    measured, chosen = record["measurements"], record["chosen"]
+    assert all(len(m["windows_infer_per_s"]) == 3 and m["spread"] >= 0 for m in measured), measured
+    assert all(f"| {min(m['windows_infer_per_s']):.1f}–{max(m['windows_infer_per_s']):.1f} |" in table
+               for m in measured), table
+
+    def overlap(a: dict, b: dict) -> bool:
+        return min(a["windows_infer_per_s"]) <= max(b["windows_infer_per_s"]) and \
+            min(b["windows_infer_per_s"]) <= max(a["windows_infer_per_s"])
+    rivals = [m["label"] for m in measured if m["label"] != chosen["label"] and (
+        abs(m["infer_per_s"] - chosen["infer_per_s"]) <= record["noise"] * chosen["infer_per_s"] or overlap(m, chosen))]
+    said = (f"within noise of {len(rivals)} other point(s): " + "; ".join(rivals) if rivals
+            else "leads every other point by more than the noise")
+    assert said in record["noise_note"] and said in table and said in output, (rivals, record["noise_note"])
+
+    points = [Measurement(Candidate.from_dict(m["config"]), m["infer_per_s"], m["p50_ms"], m["p99_ms"])
+              for m in measured]
+    figure = report.draw(pyplot, points, None, "tiny", None)
+    assert [t.get_text() for t in figure.axes[0].texts] == [
+        f"#{i} {m['config']['mode']}, {m['config']['contexts']} ctx" for i, m in enumerate(measured, 1)]
+    pyplot.close(figure)
 
 
 def test_ctrl_c_mid_run_leaves_nothing_running_and_writes_what_was_measured(tiny, tmp_path):

@@ -50,6 +50,7 @@ CLI = "tests/builder/test_cli.py::"
 GRAPHS = "tests/builder/test_real_graphs.py::"
 HERE = "tests/unit/test_docs_commands.py::"
 TUNE = "tests/ops/test_tune.py::"
+TUNE_VAD = "tests/corpus/test_tune.py::test_a_point_refused_for_generated_data_says_why_and_what_to_give"
 BENCH_HELP = HERE + "test_bench_commands_take_the_quoted_flags"
 H200 = HERE + "test_h200_stages_exist"
 PIPELINE_CLIENT = SERVE + "test_the_client_line_serve_sh_prints_works_for_a_pipeline_example"
@@ -193,6 +194,8 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh ceiling", H200, not_here=ON_H200),
     command("bench/gpu/h200.sh setup", H200, not_here=ON_H200),
     command("bench/elastic.py --example resnet50 --image-size 64", BENCH_HELP, not_here=LONG_BENCH),
+    text("--out bench/results/elastic_cpu.json", "the flag that writes a record; its default is ignored "
+         "(tests/unit/test_outputs_ignored.py)"),
     command("bench/elastic.py", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/pipeline.py --image-size 64 --rounds 3 --seconds 10", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/pipeline.py --image-size 64 --rounds 3 --seconds 10 --pre-processes 2", BENCH_HELP,
@@ -204,6 +207,13 @@ INVENTORY = (
     command("trtpool-tune MODEL_FOLDER", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
     command(".venv/bin/trtpool-tune model_repository/tiny --concurrency 4 --modes sync,pipelined --contexts 1,2 --budget 5",
             TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
+    message("[tune] next: ...", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
+    text("--model-control-mode explicit", "tritonserver's flag, named in trtpool-tune's next step"),
+    message("#3 sync, 2 ctx", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
+    message("the server refused a request: the model rejected the input: ...", TUNE_VAD),
+    message("--input-data FILE.json", TUNE_VAD),
+    message("inputs without --shape are measured at the model's opt shapes: --shape input:1,576 --shape state:2,1,128",
+            TUNE_VAD),
     command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32", BENCH_HELP, not_here=LONG_BENCH),
     # docs/configuration.md

@@ -20,9 +20,27 @@ def test_a_profile_the_model_takes_passes():
     check(ClientProfile(input_data="inputs.json"), BERT, "bert")   # the file's shapes: perf_analyzer checks them
 
 
+def test_inputs_without_a_shape_take_the_profiles_opt_shape_all_at_once():
+    """Issue 37: the tuner measures at what the model's profile was built for instead of refusing
+    one input at a time."""
+    assert check(ClientProfile(), BERT, "bert").shapes == ("input_ids:128", "attention_mask:128")
+    assert check(ClientProfile(shapes=("input_ids:64",)), BERT, "bert").shapes == ("input_ids:64", "attention_mask:128")
+    unbatched = {"max_batch_size": 0, "input": [{"name": "input", "dims": ["-1", "-1"]},
+                                                {"name": "state", "dims": ["2", "-1", "128"]}],
+                 "parameters": {"profile": {"string_value": "input=1x576:1x576:8x576,state=2x1x128:2x1x128:2x8x128"}}}
+    assert check(ClientProfile(), unbatched, "vad").shapes == ("input:1,576", "state:2,1,128")
+
+
+def test_inputs_the_profile_gives_no_shape_are_named_together_with_an_example_for_each():
+    bare = {**BERT, "parameters": {}}
+    with pytest.raises(ProfileError) as refused:
+        check(ClientProfile(), bare, "bert")
+    assert str(refused.value) == ("input(s) 'input_ids' [-1], 'attention_mask' [-1] have variable dimensions and the "
+                                  "model's profile gives no shape for them: give one for each input, e.g. "
+                                  "--shape input_ids:1 --shape attention_mask:1")
+
+
 @pytest.mark.parametrize("profile, message", [
-    (ClientProfile(), "input 'input_ids' has variable dimensions [-1]: give its shape, e.g. --shape input_ids:1"),
-    (ClientProfile(shapes=("input_ids:128",)), "input 'attention_mask' has variable dimensions [-1]"),
     (ClientProfile(shapes=("input_ids:128,2", "attention_mask:128")),
      "--shape input_ids:128,2: input 'input_ids' expects dims [-1]"),
     (ClientProfile(shapes=("input_ids:600", "attention_mask:600")),

@@ -192,6 +192,17 @@ def write_front(out: Path, name: str, config: mc.ModelConfig) -> Path:
     return target
 
 
+def measured_profile(profile: ClientProfile, served: dict[str, Any], model: str) -> ClientProfile:
+    """The client profile checked against the served config, with the shapes it takes from the
+    model's profile said."""
+    measured = check(profile, served, model)
+    added = measured.shapes[len(profile.shapes):]
+    if added:
+        say("inputs without --shape are measured at the model's opt shapes: "
+            + " ".join(f"--shape {s}" for s in added))
+    return measured
+
+
 def record_of(args: argparse.Namespace, profile: ClientProfile, objective: Objective, space: Space,
               measured: Sequence[Measurement], stopped: str, minutes: float) -> tuple[dict[str, Any], Any]:
     choice = objective.choose(measured)
@@ -234,7 +245,7 @@ def tune(args: argparse.Namespace) -> int:
             served = served_config(tritonserver, folder, Path(scratch))
         except LoadFailed as exc:
             raise ValueError(f"{folder} does not load:\n{exc}") from None
-        check(profile, served, folder.name)
+        profile = measured_profile(profile, served, folder.name)
         space = build_space(args, served, any(folder.glob("*/process.py")))
         base = model_face(read_config(folder), served)
         tensors = [t["name"] for t in (*served.get("input", []), *served.get("output", []))]
@@ -271,6 +282,10 @@ def finish(args: argparse.Namespace, profile: ClientProfile, objective: Objectiv
         record["config"] = str(path)
         say(f"chosen: {choice.measurement.candidate.label}, {choice.measurement.infer_per_s:.1f} infer/s, "
             f"p99 {choice.measurement.p99_ms:.2f} ms ({choice.reason}); written to {path}")
+        record["noise_note"] = report.noise_note(objective.rivals(choice.measurement, runner.measured), args.noise)
+        record["next"] = report.next_steps(args.folder.name, path, args.write_config)
+        say(record["noise_note"])
+        say(f"next: {record['next']}")
         if choice.measurement.candidate.mode == "decoupled-front":
             front = write_front(out, args.folder.name, render(base, choice.measurement.candidate))
             record["front"] = str(front)

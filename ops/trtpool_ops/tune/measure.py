@@ -159,10 +159,10 @@ class Measurer:
     def perf_timeout(self) -> float:
         return self.window.interval_ms / 1000 * self.window.max_trials * 3 + 60
 
-    def drive(self, server: Server, model: str, streaming: bool, where: Path) -> dict[str, float]:
+    def drive(self, server: Server, model: str, streaming: bool, where: Path) -> perf.Reading:
         argv = perf.command(self.perf_analyzer, model, server.url(self.profile.protocol), self.profile, streaming,
                             self.window, where / "perf.csv")
-        return perf.run(argv, self.tensors, where / "perf.log", self.perf_timeout())
+        return perf.run(argv, self.tensors, where / "perf.log", self.perf_timeout(), self.profile)
 
     def stage_all(self, repo: Path, candidates: Mapping[str, Candidate]) -> dict[str, str]:
         """Each candidate under its own name in one repository; {name: the model its clients call}."""
@@ -176,13 +176,13 @@ class Measurer:
         try:
             [model] = self.stage_all(where / "repo", {self.folder.name: candidate}).values()
             with serving(self.tritonserver, where / "repo", where / "server.log") as server:
-                row, note = self.settled(server, model, candidate.mode == "decoupled", where)
+                reading, note = self.settled(server, model, candidate.mode == "decoupled", where)
                 memory = gpu_memory.read(f"127.0.0.1:{server.metrics_port}")
         except (LoadFailed, perf.PerfFailed) as exc:
             return Measurement(candidate, seconds=time.monotonic() - begun, error=str(exc))
         finally:
             shutil.rmtree(where / "repo", ignore_errors=True)
-        return replace(figures(candidate, row, time.monotonic() - begun), note=note, gpu_memory_bytes=memory)
+        return replace(figures(candidate, reading, time.monotonic() - begun), note=note, gpu_memory_bytes=memory)
 
     def measure_together(self, candidates: Sequence[Candidate]) -> Iterator[Measurement]:
         """The candidates loaded side by side in one server and measured in turn, each yielded as it is
@@ -204,19 +204,20 @@ class Measurer:
                     (where / name).mkdir()
                     point_begun = time.monotonic()
                     try:
-                        row, note = self.settled(server, models[name], candidate.mode == "decoupled", where / name)
+                        reading, note = self.settled(server, models[name], candidate.mode == "decoupled",
+                                                     where / name)
                     except perf.PerfFailed as exc:
                         yield Measurement(candidate, seconds=start_share, error=str(exc))
                         continue
                     seconds = start_share + time.monotonic() - point_begun
-                    yield replace(figures(candidate, row, seconds), note="; ".join(filter(None, (beside, note))))
+                    yield replace(figures(candidate, reading, seconds), note="; ".join(filter(None, (beside, note))))
         except LoadFailed:
             yield from (self.measure(candidate) for candidate in candidates)
         finally:
             shutil.rmtree(where / "repo", ignore_errors=True)
 
-    def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[dict[str, float], str]:
-        """perf_analyzer's row; where its windows did not agree (a busy machine), once more with windows
+    def settled(self, server: Server, model: str, streaming: bool, where: Path) -> tuple[perf.Reading, str]:
+        """perf_analyzer's reading; where its windows did not agree (a busy machine), once more with windows
         twice as long and a criterion twice as loose (said in the point's note)."""
         try:
             return self.drive(server, model, streaming, where), ""
@@ -232,7 +233,8 @@ class Measurer:
             self.window = first
 
 
-def figures(candidate: Candidate, row: Mapping[str, float], seconds: float) -> Measurement:
-    """perf_analyzer's inferences/s (requests/s x client batch) and latencies (us -> ms)."""
+def figures(candidate: Candidate, reading: perf.Reading, seconds: float) -> Measurement:
+    """perf_analyzer's inferences/s (requests/s x client batch), latencies (us -> ms) and windows."""
+    row = reading.row
     return Measurement(candidate, row["Inferences/Second"], row["p50 latency"] / 1000, row["p99 latency"] / 1000,
-                       seconds)
+                       seconds, windows=reading.windows)

@@ -52,6 +52,12 @@ class Objective:
             return m.infer_per_s * self.p99_ms / m.p99_ms / 2
         return m.infer_per_s
 
+    def rivals(self, chosen: Measurement, measured: Sequence[Measurement]) -> list[Measurement]:
+        """The other points meeting the objective that the choice does not surely beat: their throughput
+        within the noise of its, or their windows overlapping its. A repeat run may choose one of them."""
+        return [m for m in measured if m is not chosen and self.meets(m) and (
+            abs(m.infer_per_s - chosen.infer_per_s) <= self.noise * chosen.infer_per_s or m.overlaps(chosen))]
+
     def choose(self, measured: Sequence[Measurement]) -> Choice:
         choice = self.pick(measured)
         return self.elastic_instead(choice, measured) if choice.met else choice

@@ -22,10 +22,52 @@ ENV = "TRTPOOL_PERF_ANALYZER"
 # batch of 32 ResNet-50 logits).
 OUTPUT_SHM_BYTES = 64 << 20
 UNSTABLE = "Failed to obtain stable measurement"   # perf_analyzer's windows did not agree
+REQUEST_FAILED = re.compile(r"Thread \[\d+\] had error: ")   # the server answered a request with an error
+FAILURE = re.compile(r"error|failed", re.IGNORECASE)
+# -v prints a line per measurement window; the figures are the mean of the last three (those that agreed).
+WINDOW_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec")
+AVERAGED_WINDOWS = 3
 
 
 class PerfFailed(RuntimeError):
-    pass
+    """perf_analyzer gave no figures. The message: the cause, what to do where that is known, then
+    (after a blank line) the end of perf_analyzer's output."""
+
+
+def summary(error: str) -> str:
+    """An error's lines before its first blank line (its cause and fix, not the log after them)."""
+    return "; ".join(line.strip() for line in error.split("\n\n", 1)[0].splitlines() if line.strip())
+
+
+def failure(code: int | None, text: str, profile: ClientProfile) -> str:
+    """Why perf_analyzer failed, from its output: the server's answer to a request where it refused
+    one, else its last line that says error or failed; and the likely fix."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    refused = [REQUEST_FAILED.split(line, 1)[1] for line in lines if REQUEST_FAILED.search(line)]
+    said = [line for line in lines if FAILURE.search(line)]
+    cause = (f"the server refused a request: {refused[0]}" if refused
+             else said[-1] if said else lines[-1] if lines else "no output")
+    message = f"perf_analyzer exited {code}: {cause}"
+    if refused and profile.generated_data:
+        message += ("\nperf_analyzer made these inputs itself (" + (profile.input_data or "random") + " data), and "
+                    "they may not be valid for this model (a sample rate, token ids, an index): give real "
+                    "ones with --input-data FILE.json (perf_analyzer's JSON input format)")
+    elif refused:
+        message += f"\ncheck the inputs in --input-data {profile.input_data} against the model's"
+    return message + "\n\nperf_analyzer's output ends:\n" + "\n".join(lines[-8:])
+
+
+@dataclass(frozen=True)
+class Reading:
+    """perf_analyzer's CSV row ('Inferences/Second', 'p50 latency', 'p99 latency' in us) and the
+    infer/s of each window its figures average: how far apart they were is the point's noise."""
+    row: dict[str, float]
+    windows: tuple[float, ...]
+
+
+def averaged_windows(text: str) -> tuple[float, ...]:
+    """The infer/s of the windows perf_analyzer's figures average, from its -v output."""
+    return tuple(float(m.group(1)) for m in WINDOW_LINE.finditer(text))[-AVERAGED_WINDOWS:]
 
 
 @dataclass(frozen=True)
@@ -56,7 +98,7 @@ def command(perf_analyzer: str, model: str, url: str, profile: ClientProfile, st
     return [perf_analyzer, "-m", model, "-u", url, "-i", profile.protocol, "-b", str(profile.batch), *load, *shm,
             *(["--streaming"] if streaming else []), *[a for s in profile.shapes for a in ("--shape", s)], *data,
             "--measurement-interval", str(window.interval_ms), "--max-trials", str(window.max_trials),
-            "--stability-percentage", str(window.stability), "-f", str(report)]
+            "--stability-percentage", str(window.stability), "-v", "-f", str(report)]
 
 
 def _regions(tensors: list[str]) -> set[Path]:
@@ -92,9 +134,9 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
             process.wait()
 
 
-def run(argv: list[str], tensors: list[str], log: Path, timeout: float) -> dict[str, float]:
-    """One run; its CSV row ('Inferences/Second', 'p50 latency', 'p99 latency' in us). Whatever
-    happens (an error, a timeout, Ctrl-C), perf_analyzer is stopped and the regions it made are gone."""
+def run(argv: list[str], tensors: list[str], log: Path, timeout: float, profile: ClientProfile) -> Reading:
+    """One run and its Reading. Whatever happens (an error, a timeout, Ctrl-C), perf_analyzer is
+    stopped and the regions it made are gone."""
     report = Path(argv[argv.index("-f") + 1])
     before = _regions(tensors)
     with log.open("w") as out:
@@ -113,10 +155,9 @@ def run(argv: list[str], tensors: list[str], log: Path, timeout: float) -> dict[
     if code is None:
         raise PerfFailed(f"perf_analyzer did not finish within {timeout:.0f} s")
     if code != 0 or not report.exists():
-        lines = [line for line in text.splitlines() if line.strip()]
-        raise PerfFailed(f"perf_analyzer exited {code}: " + "\n".join(lines[-6:]))
+        raise PerfFailed(failure(code, text, profile))
     with report.open() as handle:
         rows = [{k: float(v) for k, v in row.items() if k and v not in (None, "")} for row in csv.DictReader(handle)]
     if not rows:
         raise PerfFailed("perf_analyzer wrote no measurement: " + text[-500:])
-    return rows[0]
+    return Reading(rows[0], averaged_windows(text))

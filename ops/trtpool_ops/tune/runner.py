@@ -8,6 +8,7 @@ from typing import Protocol
 
 from trtpool_ops.tune.measurement import Measurement
 from trtpool_ops.tune.objective import Objective
+from trtpool_ops.tune.perf import summary
 from trtpool_ops.tune.space import Candidate
 
 
@@ -68,6 +69,5 @@ class Runner:
             say(f"  {measurement.candidate.label}: {measurement.infer_per_s:.1f} infer/s, "
                 f"p50 {measurement.p50_ms:.2f} ms, p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)")
         else:
-            say(f"  {measurement.candidate.label} failed: "
-                f"{measurement.error.splitlines()[0] if measurement.error else ''}")
+            say(f"  {measurement.candidate.label} failed: {summary(measurement.error)}")
         return measurement
