@@ -230,6 +230,28 @@ setup_tensorrt_bindings() {
   done
 }
 
+# TensorRT's lean runtime, real (it imports here; Runtime needs CUDA): the TensorRT double is held
+# to its runtime classes (tests/unit/test_doubles_faithful.py), and trtpool's load path meets it
+# (tests/unit/test_tensorrt_lean.py). Installed into a folder of its own, never into the venv,
+# where trtpool would take it for a TensorRT install (about 110 MB).
+TENSORRT_LEAN_VERSION=11.4.0.106
+setup_tensorrt_lean() {
+  local dir="$TRITON/tensorrt-lean"
+  [ -z "${TRTPOOL_WHEELHOUSE:-}" ] || return 0
+  [ -d "$dir/site/tensorrt_lean_bindings" ] && return 0
+  mkdir -p "$dir/wheels"
+  if "$INSTALLER" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" \
+      "tensorrt-lean-cu12-libs==$TENSORRT_LEAN_VERSION" "tensorrt-lean-cu12-bindings==$TENSORRT_LEAN_VERSION" \
+      >/dev/null 2>&1 \
+    && "$INSTALLER" -m pip install -q --no-deps --no-index --no-compile --target "$dir/site" "$dir"/wheels/*.whl \
+      >/dev/null 2>&1; then
+    rm -rf "$dir/wheels"
+  else
+    rm -rf "$dir/site"
+    say "note: TensorRT's lean runtime $TENSORRT_LEAN_VERSION not installed (its checks will be skipped)"
+  fi
+}
+
 main() {
   check_platform
   setup_venv
@@ -237,6 +259,7 @@ main() {
   setup_perf_analyzer
   setup_nginx
   setup_tensorrt_bindings
+  setup_tensorrt_lean
   say "ready: venv $VENV (Python $PYVER)"
   say "       tritonserver  $TRITON/bin/tritonserver (backends in $TRITON/backends)"
   say "       perf_analyzer $TRITON/bin/perf_analyzer"

@@ -16,6 +16,7 @@ other files (PNG, CMYK JPEG, ...) and any the decoder fails take the CPU path an
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from typing import Any, Protocol
@@ -29,6 +30,11 @@ from trtpool.images import CropSpec, ImageRefused, cpu_crop, decode_chunks, sort
 log = logging.getLogger("trtpool")
 
 DECODERS = ("auto", "torchvision", "nvimgcodec")
+# What each decoder imports, and how to install it.
+DECODER_PACKAGES = {
+    "torchvision": ("torchvision.io", "pip install torchvision (the build for the installed torch)"),
+    "nvimgcodec": ("nvidia.nvimgcodec", "pip install nvidia-nvimgcodec-cu12 (nvidia-nvimgcodec-cu13 for CUDA 13)"),
+}
 
 
 class Decoder(Protocol):
@@ -93,6 +99,30 @@ class NvImageCodecDecoder:
     @staticmethod
     def memory(image: Any) -> Memory:
         return interface_memory(image.__cuda_array_interface__)
+
+
+def _import_failure(name: str) -> str | None:
+    """Why decoder `name`'s module does not import here (a build for another torch fails too), or None."""
+    try:
+        importlib.import_module(DECODER_PACKAGES[name][0])
+    except Exception as exc:  # noqa: BLE001 - any failure to import means the decoder cannot be made
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def decoder_unavailable(name: str) -> str | None:
+    """Why decoder `name` ("auto": either) cannot be used here, naming the package to install;
+    None where it can. Imports only: no CUDA work, so a model can be refused at load (on any
+    machine) rather than at its first batch of images, which make_decoder would fail."""
+    if name not in DECODERS:
+        return f"JPEG decoder '{name}' is not one of {', '.join(DECODERS)}"
+    failures = []
+    for candidate in ("torchvision", "nvimgcodec") if name == "auto" else (name,):
+        why = _import_failure(candidate)
+        if why is None:
+            return None
+        failures.append(f"'{candidate}' does not import ({why}): {DECODER_PACKAGES[candidate][1]}")
+    return f"JPEG decoder '{name}' cannot be used here: " + "; ".join(failures)
 
 
 def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -> Decoder:

@@ -21,6 +21,7 @@ error that carries those words.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import threading
@@ -34,10 +35,16 @@ from trtpool.errors import EngineError, TrtpoolError
 
 log = logging.getLogger("trtpool")
 
-MODULES = ("tensorrt", "tensorrt_rtx")  # in the order a module is looked for
+MODULES = ("tensorrt", "tensorrt_rtx")  # the builders, in the order a module is looked for
+# TensorRT's lean runtime (Runtime, ICudaEngine, IExecutionContext; no builder, no plugin library): it
+# deserializes and runs version-compatible engines only. Its metapackage's name, then its bindings
+# wheel's own (tensorrt-lean-cu12-bindings, on PyPI with tensorrt-lean-cu12-libs).
+LEAN_MODULES = ("tensorrt_lean", "tensorrt_lean_bindings")
+LEAN_INSTALL = "pip install tensorrt-lean-cu12-libs tensorrt-lean-cu12-bindings"
 INSTALL_HINT = (
     "install TensorRT from NVIDIA's pip index (pip install --extra-index-url https://pypi.nvidia.com "
     "tensorrt-cu12) or serve from the NGC image nvcr.io/nvidia/tritonserver:<yy.mm>-py3, which ships it; "
+    f"to run version-compatible engines only, TensorRT's lean runtime is on PyPI: {LEAN_INSTALL}; "
     "on RTX GPUs, TensorRT-RTX is on PyPI: pip install tensorrt-rtx-cu13"
 )
 # Before TensorRT 10.13, infer_shapes and set_optimization_profile_async set their
@@ -66,15 +73,32 @@ class TensorRTMissing(EngineError):
         super().__init__(f"cannot import {' or '.join(failures)} ({why}); {INSTALL_HINT}")
 
 
-def import_tensorrt(module_name: str | None) -> ModuleType:
-    """`tensorrt`, else `tensorrt_rtx`; or exactly the module named."""
+def import_tensorrt(module_name: str | None, runtime_only: bool = False) -> ModuleType:
+    """`tensorrt`, else `tensorrt_rtx`; or exactly the module named. With `runtime_only` (to run
+    engines, not build them), TensorRT's lean runtime stands in for `tensorrt` where that is
+    not installed (a 110 MB install instead of the full libraries)."""
     failures: dict[str, BaseException] = {}
-    for name in (module_name,) if module_name else MODULES:
+    for name in _looked_for(module_name, runtime_only):
         try:
             return importlib.import_module(name)
         except (ImportError, OSError) as exc:  # OSError: a shared library failed to load
             failures[name] = exc
     raise TensorRTMissing(failures)
+
+
+def _looked_for(module_name: str | None, runtime_only: bool) -> tuple[str, ...]:
+    lean = LEAN_MODULES if runtime_only else ()
+    return tuple(found for name in ((module_name,) if module_name else MODULES)
+                 for found in ((name, *lean) if name == "tensorrt" else (name,)))
+
+
+def is_lean(trt: ModuleType) -> bool:
+    return trt.__name__ in LEAN_MODULES
+
+
+def release(trt: ModuleType) -> str:
+    """What an engine's sidecar calls the module's release: `tensorrt` for its lean runtime too."""
+    return "tensorrt" if is_lean(trt) else trt.__name__
 
 
 def version(trt: ModuleType) -> tuple[int, ...]:
@@ -183,7 +207,9 @@ def register_plugins(trt: ModuleType) -> None:
     without them. initLibNvInferPlugins returns true unconditionally and logs what
     it could not register (plugin/api/inferPlugin.cpp); Polygraphy's engine loader
     calls it the same way before deserializing (tools/Polygraphy/polygraphy/backend/
-    trt/loader.py)."""
+    trt/loader.py). The lean runtime has none (an engine's plugins must travel inside it)."""
+    if not hasattr(trt, "init_libnvinfer_plugins"):
+        return
     logger = process_logger(trt)
     with _lock:
         if trt not in _plugins_registered:
@@ -195,11 +221,27 @@ def new_runtime(trt: ModuleType, host_code: bool) -> Any:
     """A trt.Runtime on the process logger. `host_code` lets it deserialize engines that
     carry executable host code: version-compatible engines embed the lean runtime
     (``engine_host_code_allowed``, default False; trtexec sets it for them:
-    samples/common/sampleEngines.cpp:137-141)."""
-    runtime = trt.Runtime(process_logger(trt))
+    samples/common/sampleEngines.cpp:137-141).
+
+    A runtime TensorRT could not create (no usable CUDA: the lean runtime logs "CUDA
+    initialization failure with error: 35") is still returned by the bindings, over a null
+    pointer that crashes the process when it is used or freed (tensorrt_lean_bindings 11.4,
+    tests/unit/test_tensorrt_lean.py): what TensorRT logged while making it is an EngineError
+    with TensorRT's words, and that object is never freed."""
+    with tensorrt_errors() as errors:
+        runtime = trt.Runtime(process_logger(trt))
+    if errors:
+        _never_free(runtime)
+        raise EngineError(f"{trt.__name__} {trt.__version__} could not create its runtime: {said(errors)}")
     if host_code:
         runtime.engine_host_code_allowed = True
     return runtime
+
+
+def _never_free(obj: Any) -> None:
+    """One reference more than anything will drop, so that `obj` outlives even interpreter exit
+    (which drops module-level references too): a leak of one object per failed load."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 # ---- calls --------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 #               Pillow and tokenizers for the pipeline examples)
 #   .whl/house/ the offline wheelhouse for scripts/setup.sh (perf_analyzer's tritonclient
 #               2.41.0, libcudart.so.12) and Debian's libb64.so.0d
+#   .whl/lean/  TensorRT's lean runtime, cp312 (47 MB), and a TensorRT-RTX engine built here
+#               without a GPU: the stage `lean-runtime` alone, carried alone (carry .whl/lean)
 # Both folders are ignored by git and travel with `carry`. Run here, where PyPI is reachable.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -31,4 +33,6 @@ fetch .whl/house tritonclient==2.41.0 nvidia-cuda-runtime-cu12==12.9.79
 if [ ! -e .whl/house/libb64.so.0d ]; then
   cp .triton/lib/libb64.so.0d .whl/house/
 fi
-du -sh .whl_big .whl_gpu .whl/pip .whl/house
+fetch .whl/lean tensorrt-lean-cu12-libs==11.4.0.106 tensorrt-lean-cu12-bindings==11.4.0.106
+"$PY" bench/lean_runtime.py --write-rtx-engine .whl/lean/tiny_rtx.plan
+du -sh .whl_big .whl_gpu .whl/pip .whl/house .whl/lean

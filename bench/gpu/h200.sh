@@ -119,6 +119,13 @@
 #             kernel's GPU time beside the previous kernel's (.probe/crop_kernel_previous.py, carried: before the
 #             call, here, git show REV:backend_src/trtpool/crop_kernel.py > .probe/crop_kernel_previous.py) and the
 #             torch resize's, batches of 32 and 64 -> crop_timing.json
+#   lean-runtime  bench/lean_runtime.py (issue 37, item 14(a)): trtpool's TensorRT load path against TensorRT's
+#             real lean runtime 11.4, not the double, with the image's python3 (no setup, no other wheels): the
+#             cp312 lean wheels of .whl/lean (bench/gpu/fetch_wheels.sh; carry .whl/lean alone, 47 MB) installed
+#             with pip install --target; runtime creation, the logger capture, engine_host_code_allowed, and a
+#             corrupt, an empty and a truncated engine file and a TensorRT-RTX engine (.whl/lean/tiny_rtx.plan,
+#             built by fetch_wheels.sh without a GPU), each to be refused with TensorRT's own words inside
+#             trtpool's message -> lean_runtime.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -154,6 +161,13 @@ for stage in "$@"; do
       mkdir -p "$HOME/wh" && cp .whl_big/*.whl "$HOME/wh/"
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
       python3 -c 'import sys, torch, numpy, onnx, onnxruntime; print(sys.version, torch.__version__, numpy.__version__, onnx.__version__, onnxruntime.__version__)'
+      ;;
+    lean-runtime)
+      rm -rf /tmp/trt-lean
+      "$IMAGE_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/trt-lean \
+        .whl/lean/tensorrt_lean_cu12_*.whl || exit 4
+      PYTHONPATH="/tmp/trt-lean:$PWD/backend_src:$PWD/builder:$PWD" "$IMAGE_PYTHON" bench/lean_runtime.py \
+        --rtx-engine .whl/lean/tiny_rtx.plan --out "$OUT/lean_runtime.json" 2>&1 | tail -n 40
       ;;
     stash-gpu)
       mkdir -p "$HOME/wh-gpu" && cp .whl_gpu/*.whl "$HOME/wh-gpu/"

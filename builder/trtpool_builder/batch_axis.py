@@ -82,6 +82,37 @@ def _stacking_changes_answers(model_file: Path, inputs: Sequence[TensorSpec], pr
     return None
 
 
+def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: Profile,
+                      names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The shapes (-1 for the rows) of the outputs `names` that ONNX Runtime computes with one
+    entry per row on axis 0, found by running `model_file` at 2 and 3 rows (the fewest that
+    tell rows from a scalar and from a fixed size); the others are left out.
+
+    For outputs shape inference cannot follow (a Squeeze without axes makes [N, 1] into [N],
+    or into a scalar for one row), so that the declaration follows what the graph computes."""
+    import onnxruntime as ort
+
+    if not inputs or any(s.shape[:1] != (-1,) for s in inputs) or not _agree_on_batch(profile) \
+            or profile.max_batch() < 2:
+        return {}
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # the shape it computes differs from the declared [] by design
+    rng = np.random.default_rng(0)
+    try:
+        session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        outputs = [dict(zip([o.name for o in session.get_outputs()], session.run(None, {
+            s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs})))
+            for rows in (2, 3)]
+    except Exception:  # noqa: BLE001 - a graph ONNX Runtime cannot run at 2 and 3 rows has no row axis to find
+        return {}
+    found = {}
+    for name in names:
+        two, three = (np.shape(o.get(name)) for o in outputs)
+        if two[:1] == (2,) and three[:1] == (3,) and two[1:] == three[1:]:
+            found[name] = (-1, *two[1:])
+    return found
+
+
 def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                    profiles: Sequence[Profile], requested: int | None) -> BatchDecision:
     """Whether to serve the model batched; `requested` is the user's max_batch_size (None: decide)."""

@@ -220,7 +220,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
     trt, module_name = load_trt(options.trt_module)
     check_options(options, module_name)
     model = load_graph(onnx_path)
-    repaired = repair_for_serving(model, options.shapes)
+    repaired = repair_for_serving(model, onnx_path, options.shapes)
     lifted = lift_scalars(model)
     inputs, _ = io_specs(model)
     profiles = resolve_profiles(options.shapes, inputs)

@@ -161,7 +161,7 @@ def _served_file(model_file: Path, shapes: Sequence[str], workdir: Path) -> tupl
     if model_file.suffix != ".onnx":
         return model_file, []
     model = load_graph(model_file)
-    notes = repair_for_serving(model, shapes)
+    notes = repair_for_serving(model, model_file, shapes)
     if not notes:
         return model_file, []
     onnx.load_external_data_for_model(model, str(model_file.parent))

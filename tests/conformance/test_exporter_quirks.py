@@ -261,18 +261,41 @@ def test_the_builder_takes_an_input_without_a_shape_from_its_range(tmp_path):
 
 
 @pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
-@pytest.mark.parametrize("name", sorted(PROFILE))
-def test_the_builder_builds_an_output_declared_rank_0_with_its_rows(name, tmp_path):
+@pytest.mark.parametrize("name, precision", [*((name, "fp32") for name in sorted(PROFILE)),
+                                             ("squeeze_axisless", "fp16")])
+def test_the_builder_builds_an_output_declared_rank_0_with_its_rows(name, precision, tmp_path):
     """Built as the graph computes it: a profile of up to 8 rows builds (it used to be reshaped
-    to [1]: 'reshape would change volume 8 to 1'), and the sidecar gives the output one
-    element per row."""
+    to [1]: 'reshape would change volume 8 to 1'; after a Squeeze without axes shape inference
+    cannot tell, so ONNX Runtime run at 2 and 3 rows decides), and the sidecar gives the output
+    one element per row at each profile shape."""
     path = tmp_path / f"{name}.onnx"
     onnx.save(row_scalar_model(name), str(path))
-    result = build_engine(path, tmp_path / f"{name}.plan",
-                          BuildOptions(trt_module="tensorrt_rtx", shapes=(PROFILE[name],)), log=lambda _: None)
+    result = build_engine(path, tmp_path / f"{name}.plan", BuildOptions(
+        trt_module="tensorrt_rtx", shapes=(PROFILE[name],), precision=precision), log=lambda _: None)
     [y] = result.sidecar.outputs
-    assert (y.name, len(y.shape)) == ("y", 1), y
+    assert (y.name, y.shape) == ("y", (-1,)), y
+    [rows] = y.ranges
+    assert (rows.min, rows.opt, rows.max) == ((1,), (4,), (8,)), rows
     assert any("declared as a scalar" in note for note in result.notes), result.notes
+
+
+@pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
+def test_a_true_scalar_that_shape_inference_cannot_follow_is_still_built_as_one(tmp_path):
+    """The sum over the rows of x [n, m], squeezed without axes: inference cannot tell its rank
+    (m might be 1), and ONNX Runtime at 2 and 3 rows answers a scalar both times, so it is no
+    row output: built as [1], as true scalars are."""
+    model = _graph_model([helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=1),
+                          helper.make_node("Squeeze", ["total"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "m"])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                         [helper.make_tensor("axes", TensorProto.INT64, [1], [0])])
+    path = tmp_path / "total.onnx"
+    onnx.save(model, str(path))
+    result = build_engine(path, tmp_path / "total.plan", BuildOptions(
+        trt_module="tensorrt_rtx", shapes=("x=1x1:4x1:8x1",)), log=lambda _: None)
+    [y] = result.sidecar.outputs
+    assert y.shape == (1,), y
+    assert not any("declared as a scalar" in note for note in result.notes), result.notes
 
 
 def _ml_only_classifier(tmp_path: Path) -> Path:

@@ -180,6 +180,9 @@ class _Module:
         self.name = name
         self.release = tuple(int(p) for p in version.split(".")[:2])
         self.plugins_registered = False
+        # TensorRT's lean runtime (trtpool.trt_api.LEAN_MODULES): no init_libnvinfer_plugins, checks
+        # CUDA when a Runtime is made, and deserializes version-compatible engines only.
+        self.lean = name in ("tensorrt_lean", "tensorrt_lean_bindings")
 
     @property
     def raises_safely(self) -> bool:
@@ -192,6 +195,9 @@ class Runtime:
     def __init__(self, logger: ILogger) -> None:
         self._logger = logger
         self._host_code = False
+        if self._module.lean and not self._module.cudart.devices:  # the real lean module's words, seen here
+            self._error("createInferRuntime: Error Code 6: API Usage Error (CUDA initialization failure with "
+                        "error: 35 In checkCudaInstallation at /_src/runtime/dispatch/runtime.cpp:960)")
 
     @property
     def engine_host_code_allowed(self) -> bool:
@@ -212,6 +218,10 @@ class Runtime:
         except (ValueError, UnicodeDecodeError):
             self._error("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization assertion "
                         "magicTagRead == kMAGIC_TAG failed.Magic tag does not match)")
+            return None
+        if self._module.lean and not description["version_compatible"]:
+            self._error("IRuntime::deserializeCudaEngine: Error Code 1: Internal Error (Unexpected call to stub "
+                        "loadRunner for ReformatRunner)")  # NVIDIA/TensorRT issue 4790, a lean runtime
             return None
         if description["version_compatible"] and not self._host_code:
             self._error("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (the engine contains host "
@@ -587,7 +597,8 @@ class _StreamCapturable:
 
 
 def make_module(cudart: FakeCudart, name: str = "tensorrt", version: str = "10.8.0.43") -> Any:
-    """A module object standing in for `tensorrt` (or `tensorrt_rtx`) of a release, bound to a FakeCudart.
+    """A module object standing in for `tensorrt` (or `tensorrt_rtx`, or TensorRT's lean runtime
+    `tensorrt_lean` / `tensorrt_lean_bindings`) of a release, bound to a FakeCudart.
 
     The release decides the members that differ: device_memory_size (tensorrt 10.x, removed
     in 11.0, never in TensorRT-RTX), device_memory_size_v2 (10.1 and later, TensorRT-RTX),
@@ -619,6 +630,7 @@ def make_module(cudart: FakeCudart, name: str = "tensorrt", version: str = "10.8
     module.Runtime = type("Runtime", (Runtime,), {"_module": shared})
     module.ICudaEngine = shared.engine_class
     module.IExecutionContext = shared.context_class
-    module.init_libnvinfer_plugins = init_libnvinfer_plugins
+    if not shared.lean:
+        module.init_libnvinfer_plugins = init_libnvinfer_plugins
     module._double = shared
     return module

@@ -45,7 +45,7 @@ from tests.harness.pipelines import (  # noqa: E402
 )
 from tests.harness.pipelines import crop_reference  # noqa: E402
 from trtpool import cuda  # noqa: E402
-from trtpool.device_crops import DeviceCrops  # noqa: E402
+from trtpool.device_crops import DeviceCrops, decoder_unavailable  # noqa: E402
 from trtpool.images import CropSpec, cpu_crop, sort_files  # noqa: E402
 from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
@@ -53,6 +53,13 @@ from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
 SIZE = 224
 SPEC = CropSpec.imagenet(SIZE)
 LEVELS = np.array(SPEC.std, np.float32).reshape(3, 1, 1) * 255  # normalized units -> grey levels
+
+# nvImageCodec is an optional package: without it its cases are skipped with the reason (the
+# example refuses such a model at load: tests/unit/test_decoder_at_load.py).
+NVIMGCODEC_MISSING = decoder_unavailable("nvimgcodec")
+NVIMGCODEC = pytest.mark.skipif(NVIMGCODEC_MISSING is not None, reason=str(NVIMGCODEC_MISSING))
+DECODERS = ["torchvision", pytest.param("nvimgcodec", marks=NVIMGCODEC)]
+MODELS = ["resnet50_jpeg", pytest.param("resnet50_jpeg_nvimgcodec", marks=NVIMGCODEC)]
 
 
 def sample_files() -> list[bytes]:
@@ -76,7 +83,7 @@ def host_pixels(image) -> np.ndarray:
     return np.asarray(image.cpu())
 
 
-@pytest.mark.parametrize("decoder", ["torchvision", "nvimgcodec"])
+@pytest.mark.parametrize("decoder", DECODERS)
 def test_device_crops_compute_their_reference_and_follow_the_cpu_path(decoder):
     files = sample_files()
     crops = DeviceCrops(SPEC, "cuda:0", decoder)
@@ -107,8 +114,9 @@ def gpu_pipeline(start_server, tmp_path_factory):
     write_config(folder, config)
     limited = add_mode(folder, "pipelined", "resnet50_jpeg_limited")
     set_process_settings(limited, max_decoded_bytes=50_000_000)
-    torchless = add_mode(folder, "sync", "resnet50_jpeg_nvimgcodec")
-    set_process_settings(torchless, decoder="nvimgcodec")
+    if NVIMGCODEC_MISSING is None:  # else refused at load, failing the server's start
+        torchless = add_mode(folder, "sync", "resnet50_jpeg_nvimgcodec")
+        set_process_settings(torchless, decoder="nvimgcodec")
     server = start_server(repo)
     return server, Reference(folder)
 
@@ -118,7 +126,7 @@ def served(server, model: str, requests: list[np.ndarray]) -> list:
                               outputs=("LABELS", "SCORES"))
 
 
-@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_nvimgcodec"])
+@pytest.mark.parametrize("model", MODELS)
 def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline, model):
     """Pipelined with torchvision's decoder; sync with nvImageCodec's (execute() returns the responses)."""
     server, reference = gpu_pipeline
@@ -135,16 +143,15 @@ def test_served_on_the_gpu_as_the_cpu_reference_loop_answers(gpu_pipeline, model
     assert top5_equal >= 0.9 * len(files)
 
 
-def test_the_examples_softmax_and_top5_run_on_the_device(gpu_pipeline):
+@pytest.mark.parametrize("model", MODELS)
+def test_the_examples_softmax_and_top5_run_on_the_device(gpu_pipeline, model):
     """OUTPUTS_ON_DEVICE: the torch runtime leaves the logits on the device for postprocess_batch
     (the answers above come through that path), with either decoder."""
     server, _ = gpu_pipeline
-    log = server.log_text()
-    for model in ("resnet50_jpeg", "resnet50_jpeg_nvimgcodec"):
-        assert f"model '{model}': postprocess_batch takes the engine's outputs on the device" in log
+    assert f"model '{model}': postprocess_batch takes the engine's outputs on the device" in server.log_text()
 
 
-@pytest.mark.parametrize("model", ["resnet50_jpeg", "resnet50_jpeg_nvimgcodec"])
+@pytest.mark.parametrize("model", MODELS)
 def test_each_bad_file_fails_its_request_alone_on_the_gpu(gpu_pipeline, model):
     """Bad files alone and beside a good one, batch clients (3 files in a request), awkward
     formats and an 8000x8000 photo (answered; refused by name where max_decoded_bytes is 50 MB)."""

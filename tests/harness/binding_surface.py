@@ -160,12 +160,18 @@ def unpack_wheel(wheel: Path, into: Path) -> tuple[Path, Path, str]:
 
 def wheel_surface(wheel: Path, into: Path) -> dict[str, Any]:
     site, libs, package = unpack_wheel(wheel, into)
+    return installed_surface(package, site, {"LD_LIBRARY_PATH": str(libs)})
+
+
+def installed_surface(package: str, site: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The surface of `package` imported from `site` (a pip --target folder, kept off this
+    process's path: trtpool would take a TensorRT module found there for an install)."""
     root = Path(__file__).resolve().parents[2]
-    env = {"PYTHONPATH": f"{site}:{root}", "LD_LIBRARY_PATH": str(libs), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "tests.harness.binding_surface", package], env=env,
+    result = subprocess.run([sys.executable, "-m", "tests.harness.binding_surface", package],
+                            env={"PYTHONPATH": f"{site}:{root}", "PATH": "/usr/bin:/bin", **(env or {})},
                             capture_output=True, text=True, timeout=300, cwd=root)
     if result.returncode:
-        raise RuntimeError(f"reading {wheel.name}: {result.stderr[-2000:]}")
+        raise RuntimeError(f"reading {package} from {site}: {result.stderr[-2000:]}")
     return json.loads(result.stdout)
 
 

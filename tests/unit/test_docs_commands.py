@@ -293,6 +293,18 @@ INVENTORY = (
     text("preprocess_threads: auto", "a config parameter"),
     message("input 'IMAGE' element [1]: ...",
             "tests/e2e/test_pipelines.py::test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest"),
+    # issue 37: a JPEG decoder refused at load; TensorRT's lean runtime
+    command("pip install torchvision",
+            "tests/unit/test_decoder_at_load.py::test_a_decoder_that_is_not_installed_is_refused_at_load_naming_its_package",
+            not_here="installs a package; the test checks that the refusal names it"),
+    text("process_faces: request", "a config parameter"),
+    command("pip install tensorrt-lean-cu12-libs tensorrt-lean-cu12-bindings",
+            "tests/unit/test_tensorrt_lean.py::test_the_builder_never_takes_the_lean_runtime",
+            not_here="downloads from PyPI; scripts/setup.sh installs the same wheels into .triton/tensorrt-lean/site, "
+                     "and the test checks that trtpool's install advice names this line"),
+    text("import tensorrt", "Python"),
+    text("trtpool-build ... --version-compatible", "a trtpool-build flag"),
+    text("bench/lean_runtime.py", "the H200 check of the load path (bench/gpu/h200.sh lean-runtime)"),
 )
 BY_TEXT = {quote.text: quote for quote in INVENTORY}
 

@@ -11,7 +11,11 @@ parameter names or defaults, another enum value all fail). The real modules:
   import here with stand-ins for TensorRT's libraries, see
   tests/harness/binding_surface.py), one per release the double imitates,
   found in $TRTPOOL_TENSORRT_WHEELS; without it those cases are skipped
-  with the command that fetches them.
+  with the command that fetches them;
+- TensorRT's lean runtime, real (tensorrt-lean-cu12-bindings and -libs, which
+  import here as they are), installed by scripts/setup.sh into
+  .triton/tensorrt-lean/site ($TRTPOOL_TENSORRT_LEAN elsewhere): the double
+  named ``tensorrt_lean_bindings`` is held to its runtime classes.
 
 The CUDA double is held to the installed cuda-python (cuda.bindings.runtime):
 call names, parameter names, enum and flag values.
@@ -36,10 +40,15 @@ from tests.doubles import tensorrt_double
 from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.engines import masked_model
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
-from tests.harness.binding_surface import surface, wheel_surface
+from tests.harness.binding_surface import installed_surface, surface, wheel_surface
 from trtpool import trt_api
 
 WHEELS = os.environ.get("TRTPOOL_TENSORRT_WHEELS", "")
+LEAN_SITE = Path(os.environ.get("TRTPOOL_TENSORRT_LEAN", Path(__file__).resolve().parents[2] / ".triton" / "tensorrt-lean"
+                                / "site"))
+NO_LEAN = (f"TensorRT's lean runtime is not installed in {LEAN_SITE} (scripts/setup.sh installs it; or "
+           "pip install --no-deps --target DIR tensorrt-lean-cu12-libs tensorrt-lean-cu12-bindings, then "
+           "TRTPOOL_TENSORRT_LEAN=DIR)")
 RELEASES = [line for line in (Path(tensorrt_double.__file__).with_name("tensorrt_releases.txt").read_text().split("\n"))
             if line and not line.startswith("#")]
 FETCH = (f"scripts/setup.sh downloads them; or pip download --no-deps -d DIR tensorrt-cu12-bindings==VERSION "
@@ -118,6 +127,18 @@ def test_the_double_of_each_release_has_only_what_its_bindings_have(wheel, tmp_p
     real = wheel_surface(wheel, tmp_path)
     assert differences(double_surface("tensorrt", real["version"]), real) == []
     assert allocator_differences(real) == []
+
+
+@pytest.mark.skipif(not (LEAN_SITE / "tensorrt_lean_bindings").is_dir(), reason=NO_LEAN)
+def test_the_double_of_the_lean_runtime_has_only_what_the_lean_runtime_has():
+    """Runtime, ICudaEngine, IExecutionContext and the rest the adapter uses, as the real lean module
+    has them; it has no init_libnvinfer_plugins, so neither has the double (nor does trtpool call it)."""
+    real = installed_surface("tensorrt_lean_bindings", LEAN_SITE)
+    double = double_surface("tensorrt_lean_bindings", real["version"])
+    assert sorted(real["classes"]) == sorted(double["classes"])  # every runtime class compared
+    assert differences(double, real) == []
+    assert allocator_differences(real) == []
+    assert "init_libnvinfer_plugins" not in real["functions"] and "init_libnvinfer_plugins" not in double["functions"]
 
 
 def allocator_differences(real: dict[str, Any]) -> list[str]:

@@ -67,7 +67,7 @@ from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInpu
 from trtpool.host_upload import HostUploader
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.shapes import format_profile
-from trtpool.sidecar import BUILD_COMMAND, check_compatible, read_sidecar, rebuild_command
+from trtpool.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
 from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 
 log = logging.getLogger("trtpool")
@@ -92,7 +92,7 @@ def batch_buckets(low: int, high: int) -> tuple[int, ...]:
 
 class TensorRTRuntime(Runtime):
     def __init__(self, cfg: PoolConfig, path: Path, module_name: str | None = None) -> None:
-        self.trt = trt_api.import_tensorrt(module_name)
+        self.trt = trt_api.import_tensorrt(module_name, runtime_only=True)
         self.name = self.trt.__name__
         self.path = Path(path)
         try:
@@ -106,8 +106,10 @@ class TensorRTRuntime(Runtime):
         except cuda.CudaError as exc:
             raise EngineError(f"engine '{self.path}' needs GPU {cfg.device}, which CUDA cannot use: {exc}") from exc
         sidecar = read_sidecar(self.path)
-        check_compatible(sidecar, self.name, self.trt.__version__, gpu.name, gpu.compute_capability)
-        self._rebuild = rebuild_command(sidecar, self.name, gpu.compute_capability)
+        release = trt_api.release(self.trt)
+        check_compatible(sidecar, release, self.trt.__version__, gpu.name, gpu.compute_capability)
+        self._rebuild = rebuild_command(sidecar, release, gpu.compute_capability)
+        self._check_lean(sidecar)
 
         trt_api.register_plugins(self.trt)
         self._trt_runtime = trt_api.new_runtime(self.trt, host_code=sidecar.target.version_compatible)
@@ -129,6 +131,16 @@ class TensorRTRuntime(Runtime):
                              f"{self.name} synchronizes inside such a run")
 
     # ---- loading --------------------------------------------------------------------
+
+    def _check_lean(self, sidecar: Sidecar) -> None:
+        """TensorRT's lean runtime deserializes version-compatible engines only; refuse any other
+        before it fails with its own internal words ("Unexpected call to stub loadRunner")."""
+        if trt_api.is_lean(self.trt) and not sidecar.target.version_compatible:
+            raise EngineError(
+                f"engine '{self.path}' is not version-compatible, and {self.name} {self.trt.__version__} is "
+                "TensorRT's lean runtime, which runs version-compatible engines only. Rebuild it with "
+                f"--version-compatible:\n  {self._rebuild} --version-compatible\nor install the full "
+                "TensorRT (pip install --extra-index-url https://pypi.nvidia.com tensorrt-cu12)")
 
     def _deserialize(self, gpu: cuda.DeviceProperties) -> Any:
         data = self.path.read_bytes()

@@ -16,7 +16,8 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
                   runtime), so only the answer comes to the host. process.json's
                   "decoder": "auto" (default: torchvision where it imports, else
                   nvImageCodec), "torchvision" or "nvimgcodec" (no torch, as in NVIDIA's
-                  Triton image).
+                  Triton image). A model that will decode on a GPU and whose decoder does
+                  not import is refused at load, naming the package to install.
     CPU instance  preprocess / postprocess per request, in parallel on the stage's
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtpool.errors import ConfigError
 from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
 
 TOP = 5
@@ -48,6 +50,25 @@ def setup(model_config: dict, folder: Path) -> None:
     _spec = CropSpec.imagenet(int(_settings["image_size"]),
                               int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
+    if _decodes_on_a_gpu(model_config):
+        _check_decoder(_settings.get("decoder", "auto"))
+
+
+def _decodes_on_a_gpu(model_config: dict) -> bool:
+    """Whether the model has GPU instances that serve preprocess_batch (trtpool.stages.choose_faces:
+    unless process_faces asks for the per-request face)."""
+    gpu = any(group.get("kind") == "KIND_GPU" for group in model_config.get("instance_group", []))
+    faces = model_config.get("parameters", {}).get("process_faces", {}).get("string_value", "auto")
+    return gpu and faces != "request"
+
+
+def _check_decoder(name: str) -> None:
+    """Refuse the model at load when its decoder cannot be made, rather than its first batch."""
+    from trtpool.device_crops import decoder_unavailable
+
+    why = decoder_unavailable(name)
+    if why is not None:
+        raise ConfigError(f'process.json "decoder": {why}')
 
 
 def _refusal(element: int, reason: ImageRefused) -> ImageRefused:
