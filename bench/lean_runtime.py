@@ -203,7 +203,7 @@ def write_rtx_engine(path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtx-engine", type=Path, help="a TensorRT-RTX engine (--write-rtx-engine makes one)")
-    parser.add_argument("--out", type=Path, default=Path("lean_runtime.json"))
+    parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--write-rtx-engine", type=Path, metavar="PLAN", help="build the TensorRT-RTX engine and stop")
     args = parser.parse_args()
     if args.write_rtx_engine:
