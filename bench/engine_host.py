@@ -142,7 +142,7 @@ def point(server: TritonServer, model: str, concurrency: int, transport: str, ar
     if input_data is not None:
         return perf_row(server.grpc_url, model, concurrency, input_data, args.interval_ms)
     return measure(server, model, concurrency=concurrency, shm=transport, inputs=INPUTS[args.case],
-                   interval_ms=args.interval_ms)
+                   interval_ms=args.interval_ms, stability=args.stability)
 
 
 def measure_all(server: TritonServer, variants: dict[str, str], args: argparse.Namespace,
@@ -289,6 +289,8 @@ def main() -> int:
     parser.add_argument("--host-contexts", type=int, default=4)
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256, 512])
     parser.add_argument("--interval-ms", type=int, default=2000)
+    parser.add_argument("--stability", type=int, default=None,
+                        help="perf_analyzer's --stability-percentage for the tensor cases (a noisy machine: 50)")
     parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)

@@ -12,7 +12,8 @@
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
-      { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch
+      { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch (500);
+                                                                   # engine host: wait for other instances' (0)
       { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
       { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
@@ -91,6 +92,7 @@ class PoolConfig:
     profiles: tuple[dict[str, ShapeRange], ...]
     max_queue_size: int
     batch_wait_us: int
+    host_batch_wait_us: int       # the engine host's wait for other instances' batches (trtpool.host.engine)
     cancel_check_after_us: int
     max_batch_size: int
     device: str                   # "cpu" or "cuda:N"
@@ -282,7 +284,10 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         mode=mode,
         profiles=profiles,
         max_queue_size=_whole_number(params, "max_queue_size", 256, MAX_QUEUE_SIZE),
-        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500, MAX_WAIT_US),
+        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500, MAX_WAIT_US, minimum=0),
+        # Unset, an engine host waits for nothing: Triton's dynamic batcher already waited for this
+        # batch, and the batches that queue while the host's workers are busy are merged anyway.
+        host_batch_wait_us=_whole_number(params, "batch_wait_microseconds", 0, MAX_WAIT_US, minimum=0),
         cancel_check_after_us=_whole_number(params, "cancel_check_after_microseconds", 10_000, minimum=0,
                                             maximum=MAX_WAIT_US),
         max_batch_size=int(model_config.get("max_batch_size", 0)),

@@ -29,8 +29,9 @@ class Recorder:
                 responder.send({"tag": request["tag"]})
 
 
-def submit(merger: Merger, tags: list[str], rows: int | None = None) -> list:
-    """One instance's batch; returns the list its answers land in."""
+def submit(merger: Merger, tags: list[str], rows: int | None = None, threaded: bool = False) -> list:
+    """One instance's batch, from this thread or (`threaded`) one of its own, as each instance's
+    connection thread calls submit(); returns the list its answers land in, after a done event."""
     done = threading.Event()
     answers: list = [done]
 
@@ -38,7 +39,12 @@ def submit(merger: Merger, tags: list[str], rows: int | None = None) -> list:
         answers.extend(result)
         done.set()
     reply = Reply(len(tags), deliver)
-    merger.submit([{"tag": t} for t in tags], reply.responders(), rows or len(tags))
+    call = lambda: merger.submit([{"tag": t} for t in tags], reply.responders(), rows or len(tags))  # noqa: E731
+    if threaded:
+        threading.Thread(target=call).start()
+        time.sleep(0.02)
+    else:
+        call()
     return answers
 
 
@@ -70,12 +76,22 @@ def test_a_lone_batch_waits_no_longer_than_the_bound():
     assert 0.04 <= took < 2.0
 
 
+def test_a_free_worker_serves_a_lone_batch_in_the_receiving_thread():
+    threads = []
+    merger = Merger(lambda requests, responders: (threads.append(threading.current_thread()),
+                                                  [r.send({}) for r in responders]), 2, 8, 0)
+    wait(submit(merger, ["x"]))
+    merger.close()
+    assert threads == [threading.current_thread()]
+
+
 def test_busy_workers_merge_what_queues_behind_them_without_waiting():
     serve = Recorder(hold_s=0.2)
     merger = Merger(serve, workers=1, max_rows=64, batch_wait_us=0)
-    first = submit(merger, ["a"])
-    time.sleep(0.05)                     # the worker is busy with "a"
-    rest = [submit(merger, [tag]) for tag in ("b", "c", "d")]
+    first = submit(merger, ["a"], threaded=True)     # served at once: the one batch that may run
+    time.sleep(0.05)
+    rest = [submit(merger, [tag], threaded=True) for tag in ("b", "c", "d")]
+    time.sleep(0.05)
     for answers in (first, *rest):
         wait(answers)
     merger.close()
@@ -127,7 +143,8 @@ def test_a_reply_delivers_once_every_request_is_answered_once():
 @pytest.mark.parametrize("workers", [1, 3])
 def test_busy_time_counts_wall_time_with_a_batch_running(workers):
     merger = Merger(Recorder(hold_s=0.1), workers=workers, max_rows=1, batch_wait_us=0)
-    pending = [submit(merger, [str(i)]) for i in range(3)]
+    pending = [submit(merger, [str(i)], threaded=True) for i in range(3)]
+    time.sleep(0.05)
     for answers in pending:
         wait(answers)
     merger.close()

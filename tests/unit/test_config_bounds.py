@@ -41,7 +41,7 @@ def test_every_count_and_time_has_a_ceiling(key, ceiling, decoupled):
         with pytest.raises(ConfigError) as refused:
             load(version_dir, decoupled, mode=mode, **{key: value})
         assert str(refused.value) == (f"parameter '{key}': {value} is too large; expected a whole number "
-                                      f"from {0 if key in ('cancel_check_after_microseconds', 'metrics_interval_ms') else 1} "
+                                      f"from {0 if key in ('cancel_check_after_microseconds', 'metrics_interval_ms', 'batch_wait_microseconds') else 1} "
                                       f"to {ceiling}")
 
 

@@ -1,13 +1,15 @@
 """The engine host's batching: requests from every instance merged into engine batches.
 
-Each instance hands over the batch Triton's dynamic batcher made for it (a message);
-the host's workers take waiting messages first come, first served, as many as fit the
-model's largest batch, waiting at most ``batch_wait_us`` for more while the batch is
-short, and serve them together on the instance's pool (``ModelInstance.serve``: the
+Each instance hands over the batch Triton's dynamic batcher made for it (a message).
+With a worker free and nothing queued (and no wait asked for), the message is served at
+once in the thread that received it: no hand-over at light load. Otherwise it queues,
+and the host's workers take waiting messages first come, first served, as many as fit
+the model's largest batch, waiting at most ``batch_wait_us`` for more while the batch
+is short, and serve them together on the instance's pool (``ModelInstance.serve``: the
 process file's stages, the planner, the contexts on their own streams). A message is
-never split: Triton already bounded it by max_batch_size. With every context busy,
+never split: Triton already bounded it by max_batch_size. With every worker busy,
 messages queue and the next free worker merges them, so merging costs no wait under
-load; at light load a message runs as soon as a worker is free.
+load.
 
 Each message's answers are collected by a ``Reply`` and handed back in one piece once
 every request has one (its outputs or its error).
@@ -87,6 +89,7 @@ class Merger:
         self._serve = serve
         self.max_rows = max(1, max_rows)
         self._wait_ns = batch_wait_us * 1000
+        self._limit = workers   # batches served at once, by the workers or inline
         self._queue: deque[_Message] = deque()
         self._ready = threading.Condition()
         self._closed = False
@@ -100,13 +103,23 @@ class Merger:
             worker.start()
 
     def submit(self, requests: list[Tensors], responders: list[Responder], rows: int) -> None:
+        """Serve one instance's batch: here and now when a worker is free and none waits, else queued."""
+        message = _Message(requests, responders, rows)
         with self._ready:
-            if not self._closed:
-                self._queue.append(_Message(requests, responders, rows))
+            if self._closed:
+                closed = True
+            elif not self._queue and not self._wait_ns and self._active < self._limit:
+                closed = False
+                self._start([message])
+            else:
+                self._queue.append(message)
                 self._ready.notify()
                 return
-        for responder in responders:
-            responder.fail(Overloaded("the model is being unloaded; retry"))
+        if closed:
+            for responder in responders:
+                responder.fail(Overloaded("the model is being unloaded; retry"))
+        else:
+            self._serve_messages([message])
 
     @property
     def depth(self) -> int:
@@ -128,6 +141,9 @@ class Merger:
                         return []
                     self._ready.wait()
                     continue
+                if self._active >= self._limit:   # as many batches run as may (some inline)
+                    self._ready.wait()
+                    continue
                 waited = time.monotonic_ns() - self._queue[0].arrived_ns
                 short = sum(m.rows for m in self._queue) < self.max_rows
                 if short and waited < self._wait_ns and not self._closed:
@@ -138,27 +154,35 @@ class Merger:
                 while self._queue and rows + self._queue[0].rows <= self.max_rows:
                     rows += self._queue[0].rows
                     taken.append(self._queue.popleft())
-                self.merged[len(taken)] += 1
-                if not self._active:
-                    self._busy_since = time.monotonic_ns()
-                self._active += 1
+                self._start(taken)
                 return taken
+
+    def _start(self, messages: list[_Message]) -> None:
+        """Count a batch as started (with the lock held)."""
+        self.merged[len(messages)] += 1
+        if not self._active:
+            self._busy_since = time.monotonic_ns()
+        self._active += 1
 
     def _work(self) -> None:
         while messages := self._take():
-            requests = [r for m in messages for r in m.requests]
-            responders = [r for m in messages for r in m.responders]
-            try:
-                self._serve(requests, responders)
-            except Exception as exc:  # trtpool's own fault: answer the batch, keep the worker
-                log.exception("engine host: serving a merged batch of %d request(s)", len(requests))
-                for responder in responders:
-                    responder.fail(ContextFailure(f"execution failed: {type(exc).__name__}: {exc}"))
-            finally:
-                with self._ready:
-                    self._active -= 1
-                    if not self._active:
-                        self.busy_ns += time.monotonic_ns() - self._busy_since
+            self._serve_messages(messages)
+
+    def _serve_messages(self, messages: list[_Message]) -> None:
+        requests = [r for m in messages for r in m.requests]
+        responders = [r for m in messages for r in m.responders]
+        try:
+            self._serve(requests, responders)
+        except Exception as exc:  # trtpool's own fault: answer the batch, keep the worker
+            log.exception("engine host: serving a merged batch of %d request(s)", len(requests))
+            for responder in responders:
+                responder.fail(ContextFailure(f"execution failed: {type(exc).__name__}: {exc}"))
+        finally:
+            with self._ready:
+                self._active -= 1
+                if not self._active:
+                    self.busy_ns += time.monotonic_ns() - self._busy_since
+                self._ready.notify()
 
     def close(self) -> None:
         """Serve what waits, then stop the workers."""

@@ -192,7 +192,7 @@ class Host:
             workers = instance.pool.size + 1   # one more: a batch is prepared while the contexts run
             self.merger = Merger(lambda requests, responders: instance.serve(requests, responders, inline=True),
                                  workers, spec["model_config"].get("max_batch_size", 0) or 1,
-                                 instance.cfg.batch_wait_us)
+                                 instance.cfg.host_batch_wait_us)
             self.instance = instance
         except TrtpoolError as exc:
             self.failure = str(exc)
