@@ -258,8 +258,7 @@ def ceiling(args: argparse.Namespace) -> dict:
                     requests = [as_request("IMAGE", files[i]) for i in chosen]
                     instance.serve(requests, [_Count(tally) for _ in requests], inline=True)
             workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-            for worker in workers[:1]:   # warm-up: the first batches build kernels and graphs
-                pass
+            # warm-up: the first batches build kernels and graphs
             instance.serve([as_request("IMAGE", f) for f in files[:args.ceiling_batch]],
                            [_Count({"ok": 0, "failed": 0}) for _ in range(args.ceiling_batch)], inline=True)
             start_ok, start = tally["ok"], time.monotonic()

@@ -203,14 +203,14 @@ def write_rtx_engine(path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtx-engine", type=Path, help="a TensorRT-RTX engine (--write-rtx-engine makes one)")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="where the report goes (required unless --write-rtx-engine)")
     parser.add_argument("--write-rtx-engine", type=Path, metavar="PLAN", help="build the TensorRT-RTX engine and stop")
     args = parser.parse_args()
     if args.write_rtx_engine:
         write_rtx_engine(args.write_rtx_engine)
         return 0
-    if args.rtx_engine is None:
-        parser.error("--rtx-engine is required (or --write-rtx-engine)")
+    if args.rtx_engine is None or args.out is None:
+        parser.error("--rtx-engine and --out are required (or --write-rtx-engine)")
     checks, log = run_checks(args.rtx_engine.read_bytes())
     report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
               "machine": platform.node(), "gpus": cuda.device_count(), "checks": checks,
