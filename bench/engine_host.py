@@ -151,19 +151,25 @@ def measure_all(server: TritonServer, variants: dict[str, str], args: argparse.N
     table: dict = {t: {v: {} for v in variants} for t in transports}
     memory = {v: {"after_load": memory_mib(server, m)} for v, m in variants.items()}
     turn = 0
-    for transport in transports:
-        for concurrency in args.concurrency:
-            order = list(variants) if turn % 2 == 0 else list(variants)[::-1]
-            turn += 1
-            for variant in order:
-                with GpuUtilization() as utilization:
-                    row = point(server, variants[variant], concurrency, transport, args, input_data)
-                row["gpu_utilization_percent"] = utilization.mean
-                table[transport][variant][str(concurrency)] = row
-                memory[variant]["under_load"] = memory_mib(server, variants[variant])
-    best = {t: {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in by_variant.items()}
+    interrupted = None
+    try:
+        for transport in transports:
+            for concurrency in args.concurrency:
+                order = list(variants) if turn % 2 == 0 else list(variants)[::-1]
+                turn += 1
+                for variant in order:
+                    with GpuUtilization() as utilization:
+                        row = point(server, variants[variant], concurrency, transport, args, input_data)
+                    row["gpu_utilization_percent"] = utilization.mean
+                    table[transport][variant][str(concurrency)] = row
+                    memory[variant]["under_load"] = memory_mib(server, variants[variant])
+    except KeyboardInterrupt:   # a time limit's SIGINT (timeout -s INT): keep what was measured
+        interrupted = f"interrupted at {transport}, {concurrency} clients, {variant}"
+        print(interrupted, flush=True)
+    best = {t: {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0))
+                for v, rows in by_variant.items() if rows}
             for t, by_variant in table.items()}
-    return {"by_concurrency": table, "best": best, "gpu_memory_mib": memory}
+    return {"by_concurrency": table, "best": best, "gpu_memory_mib": memory, "interrupted": interrupted}
 
 
 def family_best(best: dict[str, dict], family: str) -> tuple[str | None, dict]:

@@ -59,7 +59,8 @@ LEVELS = np.array(SPEC.std, np.float32).reshape(3, 1, 1) * 255  # normalized uni
 NVIMGCODEC_MISSING = decoder_unavailable("nvimgcodec")
 NVIMGCODEC = pytest.mark.skipif(NVIMGCODEC_MISSING is not None, reason=str(NVIMGCODEC_MISSING))
 DECODERS = ["torchvision", pytest.param("nvimgcodec", marks=NVIMGCODEC)]
-MODELS = ["resnet50_jpeg", pytest.param("resnet50_jpeg_nvimgcodec", marks=NVIMGCODEC)]
+# resnet50_jpeg_host: two sync instances forwarding to one engine host that decodes on the GPU
+MODELS = ["resnet50_jpeg", "resnet50_jpeg_host", pytest.param("resnet50_jpeg_nvimgcodec", marks=NVIMGCODEC)]
 
 
 def sample_files() -> list[bytes]:
@@ -112,6 +113,10 @@ def gpu_pipeline(start_server, tmp_path_factory):
     for key, value in (("runtime", "torch"), ("model_file", "model.onnx"), ("precision", "fp32")):
         config.parameters[key].string_value = value
     write_config(folder, config)
+    host = add_mode(folder, "sync", "resnet50_jpeg_host", engine_host="on")
+    config = read_config(host)
+    config.instance_group[0].count = 2
+    write_config(host, config)
     limited = add_mode(folder, "pipelined", "resnet50_jpeg_limited")
     set_process_settings(limited, max_decoded_bytes=50_000_000)
     if NVIMGCODEC_MISSING is None:  # else refused at load, failing the server's start

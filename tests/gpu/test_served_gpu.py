@@ -8,6 +8,7 @@ Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
 
+from bench.gpu_memory import by_process  # noqa: E402
 from tests.harness.clients import grpc_input, http_input  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
@@ -50,12 +52,22 @@ def gpu_served(start_server, tmp_path_factory):
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
         config.instance_group[0].gpus.append(0)  # one instance per listed GPU (multi-GPU form, on one)
         write_config(folder, config)
+    # Three thin instances forwarding to one engine host; Triton copies CUDA-shm inputs to host
+    # memory for them (FORCE_CPU_ONLY_INPUT_TENSORS yes), so they need no CUDA of their own.
+    folder = make_model_folder(repo, "resnet_host", onnx, profiles,
+                               ServingOptions(runtime="torch", contexts="2", mode="sync", instance_kind="gpu"))
+    config = read_config(folder)
+    config.parameters["model_file"].string_value = "model.onnx"
+    config.parameters["engine_host"].string_value = "on"
+    config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "yes"
+    config.instance_group[0].count = 3
+    write_config(folder, config)
     server = start_server(repo)
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
 
 
-@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined"])
+@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined", "resnet_host"])
 def test_http_and_grpc_match_onnxruntime(gpu_served, model):
     server, reference = gpu_served
     x = np.random.default_rng(0).standard_normal((3, 3, IMAGE, IMAGE)).astype(np.float32)
@@ -66,7 +78,7 @@ def test_http_and_grpc_match_onnxruntime(gpu_served, model):
     close_enough(grpc.infer(model, [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
 
 
-@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined"])
+@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined", "resnet_host"])
 def test_cuda_shared_memory_inputs_and_outputs(gpu_served, model):
     """Inputs in CUDA shared memory stay on the GPU up to the context (DLPack), copied
     there into the context's own buffers."""
@@ -183,3 +195,15 @@ def test_pipelined_under_concurrent_cuda_shared_memory_load(gpu_served):
     for i, x in enumerate(inputs):
         [expected] = reference.run(None, {"input": x})
         close_enough(served[i:i + 1], expected)
+
+
+def test_engine_host_instances_hold_no_gpu_memory_and_the_host_holds_the_model(gpu_served):
+    """nvidia-smi's compute processes: the host of resnet_host is one, its three stubs none."""
+    server, _ = gpu_served
+    stubs = [pid for pid in server.stub_pids() if b"/resnet_host/" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    hosts = server.host_pids("resnet_host")
+    held = by_process()
+    print({pid: held.get(pid) for pid in stubs + hosts})
+    assert len(stubs) == 3 and len(hosts) == 1
+    assert hosts[0] in held and held[hosts[0]][1] > 0
+    assert not [pid for pid in stubs if pid in held], "a thin instance holds GPU memory"
