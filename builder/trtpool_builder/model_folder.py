@@ -29,7 +29,7 @@ from trtpool.errors import ConfigError, TrtpoolError
 from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
-from trtpool.signature import Profile, Signature, TensorSpec, is_batched
+from trtpool.signature import Profile, Signature, TensorSpec
 from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
@@ -150,8 +150,8 @@ def _signature(model_file: Path, shapes: Sequence[str], requested_batch: int | N
     inputs, outputs = io_specs(load_graph(model_file))
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
     decision = decide_batched(model_file, inputs, outputs, profiles, requested_batch)
-    if not decision.batched and is_batched(inputs, outputs):
-        notes.append(f"served without a batch axis (max_batch_size 0): {decision.why}")
+    if not decision.batched and requested_batch is None and any(s.shape[:1] == (-1,) for s in inputs):
+        notes.append(f"served without a batch axis (max_batch_size 0, one request per run): {decision.why}")
     return Signature(inputs, outputs, profiles, decision.batched), "model.onnx"
 
 
