@@ -1,12 +1,13 @@
 """tritonserver's output as trtpool-serve relays it, and what went wrong: the lines a user needs first."""
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import IO
+
+from trtpool.suggest import closest
 
 # Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
 ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
@@ -28,9 +29,9 @@ def command_line_errors(lines: Sequence[str], own_flags: Sequence[str]) -> list[
               and not USAGE_HEADING.match(line)]
     for cause in list(causes):
         match = UNRECOGNIZED.search(cause)
-        close = difflib.get_close_matches(match.group(1), own_flags, n=1) if match else []
+        close = closest(match.group(1), own_flags) if match else None
         if close:
-            causes.append(f"(did you mean trtpool-serve's {close[0]}?)")
+            causes.append(f"(did you mean trtpool-serve's {close}?)")
     return causes + ["(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
 
 
