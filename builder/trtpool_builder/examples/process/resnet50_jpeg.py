@@ -21,7 +21,7 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
 A file that is not an image, or is too large (process.json's max_decoded_bytes), fails
-its request alone, naming the element. The folder's process.json gives the crop size,
+its request alone: a Refused naming the element and the reason. The folder's process.json gives the crop size,
 labels.txt the class names (synthetic: the example's weights are random).
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtpool.errors import Refused
 from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
 
 TOP = 5
@@ -50,15 +51,11 @@ def setup(model_config: dict, folder: Path) -> None:
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
 
 
-def _refusal(element: int, reason: ImageRefused) -> ImageRefused:
-    return ImageRefused(f"input 'IMAGE' element [{element}]: {reason}")
-
-
 def _crop(element: int, data: bytes) -> np.ndarray:
     try:
         return cpu_crop(data, _spec)
     except ImageRefused as exc:
-        raise _refusal(element, exc) from None
+        raise Refused.element("IMAGE", element, exc) from None
 
 
 def preprocess(inputs: dict) -> dict:
@@ -73,7 +70,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
         for inputs in batch:
             try:
                 entries.append(preprocess(inputs))
-            except ImageRefused as exc:
+            except Refused as exc:
                 entries.append(exc)
         return entries
     crops = _device_crops.get(device) or _device_crops.setdefault(device, _crops_on(device))
@@ -83,7 +80,8 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     for inputs in batch:
         stop = start + len(inputs["IMAGE"])
         bad = next((i for i in range(start, stop) if i in refused), None)
-        entries.append({"input": pixels[start:stop]} if bad is None else _refusal(bad - start, refused[bad]))
+        entries.append({"input": pixels[start:stop]} if bad is None else
+                       Refused.element("IMAGE", bad - start, refused[bad]))
         start = stop
     return entries
 
