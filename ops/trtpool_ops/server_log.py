@@ -47,8 +47,9 @@ class ServerOutput:
     """Relays tritonserver's output to the log file or the terminal, line by line, and keeps what
     trtpool-serve needs while the server starts: its lines.
 
-    On the terminal its usage text (a flag it refused) is not shown: start_errors gives the reason,
-    and the note on the no-GPU messages follows them once."""
+    On the terminal its usage text (a flag it refused) is not shown: start_errors gives the reason.
+    The note on the no-GPU messages is said once on the terminal wherever the log goes (with
+    --log it names the file that holds them)."""
 
     def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, say: Callable[[str], None]) -> None:
         self.lines: list[str] = []      # until started() is called
@@ -81,9 +82,10 @@ class ServerOutput:
             elif not self._usage:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+            if not self._usage:
                 self._note_no_gpu(line)
 
     def _note_no_gpu(self, line: str) -> None:
         if not self._noted and any(text in line for text in NO_GPU_LINES):
             self._noted = True
-            self._say(NO_GPU_NOTE)
+            self._say(NO_GPU_NOTE if self._sink is None else f"{NO_GPU_NOTE}; they are in {self._sink.name}")
