@@ -40,6 +40,7 @@ from typing import Any
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
 from trtpool.signature import ShapeRange
+from trtpool.suggest import closest
 
 RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 # Runtimes beyond the built-in ones are registered by packages installed in the
@@ -245,12 +246,23 @@ def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | No
                       _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s, MAX_IDLE_S))
 
 
+def _did_you_mean(unknown: list[str]) -> str:
+    """' (did you mean 'contexts'?)' for the unknown keys that misspell a known one."""
+    hints = [(key, match) for key in unknown if (match := closest(key, KNOWN_KEYS))]
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f" (did you mean '{hints[0][1]}'?)"
+    return " (did you mean " + ", ".join(f"'{match}' for '{key}'" for key, match in hints) + "?)"
+
+
 def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolConfig:
     """Validate the parameters; every error names the parameter and the accepted values."""
     params = parameters_of(model_config)
     unknown = sorted(set(params) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"unknown parameter(s) {unknown}; trtpool accepts {sorted(KNOWN_KEYS)}")
+        raise ConfigError(f"unknown parameter(s) {unknown}{_did_you_mean(unknown)}; trtpool accepts "
+                          f"{sorted(KNOWN_KEYS)}")
 
     contexts_text = params.get("contexts", "").strip() or "auto"
     contexts = None if contexts_text == "auto" else _whole_number(params, "contexts", 1, MAX_CONTEXTS)

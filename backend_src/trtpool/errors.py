@@ -1,4 +1,5 @@
 """Exceptions whose message is meant for the client or the operator as is."""
+from __future__ import annotations
 
 
 class TrtpoolError(Exception):
@@ -15,6 +16,17 @@ class EngineError(TrtpoolError):
 
 class InvalidInput(TrtpoolError):
     """A request's tensors do not match the model; only that request fails."""
+
+
+class Refused(TrtpoolError):
+    """A process file refuses one request for a reason the client can fix (a file that is no
+    image, text that is not UTF-8). Its message names what it refuses (Refused.element); the
+    client gets it once, after who refused it, without a class name (trtpool.stages)."""
+
+    @classmethod
+    def element(cls, name: str, index: int, reason: object) -> Refused:
+        """Refuse element [index] of input `name`: "input 'IMAGE' element [3]: <reason>"."""
+        return cls(f"input '{name}' element [{index}]: {reason}")
 
 
 class ContextFailure(TrtpoolError):

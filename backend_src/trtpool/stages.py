@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from trtpool.device_tensors import keep_after_execute
-from trtpool.errors import InvalidInput, Overloaded, ProcessError
+from trtpool.errors import InvalidInput, Overloaded, ProcessError, Refused
 from trtpool.process_file import ProcessFile, Refusable, Tensors
 from trtpool.responders import Responder
 from trtpool.signature import TRITON_DTYPES, Signature
@@ -93,6 +93,14 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _refusal(inputs: Tensors, file: str, face: str, exc: BaseException) -> InvalidInput:
+    """The client's error for a request user code refused: a Refused says what it refuses itself;
+    any other exception is named with its class (it may be the file's own fault)."""
+    if isinstance(exc, Refused):
+        return InvalidInput(f"{file} {face} refused {exc}")
+    return InvalidInput(f"{_names(inputs)}: {file} {face} refused it: {_why(exc)}")
+
+
 class Stage:
     def __init__(self, process: ProcessFile, signature: Signature, declared_outputs: dict[str, str],
                  pre_threads: int, post_threads: int, max_waiting: int,
@@ -131,7 +139,7 @@ class Stage:
             except ProcessError:  # a preprocess worker process died: not the request's fault
                 raise
             except BaseException as exc:  # user code: even SystemExit fails this request only
-                raise InvalidInput(f"{_names(inputs)}: {self._file} preprocess() refused it: {_why(exc)}") from exc
+                raise _refusal(inputs, self._file, "preprocess()", exc) from exc
             tensors = self._engine_inputs(returned, "preprocess()")
             outcome["ok"] = True
             return tensors
@@ -206,8 +214,7 @@ class Stage:
             except ProcessError as exc:
                 return exc
             except BaseException as exc:  # user code: even SystemExit fails only these requests
-                return InvalidInput(f"{_names(requests[0])}: {self._file} preprocess_batch() refused it: "
-                                    f"{_why(exc)}")
+                return _refusal(requests[0], self._file, "preprocess_batch()", exc)
             if not isinstance(returned, list | tuple) or len(returned) != len(requests):
                 given = f"{len(returned)} entries" if isinstance(returned, list | tuple) else \
                     f"a {type(returned).__name__}"
@@ -221,7 +228,7 @@ class Stage:
             self._observe("pre", 0, False)
             if isinstance(entry, InvalidInput | ProcessError):
                 return entry
-            return InvalidInput(f"{_names(inputs)}: {self._file} preprocess_batch() refused it: {_why(entry)}")
+            return _refusal(inputs, self._file, "preprocess_batch()", entry)
         try:
             return self._engine_inputs(entry, "preprocess_batch()")
         except ProcessError as exc:

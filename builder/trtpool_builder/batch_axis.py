@@ -113,6 +113,11 @@ def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: P
     return found
 
 
+def _without_batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """The tensors whose first dimension is not dynamic, named with their shapes."""
+    return ", ".join(f"'{s.name}' {list(s.shape)}" for s in (*inputs, *outputs) if s.shape[:1] != (-1,))
+
+
 def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                    profiles: Sequence[Profile], requested: int | None) -> BatchDecision:
     """Whether to serve the model batched; `requested` is the user's max_batch_size (None: decide)."""
@@ -124,10 +129,10 @@ def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequ
     if not shaped:
         if requested:
             raise ConfigError(f"--max-batch-size {requested}: the model has no batch axis: every input and output "
-                              "needs a dynamic first dimension (the batch), which "
-                              + ", ".join(f"'{s.name}' {list(s.shape)}" for s in (*inputs, *outputs)
-                                          if s.shape[:1] != (-1,)) + " do not have")
-        return BatchDecision(False, "not every input and output has a dynamic first dimension")
+                              f"needs a dynamic first dimension (the batch), which {_without_batch_axis(inputs, outputs)} "
+                              "do not have")
+        return BatchDecision(False, "every input and output needs a dynamic first dimension (the batch), which "
+                                    f"{_without_batch_axis(inputs, outputs)} do not have")
     disagree = [p.index for p in profiles if not _agree_on_batch(p)]
     if disagree:
         if requested:

@@ -14,6 +14,7 @@ from trtpool.errors import TrtpoolError
 from trtpool.trt_api import MODULES
 from trtpool_builder.accuracy import DEFAULT_MAX_ERROR
 from trtpool_builder.precision import PRECISIONS
+from trtpool_builder.profiles import BATCHES
 
 # trtpool-accuracy: the candidate cannot be executed on this machine.
 EXIT_CANNOT_RUN = 3
@@ -96,29 +97,45 @@ def model_parser() -> argparse.ArgumentParser:
         "Write a Triton model folder <repo>/<name>/ (config.pbtxt and 1/model.onnx or 1/model.plan "
         "with its sidecar) for the trtpool backend."))
     p.add_argument("model_file", type=Path, help="an ONNX file, or an engine with its <engine>.json sidecar")
-    p.add_argument("--repo", type=Path, required=True)
-    p.add_argument("--name", required=True)
+    p.add_argument("--repo", type=Path, required=True, help="the model repository tritonserver serves")
+    p.add_argument("--name", required=True, help="the model's name: the folder <repo>/<name>")
     p.add_argument("--shapes", action="append", default=[], metavar="NAME=MIN:OPT:MAX,...",
-                   help="ONNX only: one profile per use (needed for dynamic dimensions)")
+                   help="ONNX only: one optimization profile per use; MIN, OPT and MAX are full shapes (batch "
+                        "first) with their dimensions joined by 'x', inputs separated by ',', e.g. "
+                        "x=1x3x320x320:8x3x320x320:32x3x320x320. Needed for dynamic dimensions, except where "
+                        f"only each input's first dimension is dynamic: then batches {BATCHES[0]} to "
+                        f"{BATCHES[2]} (opt {BATCHES[1]}; max --max-batch-size where given)")
     p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or a runtime registered in the trtpool.runtimes entry points")
     p.add_argument("--contexts", default=d.contexts, help="a fixed pool of N contexts, or auto")
     p.add_argument("--min-contexts", metavar="N", help="an elastic pool (instead of --contexts): contexts kept "
                    "when quiet (parameter min_contexts; default 1)")
     p.add_argument("--max-contexts", metavar="N", help="an elastic pool: contexts at most (parameter "
                    "max_contexts; default: what --contexts auto sizes)")
-    p.add_argument("--memory-fraction", default=d.memory_fraction)
-    p.add_argument("--mode", choices=MODES, default=d.mode)
+    p.add_argument("--memory-fraction", default=d.memory_fraction,
+                   help="share (0, 1] of the device's free memory that --contexts auto may use "
+                        "(parameter memory_fraction; default %(default)s)")
+    p.add_argument("--mode", choices=MODES, default=d.mode,
+                   help="sync: one batch in flight per instance; pipelined: execute() starts each batch on a "
+                        "free context and returns; decoupled: gRPC streaming clients only, trtpool's scheduler "
+                        "batches (docs/modes.md; default %(default)s)")
     p.add_argument("--unary-front", action="store_true",
                    help="decoupled mode: also write <name>_unary, which HTTP /infer and unary gRPC clients call")
-    p.add_argument("--instance-kind", choices=sorted(INSTANCE_KINDS), default=d.instance_kind)
-    p.add_argument("--max-queue-delay-us", type=int, default=d.max_queue_delay_microseconds)
-    p.add_argument("--preferred-batch-sizes", type=int, nargs="+", default=[])
+    p.add_argument("--instance-kind", choices=sorted(INSTANCE_KINDS), default=d.instance_kind,
+                   help="the instance_group kind; auto writes none (one instance per GPU, or CPU without one; "
+                        "default %(default)s)")
+    p.add_argument("--max-queue-delay-us", type=int, default=d.max_queue_delay_microseconds,
+                   help="batched models: microseconds Triton's dynamic batcher waits to fill a batch "
+                        "(dynamic_batching.max_queue_delay_microseconds; default %(default)s)")
+    p.add_argument("--preferred-batch-sizes", type=int, nargs="+", default=[], metavar="N",
+                   help="batched models: the dynamic batcher's preferred batch sizes (default: each "
+                        "profile's opt batch and the largest batch)")
     p.add_argument("--max-batch-size", type=int, metavar="N",
                    help="0: serve without a batch axis (one request per run); N: batched, at most N rows. "
                         "Default: batched when every input's and output's first dimension is dynamic, the "
                         "profiles give the inputs one batch size, and two requests stacked on ONNX Runtime "
                         "answer as they do alone")
-    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--version", type=int, default=1,
+                   help="the version folder to write, <repo>/<name>/<version>/ (default %(default)s)")
     p.add_argument("--process", type=Path, metavar="FILE.py",
                    help="the model's process file (written as <version>/process.py): preprocess(inputs), "
                         "postprocess(outputs, inputs), setup(model_config, folder)")

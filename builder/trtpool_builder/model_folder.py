@@ -29,14 +29,14 @@ from trtpool.errors import ConfigError, TrtpoolError
 from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
-from trtpool.signature import Profile, Signature, TensorSpec, is_batched
+from trtpool.signature import Profile, Signature, TensorSpec
 from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.onnx_io import external_data_files, io_specs, load_graph, save_model
 from trtpool_builder.process_folder import ProcessOptions, apply_face, place_files
 from trtpool_builder.served_copy import repair_for_serving
-from trtpool_builder.profiles import opt_batch, resolve_profiles
+from trtpool_builder.profiles import batch_only_profile, opt_batch, resolve_profiles
 
 ENGINE_SUFFIXES = (".plan", ".engine")
 MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "model.engine.json")
@@ -148,10 +148,15 @@ def _signature(model_file: Path, shapes: Sequence[str], requested_batch: int | N
         raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
                           f"({', '.join(ENGINE_SUFFIXES)})")
     inputs, outputs = io_specs(load_graph(model_file))
+    chosen = None if shapes else batch_only_profile(inputs, requested_batch)
+    if chosen:
+        shapes = [chosen]
+        notes.append(f"no --shapes given and only the batch axis is dynamic: the profile is {chosen} "
+                     "(give --shapes for other batch sizes)")
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
     decision = decide_batched(model_file, inputs, outputs, profiles, requested_batch)
-    if not decision.batched and is_batched(inputs, outputs):
-        notes.append(f"served without a batch axis (max_batch_size 0): {decision.why}")
+    if not decision.batched and requested_batch is None and any(s.shape[:1] == (-1,) for s in inputs):
+        notes.append(f"served without a batch axis (max_batch_size 0, one request per run): {decision.why}")
     return Signature(inputs, outputs, profiles, decision.batched), "model.onnx"
 
 

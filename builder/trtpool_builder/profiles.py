@@ -4,8 +4,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import parse_profile
+from trtpool.shapes import format_profile, parse_profile
 from trtpool.signature import Profile, ShapeRange, TensorSpec, check_range
+
+# The batch axis's MIN, OPT, MAX where trtpool chooses it, and example sizes for the other
+# dynamic axes in the message that asks for --shapes.
+BATCHES = (1, 8, 32)
+EXAMPLE_SIZES = (64, 128, 256)
+
+
+def batch_only_profile(inputs: Sequence[TensorSpec], largest: int | None = None) -> str | None:
+    """Shapes text for a model whose only dynamic dimension is each input's first (the batch):
+    batches BATCHES (MAX `largest` where given, OPT at most it); None for any other model,
+    whose ranges only the user knows."""
+    if not inputs or any(spec.shape[:1] != (-1,) or -1 in spec.shape[1:] for spec in inputs):
+        return None
+    low, opt, high = BATCHES if not largest else (1, min(BATCHES[1], largest), largest)
+    return format_profile({spec.name: ShapeRange((low, *spec.shape[1:]), (opt, *spec.shape[1:]),
+                                                 (high, *spec.shape[1:])) for spec in inputs})
+
+
+def _example(spec: TensorSpec) -> ShapeRange:
+    """A range in the real format: BATCHES on a dynamic axis 0, EXAMPLE_SIZES on other dynamic axes."""
+    def shape(level: int) -> tuple[int, ...]:
+        return tuple(d if d != -1 else (BATCHES if axis == 0 else EXAMPLE_SIZES)[level]
+                     for axis, d in enumerate(spec.shape))
+    return ShapeRange(shape(0), shape(1), shape(2))
+
+
+def shapes_needed(dynamic: Sequence[TensorSpec]) -> str:
+    """Why --shapes is needed and what it looks like, from the model's own shapes."""
+    axes = "; ".join(f"'{spec.name}' {list(spec.shape)} axes {[a for a, d in enumerate(spec.shape) if d == -1]}"
+                     for spec in dynamic)
+    return (f"dynamic dimensions ({axes}), and trtpool chooses a range only for a batch axis alone (every "
+            "input's first dimension, no other): give each input's shape range with "
+            "--shapes NAME=MIN:OPT:MAX, each a full shape with its dimensions joined by 'x', e.g. --shapes "
+            f"{format_profile({spec.name: _example(spec) for spec in dynamic})} (sizes beyond the batch axis "
+            "are examples: give the ones your model takes)")
 
 
 def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tuple[Profile, ...]:
@@ -18,8 +53,7 @@ def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tupl
     dynamic = [spec.name for spec in inputs if -1 in spec.shape]
     if not texts:
         if dynamic:
-            raise ConfigError(f"inputs {dynamic} have dynamic dimensions: give their shape ranges, "
-                              "e.g. --shapes " + ",".join(f"{n}=MIN:OPT:MAX" for n in dynamic))
+            raise ConfigError(f"inputs {dynamic} have " + shapes_needed([by_name[n] for n in dynamic]))
         texts = [""]
     profiles = []
     for index, text in enumerate(texts):

@@ -6,7 +6,10 @@ the dead instance fails after about a second with "Stub process '<instance>'
 is not healthy." So a live model is one that answers a request; the health
 endpoints cannot tell.
 
-The request is batch 1 of zeros (every variable dimension 1). An error that
+The request is zeros at the smallest shape the model takes: each input at the first
+profile's minimum where the config's ``profile`` parameter gives one (a model whose
+profile starts at 576 samples is sent 576), else batch 1 and every variable dimension 1
+(an engine's profiles are in its sidecar, not the config). An error that
 the model itself sends back (a shape it refuses, say) still proves that its
 stub answered; only the Python backend's own dead-stub errors and silence
 count as dead.
@@ -25,7 +28,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
+from trtpool.errors import ConfigError
 from trtpool.probes import PROBE_MARK
+from trtpool.shapes import parse_profile
 
 # What python_backend r24.10 answers for an instance whose stub is gone
 # (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).
@@ -43,15 +48,29 @@ class ProbeResult:
     stub_died: bool = False  # the answer was Triton's for an instance whose stub is gone
 
 
+def smallest_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Each input's minimum shape in the first profile of the config's `profile` parameter
+    ({} without one, or with one the backend would refuse at load: the model is not serving)."""
+    text = config.get("parameters", {}).get("profile", {}).get("string_value", "").split(";")[0].strip()
+    try:
+        return {name: r.min for name, r in parse_profile(text).items()} if text else {}
+    except ConfigError:
+        return {}
+
+
 def probe_inputs(config: dict[str, Any]) -> Inputs:
-    """Zeros for every required input: batch 1 where the model batches, each -1 dimension 1."""
+    """Zeros for every required input at the profile's minimum shape (smallest_shapes) where it
+    fits the declared rank; otherwise batch 1 where the model batches and each -1 dimension 1."""
     batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+    smallest = smallest_shapes(config)
     inputs = []
     for spec in config.get("input", []):
         if spec.get("optional"):
             continue
         datatype = spec["data_type"].removeprefix("TYPE_")
         shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
+        if len(smallest.get(spec["name"], ())) == len(shape):
+            shape = list(smallest[spec["name"]])
         dtype = triton_to_np_dtype(datatype)
         array = np.full(shape, b"", dtype=np.object_) if datatype in ("BYTES", "STRING") else np.zeros(shape, dtype)
         tensor = grpcclient.InferInput(spec["name"], shape, "BYTES" if datatype == "STRING" else datatype)

@@ -1,12 +1,13 @@
 """tritonserver's output as trtpool-serve relays it, and what went wrong: the lines a user needs first."""
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import IO
+
+from trtpool.suggest import closest
 
 # Triton's error lines: "E1203 05:40:04.27 ...] ..." and "error: creating server: ...".
 ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
@@ -28,9 +29,9 @@ def command_line_errors(lines: Sequence[str], own_flags: Sequence[str]) -> list[
               and not USAGE_HEADING.match(line)]
     for cause in list(causes):
         match = UNRECOGNIZED.search(cause)
-        close = difflib.get_close_matches(match.group(1), own_flags, n=1) if match else []
+        close = closest(match.group(1), own_flags) if match else None
         if close:
-            causes.append(f"(did you mean trtpool-serve's {close[0]}?)")
+            causes.append(f"(did you mean trtpool-serve's {close}?)")
     return causes + ["(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
 
 
@@ -46,8 +47,9 @@ class ServerOutput:
     """Relays tritonserver's output to the log file or the terminal, line by line, and keeps what
     trtpool-serve needs while the server starts: its lines.
 
-    On the terminal its usage text (a flag it refused) is not shown: start_errors gives the reason,
-    and the note on the no-GPU messages follows them once."""
+    On the terminal its usage text (a flag it refused) is not shown: start_errors gives the reason.
+    The note on the no-GPU messages is said once on the terminal wherever the log goes (with
+    --log it names the file that holds them)."""
 
     def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, say: Callable[[str], None]) -> None:
         self.lines: list[str] = []      # until started() is called
@@ -80,9 +82,10 @@ class ServerOutput:
             elif not self._usage:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+            if not self._usage:
                 self._note_no_gpu(line)
 
     def _note_no_gpu(self, line: str) -> None:
         if not self._noted and any(text in line for text in NO_GPU_LINES):
             self._noted = True
-            self._say(NO_GPU_NOTE)
+            self._say(NO_GPU_NOTE if self._sink is None else f"{NO_GPU_NOTE}; they are in {self._sink.name}")

@@ -143,12 +143,12 @@ def test_accuracy_of_a_model_folder_goes_through_trtpool(tiny_onnx: Path, tmp_pa
     assert "injected failure in context" in capsys.readouterr().err
 
 
-def write_small_conv_net(path: Path) -> None:
-    """The docs' example input, 'input' [N, 3, 224, 224], in front of one small convolution."""
+def write_small_conv_net(path: Path, dims: tuple[str | int, ...] = ("N", 3, 224, 224)) -> None:
+    """The docs' example input, 'input' [N, 3, 224, 224] (or `dims`), in front of one small convolution."""
     weights = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.1
     nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["g"]), helper.make_node("Flatten", ["g"], ["output"])]
-    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 224, 224])],
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(dims))],
                               [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 4])],
                               [numpy_helper.from_array(weights, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -231,3 +231,39 @@ def test_the_pool_parameters_have_flags(tiny_onnx: Path, tmp_path: Path, capsys:
     parameters = read_config(repo / "pre").parameters
     assert parameters["preprocess_threads"].string_value == "2"
     assert parameters["preprocess_processes"].string_value == "1"
+
+
+def test_a_model_whose_only_dynamic_axis_is_the_batch_gets_a_range_it_is_told(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    """'input' [N, 3, 224, 224]: trtpool-model chooses batches 1 to 32 (opt 8) and prints the profile, in the
+    --shapes format; --max-batch-size caps it. A model with other dynamic axes is asked for --shapes with an
+    example in that format."""
+    write_small_conv_net(tmp_path / "conv.onnx")
+    base = [str(tmp_path / "conv.onnx"), "--repo", str(tmp_path / "repo")]
+    assert model_main([*base, "--name", "conv"]) == 0
+    chosen = "input=1x3x224x224:8x3x224x224:32x3x224x224"
+    assert (f"note: no --shapes given and only the batch axis is dynamic: the profile is {chosen} (give --shapes "
+            "for other batch sizes)") in capsys.readouterr().out.splitlines()
+    config = read_config(tmp_path / "repo" / "conv")
+    assert config.parameters["profile"].string_value == chosen and config.max_batch_size == 32
+    assert model_main([*base, "--name", "conv4", "--max-batch-size", "4"]) == 0
+    assert "the profile is input=1x3x224x224:4x3x224x224:4x3x224x224 " in capsys.readouterr().out
+    write_small_conv_net(tmp_path / "spatial.onnx", ("N", 3, "H", "W"))
+    assert model_main([str(tmp_path / "spatial.onnx"), "--repo", str(tmp_path / "repo"), "--name", "spatial"]) == 2
+    assert capsys.readouterr().err == (
+        "trtpool-model: error: inputs ['input'] have dynamic dimensions ('input' [-1, 3, -1, -1] axes [0, 2, 3]), "
+        "and trtpool chooses a range only for a batch axis alone (every input's first dimension, no other): give "
+        "each input's shape range with --shapes NAME=MIN:OPT:MAX, each a full shape with its dimensions joined by "
+        "'x', e.g. --shapes input=1x3x64x64:8x3x128x128:32x3x256x256 (sizes beyond the batch axis are examples: "
+        "give the ones your model takes)\n")
+
+
+def test_every_trtpool_model_option_has_help(capsys: pytest.CaptureFixture) -> None:
+    """Each flag says what it does; --shapes says how a shape is written."""
+    from trtpool_builder.cli import model_parser
+
+    undocumented = [a.option_strings[0] for a in model_parser()._actions if a.option_strings and not a.help]
+    assert undocumented == []
+    with pytest.raises(SystemExit):
+        model_main(["--help"])
+    assert "dimensions joined by 'x'" in " ".join(capsys.readouterr().out.split())

@@ -5,7 +5,7 @@ import pytest
 
 from trtpool.errors import ConfigError
 from trtpool.signature import ShapeRange, TensorSpec, is_batched
-from trtpool_builder.profiles import opt_batch, resolve_profiles
+from trtpool_builder.profiles import batch_only_profile, opt_batch, resolve_profiles
 
 IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
 MASK = TensorSpec("attention_mask", np.dtype(np.int64), (-1, -1))
@@ -30,7 +30,8 @@ def test_static_model_needs_no_shapes() -> None:
 
 
 @pytest.mark.parametrize("texts, message", [
-    ([], r"inputs \['input_ids', 'attention_mask'\] have dynamic dimensions.*--shapes input_ids=MIN:OPT:MAX"),
+    ([], r"inputs \['input_ids', 'attention_mask'\] have dynamic dimensions .*--shapes "
+         r"input_ids=1x64:8x128:32x256,attention_mask=1x64:8x128:32x256 "),
     (["input_ids=1x1:8x128:32x512"], r"no shape range for dynamic input\(s\) \['attention_mask'\]"),
     (["input_ids=1x1:2x2:4x4,attention_mask=1x1:2x2:4x4,token_type_ids=1x1:2x2:4x4"],
      r"the model has no input\(s\) \['token_type_ids'\]; its inputs are \['input_ids', 'attention_mask'\]"),
@@ -41,6 +42,13 @@ def test_static_model_needs_no_shapes() -> None:
 def test_impossible_shapes_are_named(texts: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve_profiles(texts, [IDS, MASK])
+
+
+def test_a_range_is_chosen_only_for_a_batch_axis_alone() -> None:
+    assert batch_only_profile([IMAGE]) == "input=1x3x64x64:8x3x64x64:32x3x64x64"
+    assert batch_only_profile([IMAGE], largest=4) == "input=1x3x64x64:4x3x64x64:4x3x64x64"
+    for inputs in ([IDS, MASK], [IMAGE, FIXED], []):   # other dynamic axes; an input without one; no inputs
+        assert batch_only_profile(inputs) is None
 
 
 def test_fixed_dimension_must_match() -> None:

@@ -14,8 +14,9 @@ import onnxruntime as ort
 import pytest
 from google.protobuf import json_format
 
-from tests.corpus.manifest import CORPUS, CorpusModel
+from tests.corpus.manifest import BY_NAME, CORPUS, CorpusModel
 from trtpool_builder.accuracy_run import run_accuracy
+from trtpool_builder.cli import model_main
 from trtpool_builder.instance_runner import instance_runner
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
 
@@ -46,3 +47,26 @@ def test_folder_loads_in_trtpool_and_answers_like_onnxruntime(entry: CorpusModel
         close()
     report = run_accuracy(folder)  # trtpool-accuracy's path: random inputs at the first profile's opt shapes
     assert report.max_error <= 1e-4, report.format()
+
+
+@pytest.mark.parametrize(("name", "without"), [
+    ("silero_vad_streaming", "'sr' [], 'state' [2, -1, 128], 'stateN' [2, -1, 128]"),
+    ("silero_vad_sequence", "'h' [1, 1, 128], 'c' [1, 1, 128], 'hn' [1, -1, 128], 'cn' [1, -1, 128]"),
+    ("ppocr_cls", None),
+])
+def test_trtpool_model_says_why_it_serves_a_model_unbatched(name: str, without: str | None, tmp_path: Path,
+                                                           corpus_files: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """docs/builder.md: a model served one request at a time gets a `note:` saying why, here the
+    tensors whose first dimension is no batch axis (the stateful models' state, their scalar);
+    a batched model gets none."""
+    shapes = [arg for text in BY_NAME[name].profile_texts() for arg in ("--shapes", text)]
+    assert model_main([str(corpus_files[name]), "--repo", str(tmp_path), "--name", name, *shapes]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "without a batch axis" in line]
+    config = read_config(tmp_path / name)
+    if without is None:
+        assert notes == [] and config.max_batch_size > 0
+        return
+    assert config.max_batch_size == 0
+    assert notes == ["note: served without a batch axis (max_batch_size 0, one request per run): every input and "
+                     f"output needs a dynamic first dimension (the batch), which {without} do not have"]

@@ -23,6 +23,7 @@ from tests.corpus.manifest import CORPUS, CorpusModel
 from tests.harness.server import TritonServer
 from trtpool.errors import TrtpoolError
 from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_ops.probe import probe_model
 
 pytestmark = pytest.mark.corpus_runtime
 
@@ -156,3 +157,13 @@ def test_concurrent_clients_with_mixed_shapes(entry: CorpusModel, corpus_server:
         answers = list(pool.map(one, feeds))
     for index, (feed, got) in enumerate(zip(feeds, answers)):
         _expect_same(entry, corpus_server, feed, got, f"in concurrent request {index}")
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda m: m.name)
+def test_the_liveness_probe_answers_without_an_error(entry: CorpusModel, corpus_server: CorpusServer) -> None:
+    """trtpool-health and the watchdog probe at the profile's smallest shapes: a healthy model whose
+    profile starts above 1 (silero_vad_streaming's 512 samples: 1 breaks its Pad) answers the probe
+    itself, not with an error that only proves its stub is alive."""
+    _available(entry, corpus_server)
+    result = probe_model(corpus_server.server.grpc_url, entry.name)
+    assert (result.alive, result.detail) == (True, "answered"), result

@@ -178,7 +178,7 @@ def test_each_bad_file_fails_its_request_alone_on_the_gpu(gpu_pipeline, model):
         else:
             assert isinstance(answer, InferenceServerException), f"{says}: answered"
             assert answer.status() == "StatusCode.INVALID_ARGUMENT", answer
-            assert f"preprocess_batch() refused it: ImageRefused: input 'IMAGE' {says}" in answer.message()
+            assert f"process.py preprocess_batch() refused input 'IMAGE' {says}" in answer.message()
     [limited] = served(server, "resnet50_jpeg_limited", [np.array([[huge]], dtype=np.object_)])
     assert isinstance(limited, InferenceServerException)
     assert ("element [0]: 8000x8000 pixels decode to 192,000,000 bytes, above the limit "

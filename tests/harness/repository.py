@@ -98,6 +98,12 @@ def add_broken_models(repo: Path, cache: Path) -> dict[str, str]:
     (no_sidecar / "1" / "model.onnx").rename(no_sidecar / "1" / "model.plan")
     expected["engine_no_sidecar"] = "has no sidecar 'model.plan.json'"
 
+    typo = make_model_folder(repo, "key_typo", tiny, get_example("tiny").serving_profiles())
+    config = read_config(typo)
+    config.parameters["contxts"].string_value = "2"
+    write_config(typo, config)
+    expected["key_typo"] = "unknown parameter(s) ['contxts'] (did you mean 'contexts'?); trtpool accepts ["
+
     # A real engine (TensorRT-RTX builds without a GPU) served by a CPU instance.
     engine = cache / "tiny.plan"
     if not engine.exists():

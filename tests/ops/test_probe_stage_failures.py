@@ -58,7 +58,7 @@ def test_probes_are_no_stage_failures_and_refused_requests_still_are(tmp_path):
         with grpcclient.InferenceServerClient(serve.ports.grpc_url) as client:
             image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
             image.set_data_from_numpy(np.array([[b"not a JPEG"]], dtype=np.object_))
-            with pytest.raises(InferenceServerException, match="preprocess\\(\\) refused it"):
+            with pytest.raises(InferenceServerException, match="preprocess\\(\\) refused input 'IMAGE' element \\[0\\]: "):
                 client.infer("resnet50_jpeg", [image])
         deadline = time.monotonic() + 30
         while metric_total(server_metrics(serve.ports.metrics_port), FAILURES, "resnet50_jpeg", stage="pre") < 1:

@@ -94,7 +94,7 @@ def test_strict_start_up_stops_on_a_model_that_fails_to_load(mixed_repository, t
     # The reason comes from tritonserver's log, not a tail that may miss it.
     assert "failed to load 'engine_on_cpu'" in output
     assert "engines run on a GPU" in output
-    assert "CudaDriverHelper" not in output     # Triton's start-up noise on a machine without a GPU
+    assert "CudaDriverHelper has not been initialized" not in output   # Triton's start-up noise stays in the log
 
 
 def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
@@ -289,7 +289,7 @@ def test_a_repository_without_models_is_refused_at_once_by_name(tmp_path, made):
 def test_a_start_that_fails_is_reported_at_once(mixed_repository, tmp_path):
     """tritonserver that cannot start (here a cache it cannot find) listens but never becomes live;
     trtpool-serve stops it and says why instead of waiting out --start-timeout, on the terminal
-    (with the note on the messages a machine without a GPU logs) and with --log."""
+    and with --log (both with the note on the messages a machine without a GPU logs)."""
     repo, _ = mixed_repository
     for log in (None, tmp_path / "server.log"):
         ports = Ports()
@@ -305,7 +305,11 @@ def test_a_start_that_fails_is_reported_at_once(mixed_repository, tmp_path):
         if log is None and current_gpu() is None:
             assert "Failed to initialize NVML" in done.stdout and f"[serve] {NO_GPU_NOTE}" in done.stdout
         if log is not None:
-            assert "CudaDriverHelper" not in done.stdout and "libtritoncache_local" in log.read_text()
+            assert "CudaDriverHelper has not been initialized" not in done.stdout
+            assert "libtritoncache_local" in log.read_text()
+        if log is not None and current_gpu() is None:   # the README's promise holds with --log too
+            assert "Failed to initialize NVML" in log.read_text()
+            assert f"[serve] {NO_GPU_NOTE}; they are in {log}" in done.stdout.splitlines(), done.stdout
 
 
 def test_help_describes_every_flag_with_its_default():

@@ -136,9 +136,9 @@ INVENTORY = (
     command("trtpool-model model.onnx --shapes ...", CLI + "test_the_builder_lines_the_docs_quote_run_as_written"),
     command("--max-batch-size 0", "tests/conformance/test_exporter_quirks.py::test_max_batch_size_chooses_for_the_user"),
     command("--precision fp32", "tests/builder/test_build.py::test_tiny_engine_and_sidecar"),  # the default
-    command("pip download --no-deps -d /tmp/trt-wheels tensorrt-cu12-bindings==10.0.1 tensorrt-cu12-bindings==10.5.0 "
-            "tensorrt-cu12-bindings==10.13.3.9 tensorrt-cu12-bindings==11.4.0.106", HERE + "test_the_tensorrt_commands",
-            not_here="downloads from PyPI; scripts/setup.sh downloads these releases (tensorrt_releases.txt)"),
+    command('for version in 10.0.1 10.5.0 10.13.3.9 11.4.0.106; do pip download --no-deps -d /tmp/trt-wheels '
+            '"tensorrt-cu12-bindings==$version"; done', HERE + "test_the_tensorrt_commands",
+            HERE + "test_the_bindings_download_resolves_each_release"),
     command("TRTPOOL_TENSORRT_WHEELS=/tmp/trt-wheels .venv/bin/python -m pytest tests/unit/test_doubles_faithful.py",
             HERE + "test_the_tensorrt_commands",
             "tests/unit/test_doubles_faithful.py::test_the_double_of_each_release_has_only_what_its_bindings_have"),
@@ -220,9 +220,14 @@ INVENTORY = (
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
     text("contexts: auto", "a config parameter"),
     text('backend: "trtpool"', "a config.pbtxt field"),
-    message("input 'IMAGE': process.py preprocess() refused it: ...",
+    message("process.py preprocess() refused input 'IMAGE' element [0]: ...",
             "tests/e2e/test_pipelines.py::test_images_in_labels_out_equal_the_reference_loop"),
+    message("input 'VALUES': process.py preprocess() refused it: ValueError: ...",
+            "tests/unit/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
     # docs/modes.md
+    text("Refused.element(input, element, reason)", "process.py's way to refuse a request (trtpool.errors)"),
+    message("process.py preprocess() refused input 'TEXT' element [0]: not UTF-8 text (byte 0xff at 0)",
+            "tests/e2e/test_pipelines.py::test_text_in_label_out_equals_the_reference_loop"),
     text('parameters { key: "mode"          value: { string_value: "decoupled" } }', "a config.pbtxt example"),
     text("def setup(model_config: dict, folder: Path) -> None: ...   # optional: read labels.txt from `folder`",
          "process.py's interface"),
@@ -382,9 +387,28 @@ def test_the_tensorrt_commands():
     test_doubles_faithful.py; the pip install line's package is the `tensorrt` extra's."""
     releases = [line for line in (ROOT / "tests" / "doubles" / "tensorrt_releases.txt").read_text().splitlines()
                 if line and not line.startswith("#")]
-    download = next(q.text for q in INVENTORY if q.text.startswith("pip download"))
-    assert set(re.findall(r"tensorrt-cu12-bindings==(\S+)", download)) <= set(releases)
+    assert set(_download_line().split(";")[0].split()[3:]) <= set(releases)
     assert "TRTPOOL_TENSORRT_WHEELS=${TRTPOOL_TENSORRT_WHEELS:-$ROOT/.triton/tensorrt-bindings}" in \
         (ROOT / "scripts" / "test.sh").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'tensorrt = ["tensorrt-cu12' in pyproject and "--extra-index-url https://pypi.nvidia.com" in pyproject
+
+
+def _download_line() -> str:
+    return next(q.text for q in INVENTORY if "pip download" in q.text)
+
+
+def test_the_bindings_download_resolves_each_release(tmp_path):
+    """docs/builder.md's download of several tensorrt-cu12-bindings releases, run as written by bash, with
+    pip pointed at the wheels set-up downloaded instead of PyPI (same resolver, no network): every
+    release arrives. One pip command naming several versions of the package ends in ResolutionImpossible."""
+    wheels = ROOT / ".triton" / "tensorrt-bindings"
+    line = _download_line()
+    versions = line.split(";")[0].split()[3:]
+    if not all(list(wheels.glob(f"tensorrt_cu12_bindings-{v}-*.whl")) for v in versions):
+        pytest.skip(f"scripts/setup.sh has not downloaded the releases {versions} into {wheels}")
+    offline = f"{sys.executable} -m pip download --no-index --find-links {wheels}"
+    script = line.replace("pip download", offline).replace("/tmp/trt-wheels", str(tmp_path))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name.split("-")[1] for p in tmp_path.glob("*.whl")) == sorted(versions)

@@ -142,8 +142,13 @@ def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
         make_cfg(tiny_dir, mode="async")
     with pytest.raises(ConfigError, match=r"memory_fraction.*expected a number in \(0, 1\]"):
         make_cfg(tiny_dir, memory_fraction="2")
-    with pytest.raises(ConfigError, match="unknown parameter"):
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['context'\] \(did you mean 'contexts'\?\); "
+                                          r"trtpool accepts \['FORCE_CPU_ONLY_INPUT_TENSORS', "):
         make_cfg(tiny_dir, context="2")
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['mdoe', 'zzz'\] \(did you mean 'mode' for 'mdoe'\?\);"):
+        make_cfg(tiny_dir, mdoe="sync", zzz="1")
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['zzz'\]; trtpool accepts"):
+        make_cfg(tiny_dir, zzz="1")
     with pytest.raises(ConfigError, match="parameter 'metrics_interval_ms': -1 is too small; expected a whole number from 0 to 60000"):
         make_cfg(tiny_dir, metrics_interval_ms="-1")
     assert make_cfg(tiny_dir, metrics_interval_ms="0").metrics_interval_ms == 0

@@ -23,6 +23,8 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.processors import TemplateProcessing
 
+from trtpool.errors import Refused
+
 PAD_TO_MULTIPLE = 16
 
 _tokenizer: Tokenizer | None = None
@@ -50,8 +52,16 @@ def setup(model_config: dict, folder: Path) -> None:
     _labels = np.array([label.encode() for label in settings["labels"]], dtype=object)
 
 
+def _text(element: int, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused.element("TEXT", element, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start})") \
+            from None
+
+
 def preprocess(inputs: dict) -> dict:
-    texts = [row[0].decode("utf-8") for row in inputs["TEXT"]]  # a bad encoding refuses the request
+    texts = [_text(element, row[0]) for element, row in enumerate(inputs["TEXT"])]
     encodings = _tokenizer.encode_batch(texts)
     return {"input_ids": np.array([e.ids for e in encodings], np.int64),
             "attention_mask": np.array([e.attention_mask for e in encodings], np.int64)}

@@ -22,7 +22,7 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
 A file that is not an image, or is too large (process.json's max_decoded_bytes), fails
-its request alone, naming the element. The folder's process.json gives the crop size,
+its request alone: a Refused naming the element and the reason. The folder's process.json gives the crop size,
 labels.txt the class names (synthetic: the example's weights are random).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.errors import ConfigError
+from trtpool.errors import ConfigError, Refused
 from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
 
 TOP = 5
@@ -71,15 +71,11 @@ def _check_decoder(name: str) -> None:
         raise ConfigError(f'process.json "decoder": {why}')
 
 
-def _refusal(element: int, reason: ImageRefused) -> ImageRefused:
-    return ImageRefused(f"input 'IMAGE' element [{element}]: {reason}")
-
-
 def _crop(element: int, data: bytes) -> np.ndarray:
     try:
         return cpu_crop(data, _spec)
     except ImageRefused as exc:
-        raise _refusal(element, exc) from None
+        raise Refused.element("IMAGE", element, exc) from None
 
 
 def preprocess(inputs: dict) -> dict:
@@ -94,7 +90,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
         for inputs in batch:
             try:
                 entries.append(preprocess(inputs))
-            except ImageRefused as exc:
+            except Refused as exc:
                 entries.append(exc)
         return entries
     crops = _device_crops.get(device) or _device_crops.setdefault(device, _crops_on(device))
@@ -104,7 +100,8 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     for inputs in batch:
         stop = start + len(inputs["IMAGE"])
         bad = next((i for i in range(start, stop) if i in refused), None)
-        entries.append({"input": pixels[start:stop]} if bad is None else _refusal(bad - start, refused[bad]))
+        entries.append({"input": pixels[start:stop]} if bad is None else
+                       Refused.element("IMAGE", bad - start, refused[bad]))
         start = stop
     return entries
 
