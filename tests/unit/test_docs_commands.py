@@ -281,6 +281,12 @@ INVENTORY = (
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
+    # docs/modes.md: the engine host (issue 36)
+    text("engine_host: on", "the parameter that turns the engine host on (docs/configuration.md lists it)"),
+    text("python -m trtpool.host MODEL DEVICE SERVER_PID",
+         "the host's command line, which tests/harness/server.py's host_pids reads in tests/e2e/test_engine_host.py"),
+    text("tritonserver -> instance 1..N (check the batch, write its tensors once into shared memory)",
+         "a drawing of the request path (trtpool.host's docstring)"),
     # docs/modes.md and docs/configuration.md: the batch faces (issue 28)
     command("bash bench/gpu/h200.sh decode gpu-pipeline-tests pipeline-gpu", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup device-tests pipeline-final", H200, not_here=ON_H200),
