@@ -296,3 +296,22 @@ def test_a_stop_signal_during_clean_up_is_held_until_it_is_done(stop_signal):
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def test_the_engine_host_axis_is_searched_with_the_instance_count_for_sync_candidates():
+    args = parser().parse_args(["folder", "--modes", "sync,pipelined", "--contexts", "2", "--instances", "1,4",
+                                "--engine-host", "on,off", "--queue-delays", "100", "--preferred", "keep"])
+    served = {"max_batch_size": 8, "parameters": {"engine_host": {"string_value": "off"}}}
+    space = build_space(args, served, has_process=False)
+    host = next(axis for axis in space.axes if axis.name == "engine_host")
+    assert host == Axis("engine_host", ("on", "off"), "off") and not host.ordered   # each value tried
+    assert {(c.setting("engine_host"), c.setting("instances")) for c in space.grid()} == {
+        ("on", "1"), ("on", "4"), ("off", "1"), ("off", "4")}
+    base = mc.ModelConfig(name="m", backend="trtpool", max_batch_size=8)
+    hosted = render(base, Candidate("sync", 2, (("engine_host", "on"), ("instances", "4"))))
+    assert hosted.parameters["engine_host"].string_value == "on" and hosted.instance_group[0].count == 4
+    # the host serves sync instances only: a pipelined candidate runs without one (a valid config)
+    pipelined = render(base, Candidate("pipelined", 2, (("engine_host", "on"),)))
+    assert pipelined.parameters["engine_host"].string_value == "off"
+    for config in (hosted, pipelined):
+        pool_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True), Path("/m/1"), "cpu")

@@ -45,7 +45,7 @@ EXIT_BAD_INPUT, EXIT_BOUND_NOT_MET, EXIT_INTERRUPTED = 2, 1, 130
 AXIS_FLAGS = {"max_batch_sizes": "max_batch_size", "preferred": "preferred_batch_size",
               "queue_delays": "queue_delay_us", "cuda_graphs": "cuda_graphs",
               "preprocess_threads": "preprocess_threads", "preprocess_processes": "preprocess_processes",
-              "instances": "instances"}
+              "instances": "instances", "engine_host": "engine_host"}
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -91,6 +91,10 @@ def parser() -> argparse.ArgumentParser:
                        help="with a process.py; default 0,2 where the folder has 1/process.py")
     space.add_argument("--instances", type=_list, default=(),
                        help="Triton instances (instance_group count: each a stub with its own engine); "
+                            "default: as configured")
+    space.add_argument("--engine-host", type=_list, default=(),
+                       help="on,off: whether sync instances forward to one engine host process (searched with "
+                            "--instances: more instances then add request handling, not model copies); "
                             "default: as configured")
     how = p.add_argument_group("measuring")
     how.add_argument("--budget", type=float, default=30.0, metavar="MINUTES", help="stop searching after this")

@@ -84,6 +84,13 @@ def _instances(config: mc.ModelConfig, value: str) -> None:
         group.count = int(value)
 
 
+def _engine_host(config: mc.ModelConfig, value: str) -> None:
+    """engine_host for a sync candidate; the host serves sync instances only, so other modes run
+    without one whatever the axis says (their candidates then differ only in name)."""
+    sync = config.parameters["mode"].string_value == "sync"
+    _set_parameter(config, "engine_host", value if sync else "off")
+
+
 def _elastic(config: mc.ModelConfig, value: str) -> None:
     """An elastic pool from `value` contexts up to the candidate's count (min_contexts, max_contexts)."""
     _set_parameter(config, "max_contexts", config.parameters["contexts"].string_value)
@@ -106,6 +113,7 @@ AXES: dict[str, AxisKind] = {
     "preprocess_threads": AxisKind(lambda c, v: _set_parameter(c, "preprocess_threads", v), True, False),
     "preprocess_processes": AxisKind(lambda c, v: _set_parameter(c, "preprocess_processes", v), True, False),
     "instances": AxisKind(_instances, True, False),
+    "engine_host": AxisKind(_engine_host, False, False),
     # Not an axis of the grid: the search's last step (Search.elastic_range) sets it.
     ELASTIC: AxisKind(_elastic, True, False),
 }
