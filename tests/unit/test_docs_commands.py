@@ -174,6 +174,7 @@ INVENTORY = (
     text("max_batch_size: 64", "a config.pbtxt field"),
     text("mode: sync", "a config.pbtxt parameter, as docs/configuration.md names it"),
     text("--instances 1,2,4", "a trtpool-tune flag (tests/unit/test_tune_search.py parses it)"),
+    text("--engine-host on,off", "a trtpool-tune flag (tests/unit/test_tune_search.py parses it)"),
     text("... contexts=N min_contexts=1", "trtpool-tune's progress line for the elastic step"),
     text("gpu_memory_mib: null", "a tune.json field where no GPU reports memory"),
     text("max_contexts: N", "a config.pbtxt parameter as the elastic step writes it"),
