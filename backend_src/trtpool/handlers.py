@@ -214,8 +214,9 @@ class ForwardHandler:
         """Every reply to `forwarded`, from a daemon thread of its own. Not async_exec, which
         runs the call on the event loop's default executor: a call lost inside a dead target
         stub never returns, and a few of them (the executor has min(32, cores + 4) threads)
-        would leave no thread for any later call; nor would its non-daemon threads let the
-        stub exit. Reading the replies blocks as well, so it happens on that thread too."""
+        would leave no thread for any later call, and Python joins an executor's threads when
+        the stub's interpreter exits. Reading the replies blocks as well, so it happens on that
+        thread too."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
