@@ -13,7 +13,7 @@ import triton_python_backend_utils as pb_utils
 from trtpool import config as pool_config
 from trtpool.config import engine_host_on, instance_device, parameters_of
 from trtpool.errors import TrtpoolError
-from trtpool.front import check_front
+from trtpool.front import check_front, forward_timeout_s
 from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, PipelinedHandler, SyncHandler
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
@@ -109,7 +109,8 @@ class TritonPythonModel:
         if "forward_to" in parameters_of(model_config):
             target = check_front(model_config, Path(args["model_repository"]))
             # Errors from the target come back over BLS without their status code: status_relay.
-            self.handler = ForwardHandler(untagging(pb_utils), target, [o["name"] for o in model_config["output"]])
+            self.handler = ForwardHandler(untagging(pb_utils), target, [o["name"] for o in model_config["output"]],
+                                          forward_timeout_s(model_config))
             return
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]

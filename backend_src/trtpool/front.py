@@ -25,7 +25,11 @@ from trtpool.config import parameters_of
 from trtpool.errors import ConfigError
 
 # Triton's own parameter, which a front may carry like any model.
-FRONT_PARAMETERS = {"forward_to", "FORCE_CPU_ONLY_INPUT_TENSORS"}
+FRONT_PARAMETERS = {"forward_to", "forward_timeout_seconds", "FORCE_CPU_ONLY_INPUT_TENSORS"}
+# How long a front waits for its target's answer: above a busy target's queue and batch
+# times, below tritonclient's default network timeout (60 s), so a client hears why.
+DEFAULT_FORWARD_TIMEOUT_S = 30.0
+MAX_FORWARD_TIMEOUT_S = 3600.0
 
 
 def _declared_config(path: Path) -> Any:
@@ -81,3 +85,24 @@ def check_front(model_config: dict[str, Any], model_folder: Path) -> str:
         raise ConfigError(f"{where} is itself a front (forward_to "
                           f"'{declared.parameters['forward_to'].string_value}'); forward to the decoupled model")
     return target
+
+
+def forward_timeout_s(model_config: dict[str, Any]) -> float:
+    """The front's bound on each call to its target (parameter 'forward_timeout_seconds').
+
+    A request lost inside a dead target stub is never answered, and Triton 2.51 offers no bound
+    on it: BLS's InferenceRequest(timeout=) sets the request's queue timeout, which only the
+    target's scheduler queue enforces (core r24.10 scheduler_utils.cc, and only with
+    allow_timeout_override, only shortening a queue policy's nonzero default), never a request
+    that a stub already holds."""
+    text = parameters_of(model_config).get("forward_timeout_seconds", "").strip()
+    if not text:
+        return DEFAULT_FORWARD_TIMEOUT_S
+    expected = f"expected seconds above 0, at most {MAX_FORWARD_TIMEOUT_S:.0f}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"parameter 'forward_timeout_seconds': '{text}' is not a number; {expected}") from None
+    if not 0 < value <= MAX_FORWARD_TIMEOUT_S:
+        raise ConfigError(f"parameter 'forward_timeout_seconds': {text} is out of range; {expected}")
+    return value

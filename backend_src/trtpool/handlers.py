@@ -16,6 +16,7 @@ inside the Python backend's stub.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import numpy as np
@@ -186,12 +187,15 @@ class DecoupledHandler:
 
 
 class ForwardHandler:
-    """Forwards unary requests to a decoupled trtpool model, all at once."""
+    """Forwards unary requests to a decoupled trtpool model, all at once, each within
+    `timeout_s` (trtpool.front.forward_timeout_s says why the front bounds them itself)."""
 
-    def __init__(self, pb_utils: Any, target: str, output_names: list[str]) -> None:
+    def __init__(self, pb_utils: Any, target: str, output_names: list[str], timeout_s: float) -> None:
         self.pb = pb_utils
         self.target = target
         self.output_names = output_names
+        self.timeout_s = timeout_s
+        self.held = 0  # calls given up on and not yet returned: each holds a BLS thread of the Python backend
 
     async def _forward(self, request: Any) -> Any:
         probe = is_probe(request)
@@ -200,11 +204,14 @@ class ForwardHandler:
             requested_output_names=self.output_names,
             parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.probes)
         )
-        answer = None
+        call = self._exchange(forwarded)
         try:
-            replies = await forwarded.async_exec(decoupled=True)
+            replies = await asyncio.wait_for(asyncio.shield(call), self.timeout_s)
+        except asyncio.TimeoutError:
+            return self._gave_up(call)
         except self.pb.TritonModelException as exc:
             return self._failed(self.pb.TritonError(str(exc)))
+        answer = None
         # trtpool's decoupled models send one final response per request.
         for reply in replies:
             if reply.has_error():
@@ -215,6 +222,56 @@ class ForwardHandler:
             return self.pb.InferenceResponse(output_tensors=[])
         # No output and no error: the target went away with the request (an unload).
         return answer or self._unavailable("sent no output (it was unloading or stopped)")
+
+    @staticmethod
+    def _exchange(forwarded: Any) -> asyncio.Future:
+        """Every reply to `forwarded`, from a daemon thread of its own. Not async_exec, which
+        runs the call on the event loop's default executor: a call lost inside a dead target
+        stub never returns, and a few of them (the executor has min(32, cores + 4) threads)
+        would leave no thread for any later call, and Python joins an executor's threads when
+        the stub's interpreter exits. Reading the replies blocks as well, so it happens on that
+        thread too."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def settle(replies: list[Any] | None, error: BaseException | None) -> None:
+            if future.cancelled():  # the stub's loop is shutting down
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(replies)
+
+        def run() -> None:
+            try:
+                replies, error = list(forwarded.exec(decoupled=True)), None
+            except Exception as exc:  # TritonModelException: the call's own error, for the front to answer
+                replies, error = None, exc
+            try:
+                loop.call_soon_threadsafe(settle, replies, error)
+            except RuntimeError:  # the stub's loop closed meanwhile (it is finalizing): nobody waits
+                pass
+
+        threading.Thread(target=run, name="trtpool-forward", daemon=True).start()
+        return future
+
+    def _gave_up(self, call: asyncio.Future) -> Any:
+        """UNAVAILABLE, saying why. The call goes on: Triton 2.51 cannot cancel a BLS call, and
+        one lost inside a dead stub holds a thread of the Python backend's BLS pool for good (its
+        thread-pool-size, default 32); once every thread is held, no call reaches the target."""
+        self.held += 1
+        call.add_done_callback(self._returned)
+        return self._unavailable(
+            f"sent no answer within {self.timeout_s:g} s (this front's forward_timeout_seconds): its stub may have "
+            "died (docs/operations.md, 'Recovering from a dead stub') or it is overloaded; retry once it serves "
+            f"again ({self.held} call(s) given up on hold BLS threads of the Python backend, 32 by default: "
+            "once all are held, restart the server)")
+
+    def _returned(self, call: asyncio.Future) -> None:
+        """A call given up on came back after all (a slow target): its thread is free again."""
+        self.held -= 1
+        if not call.cancelled():
+            call.exception()  # read: nobody else will, and asyncio would log it as never retrieved
 
     def _failed(self, error: Any) -> Any:
         """The target's error, or UNAVAILABLE naming the target when it is not loaded or not ready

@@ -201,10 +201,10 @@ def test_tritons_own_checks_on_a_stream_carry_no_code(served, x, fragment):
     error is a message only, even with the triton_grpc_error header (status() None), and the stream
     goes on: a good request after it is answered."""
     good = x_of_width(RESHAPE_WIDTH, seed=5)
-    with StreamClient(served.server.grpc_url, status_codes=True) as stream:
+    with StreamClient(served.server.grpc_url, status_codes=True) as stream:  # one request in flight at a time
         stream.send("reshape_dec", {"X": x}, "bad")
+        [error] = stream.collect(1, timeout=30).errors
         stream.send("reshape_dec", {"X": good}, "good")
-        answers = stream.collect(2, timeout=30)
-    [error] = answers.errors
+        answers = stream.collect(1, timeout=30)
     assert error.status() is None and fragment in str(error), error
     np.testing.assert_array_equal(answers.outputs["good"]["Y"], reshape_reference(good))

@@ -5,8 +5,8 @@ plain model (asserted here) as for trtpool's (a fault probe: 17-22 per kill). Th
 them (python_backend r24.10 has no restart for decoupled instances), so neither trtpool nor its
 watchdog, a separate process, can answer them. Requests sent after the kill are answered,
 with the stub's 'is not healthy' error. A client's own timeout, then a resend once the model
-is reloaded, is the workaround. The unary front is none: its BLS call waits for a request lost
-inside the dead stub the same way (CI, 2026-12-04: a front request unanswered for 150 s).
+is reloaded, is the workaround. The unary front's BLS call waits for a request lost inside the
+dead stub the same way, so the front bounds it (test_front_dead_target.py).
 
 And each killed stub is a zombie child of tritonserver, which only tritonserver, its parent, can
 reap (trtpool-serve is tritonserver's parent, not the stubs'): it does when the model's unload

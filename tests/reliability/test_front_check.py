@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trtpool.errors import ConfigError
-from trtpool.front import check_front
+from trtpool.front import DEFAULT_FORWARD_TIMEOUT_S, check_front, forward_timeout_s
 
 DECOUPLED = 'backend: "trtpool"\nmodel_transaction_policy { decoupled: true }\n'
 
@@ -49,3 +49,23 @@ def test_targets_that_cannot_work_are_refused(repository, target, message):
 def test_parameters_of_a_served_model_do_not_apply_to_a_front(repository):
     with pytest.raises(ConfigError, match=r"parameter\(s\) \['contexts', 'mode'\] do not apply to a front"):
         check_front(front_config("dec", mode="decoupled", contexts="2"), repository / "front")
+
+
+def test_a_front_bounds_its_calls_by_default_and_takes_its_own_bound():
+    assert forward_timeout_s(front_config("dec")) == DEFAULT_FORWARD_TIMEOUT_S
+    assert forward_timeout_s(front_config("dec", forward_timeout_seconds=" 2.5 ")) == 2.5
+
+
+@pytest.mark.parametrize("value, message", [
+    ("soon", "'soon' is not a number"),
+    ("0", "0 is out of range"),
+    ("-1", "-1 is out of range"),
+    ("1e9", "1e9 is out of range"),
+])
+def test_a_bound_that_cannot_work_is_refused(value, message):
+    with pytest.raises(ConfigError, match=f"parameter 'forward_timeout_seconds': {message}; expected seconds above 0"):
+        forward_timeout_s(front_config("dec", forward_timeout_seconds=value))
+
+
+def test_a_bound_is_a_front_parameter(repository):
+    assert check_front(front_config("dec", forward_timeout_seconds="5"), repository / "front") == "dec"

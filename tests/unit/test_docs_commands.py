@@ -62,6 +62,9 @@ TRITON_ABORT = ("tritonserver 2.51 aborting after about 250 s of a soak that can
                 "minutes of soak, not a test")
 RACE = ("a race inside python_backend, seen once in CI: the named test accepts it but cannot make it "
         "happen at will")
+# tests/reliability/test_grpc_error_stream_abort.py asserts the abort, not which of its messages comes.
+GRPC_ERROR_ABORT = ("tritonserver 2.51 aborting on triton_grpc_error streams whose clients also cancel "
+                    "(issue 37; one signature among several, seen in 1 of 2 such runs)")
 
 INVENTORY = (
     # README.md: the two commands, the set-up, serving
@@ -277,6 +280,8 @@ INVENTORY = (
     message("ASSERTION FAILED: !byte_buffer->Valid()",
             "tests/reliability/test_mixed_stream_abort.py::test_one_stream_to_a_decoupled_and_a_sync_model_aborts_tritonserver"),
     message("prior > 0", not_here=TRITON_ABORT),
+    message("API misuse of type GRPC_CALL_ERROR_TOO_MANY_OPERATIONS", not_here=GRPC_ERROR_ABORT),
+    message("ASSERTION FAILED: false", not_here=GRPC_ERROR_ABORT),
     message("terminate called after throwing ... ValueError: array is too big",
             "tests/reliability/test_size_overflow.py::test_a_wrapping_shape_kills_the_stub_before_the_model_sees_it"),
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
