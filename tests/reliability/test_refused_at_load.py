@@ -43,7 +43,7 @@ REFUSED = {
                              f"registered: {FLAKY_RUNTIME}"],
     "contexts_huge": ["parameter 'contexts': 99999999999999999999 is too large; expected a whole number from 1 to 64"],
     "batch_wait_huge": ["parameter 'batch_wait_microseconds': 1000000000000 is too large; expected a whole number "
-                        "from 1 to 1000000"],
+                        "from 0 to 1000000"],
     "file_nul": ["parameter 'model_file' contains a NUL byte"],
     "file_long": ["parameter 'model_file' is 5005 characters long"],
     "file_loop": ["parameter 'model_file': 'loop.onnx' cannot be resolved"],
