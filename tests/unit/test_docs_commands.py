@@ -287,6 +287,15 @@ INVENTORY = (
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
+    # docs/reliability.md: the engine host's faults (issue 36)
+    command("TRTPOOL_HOST_CYCLES=100 scripts/test.sh tests/e2e/test_engine_host.py -k cycles",
+            "tests/e2e/test_engine_host.py::test_load_unload_cycles_leave_nothing",
+            not_here="100 cycles take about 7 minutes on 2 cores; the suite runs the same test with 10"),
+    message("the engine host of model 'tiny_host' (pid 4242) went away while it held this request (the peer "
+            "closed the connection; it was killed by SIGKILL); it is being restarted: retry",
+            "tests/e2e/test_engine_host.py::test_a_killed_host_answers_what_it_held_then_serves_again",
+            "tests/host/test_host_process.py::test_a_killed_host_fails_what_it_held_then_a_new_one_serves"),
+    text('{"op": "error"}', "the host's answer to a bad message (trtpool.host.protocol)"),
     # docs/modes.md: the engine host (issue 36)
     text("engine_host: on", "the parameter that turns the engine host on (docs/configuration.md lists it)"),
     text("python -m trtpool.host MODEL DEVICE SERVER_PID",
