@@ -287,6 +287,13 @@ INVENTORY = (
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
+    # docs/benchmarks.md: the engine host (issue 36)
+    command("bench/engine_host.py --case tiny --host-instances 1,2 --host-contexts 2 --concurrency 4,16 "
+            "--interval-ms 2000 --stability 50 --out bench/results/engine_host_cpu.json", BENCH_HELP,
+            not_here=LONG_BENCH),
+    text("--case resnet50 --image-size 64", "bench/engine_host.py's flags (test_bench_commands_take_the_quoted_flags "
+                                            "checks the command above)"),
+    text("--case roundtrip", "bench/engine_host.py's flag"),
     # docs/reliability.md: the engine host's faults (issue 36)
     command("TRTPOOL_HOST_CYCLES=100 scripts/test.sh tests/e2e/test_engine_host.py -k cycles",
             "tests/e2e/test_engine_host.py::test_load_unload_cycles_leave_nothing",
