@@ -126,15 +126,15 @@
 #             corrupt, an empty and a truncated engine file and a TensorRT-RTX engine (.whl/lean/tiny_rtx.plan,
 #             built by fetch_wheels.sh without a GPU), each to be refused with TensorRT's own words inside
 #             trtpool's message -> lean_runtime.json
-#   host-gpu-tests  issue 36: the GPU tests with the engine host beside the other modes (tests/gpu: the JPEG
-#             example decoding in the host, ResNet-50 over HTTP, gRPC and CUDA shm, thin instances holding no
-#             GPU memory) -> host_gpu_tests.log
-#   engine-host-jpeg  bench/engine_host.py (issue 36): resnet50_jpeg 224 fp16, the engine host with 2, 4, 6
+#   host-gpu-tests  issue 36: the GPU tests of the engine host (tests/gpu -k host: the JPEG example decoding
+#             in the host, ResNet-50 over HTTP, gRPC and CUDA shm, thin instances holding no GPU memory)
+#             -> host_gpu_tests.log
+#   engine-host-jpeg  bench/engine_host.py (issue 36): resnet50_jpeg 224 fp16, the engine host with 2 and 6
 #             instances against today's 6 sync instances (batches up to 64) and the null JPEG model with 6,
 #             perf_analyzer at 64, 256, 512 clients; then (f), the in-process ceiling with 1, 2, 4 threads
 #             -> engine_host.json (kept in /tmp/engine_host.json on the machine across calls)
 #   engine-host-tensor  the same record's tensor cases: ResNet-50 224 and BERT-base 128 fp16, batch-1 clients at
-#             64 over plain gRPC and CUDA shm, the host with 2 and 6 instances against 1 and 2 sync instances
+#             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -172,19 +172,19 @@ for stage in "$@"; do
       python3 -c 'import sys, torch, numpy, onnx, onnxruntime; print(sys.version, torch.__version__, numpy.__version__, onnx.__version__, onnxruntime.__version__)'
       ;;
     host-gpu-tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/host_gpu_tests.log" | tail -n 12
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu -k "host" 2>&1 | tee "$OUT/host_gpu_tests.log" | tail -n 12
       ;;
     engine-host-jpeg)
-      timeout -s INT 420 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 64,256,512 \
-        --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 30
-      timeout -s INT 120 python3 bench/engine_host.py --runtime torch --case ceiling --seconds 6 \
+      timeout -s INT 330 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 64,256,512 \
+        --host-instances 2,6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 30
+      timeout -s INT 100 python3 bench/engine_host.py --runtime torch --case ceiling --seconds 5 \
         --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 8
       cp /tmp/engine_host.json "$OUT/engine_host.json"
       ;;
     engine-host-tensor)
       for case in resnet50 bert_base; do
-        timeout -s INT 270 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
-          --host-instances 2,6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
+        timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
+          --host-instances 6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
       done
       cp /tmp/engine_host.json "$OUT/engine_host.json"
       ;;
