@@ -104,6 +104,7 @@ class TritonPythonModel:
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
         self.instance = None
+        self.host_client = None
         self.metrics = None
         check_numpy_handover(pb_utils)
         if "forward_to" in parameters_of(model_config):
@@ -120,6 +121,7 @@ class TritonPythonModel:
             client = HostClient(Launcher({"model_config": model_config, "version_dir": str(version_dir),
                                           "device": device, "server_pid": os.getppid()}))
             client.attach()
+            self.host_client = client
             self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms)
             self.handler = HostHandler(pb_utils, client, self.metrics)
             return
@@ -145,3 +147,5 @@ class TritonPythonModel:
             self.metrics.close()
         if self.instance:
             self.instance.close()
+        if self.host_client:
+            self.host_client.close()

@@ -56,6 +56,7 @@ class PoolMetrics:
         counter = metric_family.COUNTER
         self._family = metric_family
         self._fetch: Any = None
+        self._rebase = False   # the engine host's totals are a new baseline (_adopt)
         self._model = model_name
         self._busy = metric_family(name="trtpool_context_busy_us_total",
                                    description="Microseconds each execution context spent running batches", kind=counter)
@@ -99,6 +100,7 @@ class PoolMetrics:
     def start_hosted(self, fetch: Any, interval_ms: int) -> None:
         """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None."""
         self._fetch = fetch
+        self._host_pid: int | None = None   # the host whose totals this instance publishes
         self._host_gauges: dict[str, Any] | None = None
         self._host_last = (0, 0)   # busy_ns, uptime_ns at the previous flush
         self._thread = threading.Thread(target=self._flush_every, args=(max(interval_ms, 100) / 1000,),
@@ -110,7 +112,14 @@ class PoolMetrics:
         snapshot = self._fetch()
         if not snapshot or not snapshot.get("publisher"):
             self._stats = None
+            self._host_pid = None
             return
+        if snapshot["host_pid"] != self._host_pid:   # a new host counts from 0: so do its deltas
+            self._published.clear()
+            self._host_pid = snapshot["host_pid"]
+        # Taking over from another publisher: its totals were published already, so they are only
+        # remembered as the baseline (nothing counted twice).
+        self._rebase = bool(snapshot.get("takeover"))
         pool = dict(snapshot["pool"])
         contexts = {int(index): ContextStats(**values) for index, values in pool.pop("contexts").items()}
         self._stats = PoolStats(contexts, **pool)
@@ -127,7 +136,7 @@ class PoolMetrics:
             self._set(gauges["in_flight"], int(index in running), context=str(index))
         busy, uptime = snapshot["busy_ns"], snapshot["uptime_ns"]
         last_busy, last_uptime = self._host_last
-        if uptime > last_uptime:
+        if uptime > last_uptime and not self._rebase:
             self._set(gauges["busy"], round((busy - last_busy) / (uptime - last_uptime), 4))
         self._host_last = (busy, uptime)
 
@@ -236,8 +245,12 @@ class PoolMetrics:
 
 
     def _advance(self, family: Any, total: int, **labels: str) -> None:
-        """Counters only go up: add what the running total gained since the last flush."""
+        """Counters only go up: add what the running total gained since the last flush (on a rebase,
+        the total is only remembered)."""
         key = (id(family), *sorted(labels.items()))
+        if self._rebase:
+            self._published[key] = total
+            return
         delta = total - self._published.get(key, 0)
         if delta > 0:
             self._metric(family, **labels).increment(delta)

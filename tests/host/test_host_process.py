@@ -250,3 +250,48 @@ def test_a_changed_config_or_model_file_gets_a_host_of_its_own(make_spec):
     model = Path(spec["version_dir"]) / "model.onnx"
     os.utime(model, ns=(1, 1))
     assert Launcher(spec).address != address
+
+
+def test_an_instance_that_stops_reading_is_dropped_and_the_others_are_served(make_spec):
+    """A peer that sends a run, then floods the host without reading its answers: the host's sends to
+    it give up (SEND_TIMEOUT_S) and its connection is dropped; the other instance is served all along."""
+    clients = attach(make_spec(), 1)
+    try:
+        stalled = _raw(clients[0].launcher.address)
+        wire.send(stalled, {"op": "hello", "pid": os.getpid()})
+        wire.receive(stalled)
+        for _ in range(20_000):   # replies pile up in the socket until the host's send blocks
+            try:
+                stalled.send(struct.pack("<I", 14) + b'{"op":"stats"}')
+            except OSError:
+                break
+        rng = np.random.default_rng(5)
+        start = time.monotonic()
+        for _ in range(20):
+            answer = clients[0].run([batch(rng, 2)], [False])[0]
+            assert isinstance(answer, dict), answer
+        wait_until(lambda: clients[0].stats()["connections"] == 1, 25, "the stalled instance was not dropped")
+        assert time.monotonic() - start < 30
+        stalled.close()
+    finally:
+        close(clients)
+
+
+def _memfds(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("/memfd:"))
+
+
+def test_slabs_that_grow_do_not_pile_up_in_the_host(make_spec):
+    clients = attach(make_spec(), 1)
+    try:
+        host = clients[0].host_pid
+        rng = np.random.default_rng(6)
+        clients[0].run([batch(rng, 1)], [False])
+        held = _memfds(host)   # the input and output slabs in use
+        for count in (300, 700, 1500):   # 4 KiB a request: the input slab grows to 2, 4, 8 MiB
+            answers = clients[0].run([batch(rng, 64) for _ in range(count)], [False] * count)
+            assert all(isinstance(a, dict) for a in answers)
+        assert _memfds(host) <= held   # each replaced slab given back (its mapping with its last view)
+    finally:
+        close(clients)

@@ -120,3 +120,26 @@ def test_slabs_leave_nothing_in_dev_shm():
     assert all(str(Path(f"/proc/self/fd/{s.fd}").readlink()).startswith("/memfd:trtpool-test") for s in slabs)
     for slab in slabs:
         slab.close()
+
+
+def test_a_slab_not_sealed_against_shrinking_is_refused():
+    """A peer that could truncate a mapped file would turn the reader's next access into a SIGBUS."""
+    plain = os.memfd_create("unsealed", os.MFD_CLOEXEC)
+    os.ftruncate(plain, 4096)
+    with pytest.raises(wire.MessageError, match="not sealed against shrinking"):
+        Slab.attach(plain)
+    sealed = Slab.create(4096, "sealed")
+    with pytest.raises(OSError):
+        os.ftruncate(sealed.fd, 0)
+    attached = Slab.attach(os.dup(sealed.fd))
+    assert attached.size == 4096 and attached.fd == -1   # mapped, its descriptor given back
+
+
+def test_bytes_elements_travel_as_triton_serialises_them():
+    class Label:
+        def __str__(self) -> str:
+            return "cat"
+    slab = Slab.create(4096, "test")
+    values = np.array([b"\xffraw", "caf\u00e9", 5, 1.5, None, Label()], dtype=np.object_)
+    descriptors, _ = slab.write({"out": values})
+    assert list(slab.read(descriptors)["out"]) == [b"\xffraw", "caf\u00e9".encode(), b"5", b"1.5", b"None", b"cat"]

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -52,14 +53,22 @@ class HostClient:
             self._attach()
 
     def _attach(self) -> None:
-        sock = self.launcher.connect(START_TIMEOUT_S)
-        try:
-            wire.send(sock, {"op": "hello", "pid": os.getpid()})
-            sock.settimeout(START_TIMEOUT_S)
-            reply, _ = self._receive(sock, "its model to load")
-        except BaseException:
-            sock.close()
-            raise
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            sock = self.launcher.connect(max(deadline - time.monotonic(), 1.0))
+            try:
+                wire.send(sock, {"op": "hello", "pid": os.getpid()})
+                sock.settimeout(max(deadline - time.monotonic(), 1.0))
+                reply, _ = self._receive(sock, "its model to load")
+                break
+            except wire.ConnectionClosed:   # a host that was ending as this instance came: the next one
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"no engine host of model '{self.name}' answered this instance's hello "
+                                      f"within {START_TIMEOUT_S:.0f} s") from None
+            except BaseException:
+                sock.close()
+                raise
         if reply["op"] == "refused":
             sock.close()
             raise ConfigError(str(reply.get("error")))
@@ -68,7 +77,7 @@ class HostClient:
         self.host_pid = int(reply["host_pid"])
         self._sock = sock
         self._inputs.fresh = True   # a new host has not seen the input slab
-        self._outputs = None
+        self._outputs = None        # nor sent its output slab (the old one's memory goes with its views)
 
     def _receive(self, sock: socket.socket, waiting_for: str) -> tuple[wire.Message, list[int]]:
         try:
@@ -87,7 +96,7 @@ class HostClient:
                 if self._sock is None:
                     self._attach()
                 return self._exchange(requests, probes)
-            except (wire.ConnectionClosed, OSError, Unavailable) as exc:
+            except (wire.ConnectionClosed, wire.MessageError, OSError, Unavailable) as exc:
                 error = self._lost(exc)
                 return [error] * len(requests)
             except ConfigError as exc:   # a host started again could not load the model
@@ -105,9 +114,7 @@ class HostClient:
         self._sock.settimeout(RUN_TIMEOUT_S)
         reply, fds = self._receive(self._sock, "a batch's answers")
         if fds:
-            if self._outputs is not None:
-                self._outputs.close()
-            self._outputs = Slab(fds[0])
+            self._outputs = Slab.attach(fds[0])
         if reply["op"] != "answer" or reply.get("id") != run_id:
             raise Unavailable(f"the engine host of model '{self.name}' answered {reply['op']} "
                               f"{reply.get('id')} to run {run_id}")
@@ -157,5 +164,3 @@ class HostClient:
                 self._sock.close()
                 self._sock = None
             self._inputs.close()
-            if self._outputs is not None:
-                self._outputs.close()

@@ -53,10 +53,16 @@ def _start_time(pid: int) -> str:
 
 
 def _files(version_dir: Path) -> list[tuple[str, int, int]]:
-    try:
-        return sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(version_dir))
-    except OSError:
-        return []
+    """Every file under the version folder (links followed), with its size and time: a model file
+    changed in place, in a subfolder too, makes another host."""
+    found = []
+    for path in version_dir.rglob("*"):
+        try:
+            stat = path.stat()
+        except OSError:   # a dangling link: nothing to load from it
+            continue
+        found.append((str(path.relative_to(version_dir)), stat.st_size, stat.st_mtime_ns))
+    return sorted(found)
 
 
 def host_address(model_config: dict[str, Any], version_dir: Path, device: str, server_pid: int) -> bytes:

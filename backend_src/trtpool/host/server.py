@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.errors import TrtpoolError
+from trtpool.errors import ProcessError, TrtpoolError
 from trtpool.host import protocol, wire
 from trtpool.host.engine import Answer, Merger, Reply
 from trtpool.host.slab import GrowingSlab, Slab, room_for
@@ -38,6 +39,7 @@ log = logging.getLogger("trtpool")
 STARTUP_ORPHAN_S = 120.0    # no instance connected by then: the one that started it is gone
 WATCH_INTERVAL_S = 0.5      # how often the host looks at tritonserver and its connections
 OUTPUT_SLAB_BYTES = 1 << 20  # an output slab's first size; it grows to the largest answer
+SEND_TIMEOUT_S = 10          # an instance that has not read its answer by then is dropped
 
 
 class Counts:
@@ -81,7 +83,8 @@ class Connection:
                     return
         except wire.ConnectionClosed:
             pass
-        except wire.MessageError as exc:
+        except (wire.MessageError, ValueError, OverflowError, RecursionError) as exc:
+            # ValueError and the others: numbers or nesting past what numpy and json take
             log.warning("engine host: instance pid %d sent a bad message, dropping its connection: %s",
                         self.peer, exc)
             self._send_quietly({"op": "error", "error": str(exc)})
@@ -115,8 +118,8 @@ class Connection:
             for fd in fds:
                 os.close(fd)
             raise wire.MessageError(f"a run came with {len(fds)} file descriptors, expected at most 1")
-        if fds:
-            self.inputs = Slab(fds[0])
+        if fds:   # a new input slab: the old one's memory goes once no view of it is left
+            self.inputs = Slab.attach(fds[0])
         run_id = message.get("id")
         requests = message.get("requests")
         if not isinstance(run_id, int) or not isinstance(requests, list) or self.inputs is None:
@@ -134,6 +137,17 @@ class Connection:
         self.host.submit(tensors, probes, Reply(len(tensors), lambda answers: self._answer(run_id, answers)))
 
     def _answer(self, run_id: int, answers: list[Answer]) -> None:
+        try:
+            wired = self._write_answers(answers)
+        except Exception as exc:   # an output the slab cannot carry: the whole run is answered all the same
+            log.exception("engine host: writing the answers of run %d", run_id)
+            error = protocol.error_to_wire(ProcessError(f"an output could not be sent back: "
+                                                        f"{type(exc).__name__}: {exc}"))
+            wired = [error] * len(answers)
+        self._running = None
+        self._send_quietly({"op": "answer", "id": run_id, "answers": wired}, self.outputs.handover())
+
+    def _write_answers(self, answers: list[Answer]) -> list[dict[str, Any]]:
         outputs = [a for a in answers if isinstance(a, dict)]
         slab = self.outputs.room(room_for(t for o in outputs for t in o.values()))
         wired, offset = [], 0
@@ -143,19 +157,22 @@ class Connection:
                 wired.append({"outputs": descriptors})
             else:
                 wired.append(protocol.error_to_wire(answer))
-        self._running = None
-        self._send_quietly({"op": "answer", "id": run_id, "answers": wired}, self.outputs.handover())
+        return wired
 
     def _send(self, message: wire.Message, fds: tuple[int, ...] = ()) -> None:
         with self._send_lock:
             wire.send(self.sock, message, fds)
 
     def _send_quietly(self, message: wire.Message, fds: tuple[int, ...] = ()) -> None:
-        """An answer to an instance that may be gone: it then has nobody to go to."""
+        """An answer to an instance that may be gone, or not reading (the send timed out): its
+        connection is shut down, which ends its reader thread too."""
         try:
             self._send(message, fds)
         except (TrtpoolError, OSError):
-            pass
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         try:
@@ -181,6 +198,7 @@ class Host:
         self._connections: dict[int, Connection] = {}
         self._ever_connected = False
         self._numbers = 0
+        self._publisher: int | None = None   # the connection that last published the metrics
 
     # --- loading ------------------------------------------------------------------
 
@@ -239,6 +257,9 @@ class Host:
         with self._lock:
             publisher = min(self._connections) == asking.number if self._connections else False
             connections = len(self._connections)
+            takeover = publisher and self._publisher not in (None, asking.number)
+            if publisher:
+                self._publisher = asking.number
         if self.instance is None or self.merger is None:
             return {"publisher": False}
         pool = self.instance.pool
@@ -246,7 +267,7 @@ class Host:
             counts = {"batch_sizes": dict(self.counts.batch_sizes), "stage_ns": dict(self.counts.stage_ns),
                       "stage_failed": dict(self.counts.stage_failed)}
         return {
-            "publisher": publisher, "host_pid": os.getpid(), "connections": connections,
+            "publisher": publisher, "takeover": takeover, "host_pid": os.getpid(), "connections": connections,
             "pool": asdict(pool.stats), "running": sorted(pool.running()), **counts,
             "queue_depth": self.merger.depth, "merged": dict(self.merger.merged),
             "busy_ns": self.merger.busy_share_ns(), "uptime_ns": time.monotonic_ns() - self.started_ns,
@@ -265,7 +286,13 @@ class Host:
                 if self._should_end(server_pid):
                     return
                 continue
+            except OSError as exc:   # out of descriptors, say: the instances already here go on
+                log.error("engine host: accepting an instance failed: %s", exc)
+                time.sleep(WATCH_INTERVAL_S)
+                continue
             sock.settimeout(None)
+            # An instance that stops reading must not hold a worker that answers it: sends give up.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT_S, 0))
             if wire.peer_credentials(sock)[1] != os.getuid():
                 log.warning("engine host: refused a connection from another user (uid %d)",
                             wire.peer_credentials(sock)[1])
@@ -273,7 +300,14 @@ class Host:
                 continue
             with self._lock:
                 self._numbers += 1
-                connection = Connection(self, sock, self._numbers)
+                number = self._numbers
+            try:
+                connection = Connection(self, sock, number)
+            except OSError as exc:   # its output slab could not be made
+                log.error("engine host: an instance's connection could not be set up: %s", exc)
+                sock.close()
+                continue
+            with self._lock:
                 self._connections[connection.number] = connection
                 self._ever_connected = True
             threading.Thread(target=connection.serve, name=f"trtpool-conn-{connection.number}",

@@ -8,13 +8,16 @@ Only processes given the descriptor can map it.
 
 Each side writes into a slab of its own and grows it (a new, larger memfd sent with
 the next message) when a batch does not fit: the instance its requests' inputs, the
-host the answers' outputs. A tensor in a slab is described by a small list,
+host the answers' outputs. A slab is sealed against shrinking (F_SEAL_SHRINK) before
+it is handed over, and the reader refuses one that is not: a peer that truncated a
+mapped file would otherwise make the reader's next access a SIGBUS. A tensor in a slab is described by a small list,
 [name, Triton type, shape, offset, nbytes]; numbers are read back as numpy views of
 the mapping (no copy), BYTES elements as Triton serialises them (a 4-byte
 little-endian length before each element's bytes).
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import struct
@@ -40,8 +43,16 @@ def _aligned(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
 
 
+def _as_bytes(element: object) -> bytes:
+    """A BYTES element as Triton's Python backend serialises it: bytes as they are, anything
+    else as its text in UTF-8."""
+    if isinstance(element, bytes | bytearray | memoryview):
+        return bytes(element)
+    return (element if isinstance(element, str) else str(element)).encode()
+
+
 def _bytes_elements(array: np.ndarray) -> list[bytes]:
-    return [e.encode() if isinstance(e, str) else bytes(e) for e in array.reshape(-1)]
+    return [_as_bytes(e) for e in array.reshape(-1)]
 
 
 def nbytes_of(array: np.ndarray) -> int:
@@ -57,7 +68,7 @@ def room_for(tensors: Iterable[np.ndarray]) -> int:
 
 
 class Slab:
-    """One shared mapping of a memfd; `fd` is kept open while it may still be sent."""
+    """One shared mapping of a memfd; `fd` is kept open while it may still be sent (-1 once closed)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -66,13 +77,30 @@ class Slab:
 
     @classmethod
     def create(cls, size: int, name: str) -> "Slab":
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, max(size, ALIGN))
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
             return cls(fd)
         except BaseException:
             os.close(fd)
             raise
+
+    @classmethod
+    def attach(cls, fd: int) -> "Slab":
+        """Map a slab a peer sent, taking `fd` over (closed here once mapped: the mapping keeps the
+        memory). MessageError for a descriptor that is not a slab sealed against shrinking."""
+        try:
+            sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+            slab = cls(fd) if sealed else None
+        except (OSError, ValueError) as exc:
+            os.close(fd)
+            raise MessageError(f"the descriptor sent cannot be mapped as a slab ({exc})") from None
+        if slab is None:
+            os.close(fd)
+            raise MessageError("the slab sent is not sealed against shrinking (F_SEAL_SHRINK)")
+        slab.close()
+        return slab
 
     def close(self) -> None:
         """Close the descriptor; the mapping stays valid while arrays view it (freed with the last)."""

@@ -80,9 +80,16 @@ def _receive_head(sock: socket.socket) -> tuple[bytes, list[int]]:
             os.close(fd)
         raise MessageError(f"a message came with more than {MAX_FDS} file descriptors")
     if not data:
+        for fd in fds:
+            os.close(fd)
         raise ConnectionClosed("the peer closed the connection")
     if len(data) < _LENGTH.size:
-        data += _receive_exactly(sock, _LENGTH.size - len(data))
+        try:
+            data += _receive_exactly(sock, _LENGTH.size - len(data))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
     return data, fds
 
 
