@@ -329,10 +329,9 @@ def _engine_host(params: dict[str, str], mode: str) -> str:
 
 
 def engine_host_on(cfg: PoolConfig) -> bool:
-    """Whether this instance forwards to its model's engine host (trtpool.host). auto: on for a GPU
-    instance in sync mode, where one process feeding the GPU from several streams beats several
-    processes (docs/modes.md, "The engine host"); off on the CPU, where ONNX Runtime's session per
-    instance measured faster (bench/results/engine_host_cpu.json)."""
-    if cfg.engine_host == "auto":
-        return cfg.mode == "sync" and cfg.device != "cpu"
+    """Whether this instance forwards to its model's engine host (trtpool.host). auto is off: measured
+    side by side, the host served less than today's instances on the CPU (0.74-0.75x,
+    bench/results/engine_host_cpu.json) and on the H200 for JPEG and CUDA-shm clients (0.47x and
+    0.62x; bench/results/h200/engine_host.json), its one process's Python being the limit. `on` is the
+    choice where GPU memory is: one copy of the model for every instance."""
     return cfg.engine_host == "on"

@@ -287,6 +287,11 @@ INVENTORY = (
     message("terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
+    # docs/benchmarks.md: the engine host (issue 36) and the lean runtime (issue 37) on the H200
+    command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
+    text("engine-host-tensor host-gpu-tests", "two bench/gpu/h200.sh stages run in one call (test_h200_stages_exist "
+                                               "checks the stage names of the commands above)"),
     # docs/benchmarks.md: the engine host (issue 36)
     command("bench/engine_host.py --case tiny --host-instances 1,2 --host-contexts 2 --concurrency 4,16 "
             "--interval-ms 2000 --stability 50 --out bench/results/engine_host_cpu.json", BENCH_HELP,
