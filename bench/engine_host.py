@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -88,6 +89,7 @@ def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
 
 
 def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
+    """The host variants, and (unless --profile-host) today's arrangement and the null model."""
     jpeg = jpeg_folder(repo, args)
     kind = "gpu" if gpu(args) else "cpu"
     variants = {}
@@ -96,13 +98,15 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
         set_instances(add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on"),
                       count, kind)
         variants[name] = f"jpeg_{name}"
+    if args.profile_host:
+        shutil.rmtree(jpeg)
+        return variants
     set_instances(add_mode(jpeg, "sync", "jpeg_now_x6", contexts="1", engine_host="off"), 6, kind)
     variants["now_x6"] = "jpeg_now_x6"
     python_model(repo, "null_x6", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
                  [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
                  extra="dynamic_batching { max_queue_delay_microseconds: 100 }\ninstance_group { kind: KIND_CPU count: 6 }")
     variants["null_x6"] = "null_x6"
-    import shutil
     shutil.rmtree(jpeg)   # only the variants load
     return variants
 
@@ -219,10 +223,25 @@ def served(args: argparse.Namespace) -> dict:
         server_args = ("--cuda-memory-pool-byte-size=0:2147483648",) if gpu(args) else ()
         server = TritonServer(repo, Path(scratch) / "server.log", server_args).start(timeout=900)
         try:
+            if args.profile_host:
+                return {"variants": variants, "host_profile": profile_host(server, variants, args, input_data)}
             result = measure_all(server, variants, args, input_data)
         finally:
             server.stop()
     return {"variants": variants, **result, **headline(args.case, result)}
+
+
+def profile_host(server: TritonServer, variants: dict[str, str], args: argparse.Namespace,
+                 input_data: Path | None) -> dict:
+    """py-spy's samples of the first variant's engine host, the thread holding the GIL only, while
+    perf_analyzer loads it at the first concurrency: where the host's one GIL goes."""
+    from bench.stub_profile import stub_profile
+    model = next(iter(variants.values()))
+    point(server, model, args.concurrency[0], "none", args, input_data)   # warm: kernels, graphs
+    with stub_profile(server, model, args.profile_host, gil=True, seconds=12,
+                      pid=server.host_pids(model)[0]) as outcome:
+        outcome["measurement"] = point(server, model, args.concurrency[0], "none", args, input_data)
+    return outcome
 
 
 # --- (f): the in-process ceiling ----------------------------------------------------------
@@ -341,6 +360,9 @@ def main() -> int:
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=2000, help="roundtrip: sequential runs")
+    parser.add_argument("--profile-host", type=Path, default=None, metavar="FILE",
+                        help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
+                             "engine host under load, into FILE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     result = {"ceiling": ceiling, "roundtrip": roundtrip}.get(args.case, served)(args)

@@ -14,12 +14,13 @@ from tests.harness.server import TritonServer
 
 @contextmanager
 def stub_profile(server: TritonServer, model: str, out: Path, *, native: bool = False, gil: bool = False,
-                 seconds: int = 12) -> Iterator[dict]:
+                 seconds: int = 12, pid: int | None = None) -> Iterator[dict]:
     """Samples `model`'s stub (every thread) for `seconds` while the block runs; the yielded dict
     gets the outcome. native: the C/C++ frames too (py-spy then pauses the process at each
-    sample); gil: only the samples of the thread holding the GIL (where a stub's one core goes)."""
+    sample); gil: only the samples of the thread holding the GIL (where a stub's one core goes);
+    pid: another process of the model's to sample instead (its engine host)."""
     outcome: dict = {"model": model, "profile": str(out)}
-    pid = server.stub_pid(model)
+    pid = pid or server.stub_pid(model)
     if pid is None or shutil.which("py-spy") is None:
         outcome["error"] = "no stub process or no py-spy"
         yield outcome

@@ -135,6 +135,8 @@
 #             -> engine_host.json (kept in /tmp/engine_host.json on the machine across calls)
 #   engine-host-tensor  the same record's tensor cases: ResNet-50 224 and BERT-base 128 fp16, batch-1 clients at
 #             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
+#   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
+#             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -187,6 +189,29 @@ for stage in "$@"; do
           --host-instances 6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
       done
       cp /tmp/engine_host.json "$OUT/engine_host.json"
+      ;;
+    engine-host-profile)
+      timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256 \
+        --host-instances 6 --profile-host "$OUT/host_profile.txt" --out "$OUT/engine_host_profile.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 6
+      python3 - "$OUT/host_profile.txt" <<'PY'
+import collections, sys
+leaf, inner = collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    stack, _, count = line.rstrip().rpartition(" ")
+    frames = stack.split(";")
+    leaf[frames[-1]] += int(count)
+    for frame in set(frames):
+        inner[frame] += int(count)
+total = sum(leaf.values())
+print("samples holding the GIL:", total)
+print("-- where they were (leaf) --")
+for frame, n in leaf.most_common(25):
+    print(f"{n / total:6.1%} {frame[:150]}")
+print("-- inside (inclusive) --")
+for frame, n in inner.most_common(40):
+    print(f"{n / total:6.1%} {frame[:150]}")
+PY
       ;;
     lean-runtime)
       rm -rf /tmp/trt-lean
