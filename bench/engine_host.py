@@ -238,7 +238,7 @@ def profile_host(server: TritonServer, variants: dict[str, str], args: argparse.
     from bench.stub_profile import stub_profile
     model = next(iter(variants.values()))
     point(server, model, args.concurrency[0], "none", args, input_data)   # warm: kernels, graphs
-    with stub_profile(server, model, args.profile_host, gil=True, seconds=12,
+    with stub_profile(server, model, Path(args.profile_host), gil=True, seconds=12,
                       pid=server.host_pids(model)[0]) as outcome:
         outcome["measurement"] = point(server, model, args.concurrency[0], "none", args, input_data)
     return outcome
@@ -360,7 +360,7 @@ def main() -> int:
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=2000, help="roundtrip: sequential runs")
-    parser.add_argument("--profile-host", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--profile-host", metavar="FILE",
                         help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
                              "engine host under load, into FILE")
     parser.add_argument("--out", type=Path, required=True)
