@@ -113,8 +113,9 @@ class HostHandler:
         forwarded, tensors, probes = [], [], []
         for index, request in enumerate(requests):
             try:
-                inputs = {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t).cpu().numpy()
-                          for t in request.inputs()}
+                # inputs Triton left on the GPU come to the host here (the slab is host memory)
+                inputs = {name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
+                          for name, t in request_tensors(request).items()}
                 if not self.client.process_file:   # the engine's own checks, before anything is sent
                     inputs, _ = accept(self.client.signature, inputs)
             except InvalidInput as exc:

@@ -127,7 +127,7 @@ class Merger:
         with self._ready:
             return sum(len(m.requests) for m in self._queue)
 
-    def busy_share_ns(self) -> int:
+    def busy_ns_so_far(self) -> int:
         """busy_ns, counting the batches running now up to this moment."""
         with self._ready:
             running = time.monotonic_ns() - self._busy_since if self._active else 0

@@ -270,7 +270,7 @@ class Host:
             "publisher": publisher, "takeover": takeover, "host_pid": os.getpid(), "connections": connections,
             "pool": asdict(pool.stats), "running": sorted(pool.running()), **counts,
             "queue_depth": self.merger.depth, "merged": dict(self.merger.merged),
-            "busy_ns": self.merger.busy_share_ns(), "uptime_ns": time.monotonic_ns() - self.started_ns,
+            "busy_ns": self.merger.busy_ns_so_far(), "uptime_ns": time.monotonic_ns() - self.started_ns,
         }
 
     # --- connections --------------------------------------------------------------
