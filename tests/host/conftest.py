@@ -18,9 +18,15 @@ HOST_COMMAND = ["-m", "trtpool.host"]
 
 
 def host_processes() -> list[psutil.Process]:
-    """Engine hosts that this test process started (running or not yet reaped)."""
-    return [child for child in psutil.Process().children()
-            if child.status() != psutil.STATUS_ZOMBIE and child.cmdline()[1:3] == HOST_COMMAND]
+    """Engine hosts that this test process started and that have not yet exited."""
+    return [child for child in psutil.Process().children() if _is_running_host(child)]
+
+
+def _is_running_host(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE and process.cmdline()[1:3] == HOST_COMMAND
+    except psutil.NoSuchProcess:   # it exited (and was reaped) between the listing and this look
+        return False
 
 
 def abstract_host_sockets() -> list[str]:

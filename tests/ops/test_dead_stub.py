@@ -72,7 +72,7 @@ def stubs_of(serve: ServeCommand, repo: Path, model: str) -> list[psutil.Process
     for child in server[0].children():
         try:
             command = child.cmdline()
-        except psutil.ZombieProcess:
+        except psutil.NoSuchProcess:   # a zombie, or gone since the listing
             continue
         if "triton_python_backend_stub" in command[0] and command[1].startswith(f"{repo / model}/"):
             found.append(child)
