@@ -124,6 +124,12 @@ class Signature:
         """The inputs of rank 0."""
         return frozenset(spec.name for spec in self.inputs if spec.shape == ())
 
+    @cached_property
+    def accepted_layouts(self) -> dict[tuple, dict[str, tuple[int, ...]]]:
+        """Request layouts (name, data type, shape of each tensor) that trtpool.validate has
+        accepted, with their shapes: the same few come again and again."""
+        return {}
+
     @property
     def max_batch_size(self) -> int:
         """The largest batch any profile accepts (0 when the model is not batched)."""
