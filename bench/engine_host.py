@@ -10,8 +10,6 @@
                the tensor path: host_xN against today's sync instances (now_x1, now_x2), batch-1
                clients over plain gRPC and, on a GPU, CUDA shared memory
     tiny       the same on the CPU (ONNX Runtime), for engine_host: auto's CPU decision
-    roundtrip  one batch-1 request's round trip from a HostClient through the host and back (no
-               Triton), beside the same ONNX Runtime run in-process: the transport's cost, in µs
 
 Variants are measured in turn at each concurrency, the order reversed every level; each
 variant's best concurrency is its figure. GPU memory (nvidia-smi, per process: the model's
@@ -305,46 +303,9 @@ def ceiling(args: argparse.Namespace) -> dict:
             "batch": args.ceiling_batch}
 
 
-def roundtrip(args: argparse.Namespace) -> dict:
-    """--runs sequential batch-1 runs of the tiny example through a host started from here, and
-    the same session run in this process; median and p99 microseconds of each."""
-    import os
-
-    import onnxruntime as ort
-
-    from tests.harness.repository import add_example
-    from trtpool.host.client import HostClient
-    from trtpool.host.launch import Launcher
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = add_example(Path(scratch) / "repo", Path(scratch) / "onnx", "tiny", "tiny", contexts="1")
-        spec = {"model_config": as_triton_hands_it(read_config(folder)), "version_dir": str(folder / "1"),
-                "device": "cpu", "server_pid": os.getpid()}
-        client = HostClient(Launcher(spec))
-        client.attach()
-        request = {"INPUT0": np.ones((1, 16), np.float32)}
-        session = ort.InferenceSession(str(folder / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
-        timings = {"host_round_trip": lambda: client.run([request], [False]),
-                   "in_process": lambda: session.run(None, request)}
-        result = {}
-        for name, call in timings.items():
-            for _ in range(args.runs // 10):   # warm-up
-                call()
-            samples = []
-            for _ in range(args.runs):
-                start = time.perf_counter_ns()
-                call()
-                samples.append((time.perf_counter_ns() - start) / 1000)
-            result[f"{name}_us_median"] = round(float(np.median(samples)), 1)
-            result[f"{name}_us_p99"] = round(float(np.percentile(samples, 99)), 1)
-        client.close()
-    result["round_trip_us"] = round(result["host_round_trip_us_median"] - result["in_process_us_median"], 1)
-    print(result, flush=True)
-    return result
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", choices=("jpeg", "ceiling", "resnet50", "bert_base", "tiny", "roundtrip"),
+    parser.add_argument("--case", choices=("jpeg", "ceiling", "resnet50", "bert_base", "tiny"),
                         required=True)
     parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime")
     parser.add_argument("--precision", default="fp16")
@@ -359,13 +320,12 @@ def main() -> int:
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--runs", type=int, default=2000, help="roundtrip: sequential runs")
     parser.add_argument("--profile-host", metavar="FILE",
                         help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
                              "engine host under load, into FILE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    result = {"ceiling": ceiling, "roundtrip": roundtrip}.get(args.case, served)(args)
+    result = {"ceiling": ceiling}.get(args.case, served)(args)
     record = json.loads(args.out.read_text()) if args.out.exists() else {}
     record.setdefault("cases", {})[args.case] = {**provenance(), "settings": {
         k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, **result}

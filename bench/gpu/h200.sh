@@ -137,6 +137,9 @@
 #             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
+#   host-roundtrip  bench/host_roundtrip.py (issue 36): the engine host's transport on this machine, 1 and
+#             64 requests a run, in the image's Python (no setup); carry .whl/roundtrip, which
+#             `bench/host_roundtrip.py --prepare .whl/roundtrip` writes here -> host_roundtrip.json
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -212,6 +215,9 @@ print("-- inside (inclusive) --")
 for frame, n in inner.most_common(40):
     print(f"{n / total:6.1%} {frame[:150]}")
 PY
+      ;;
+    host-roundtrip)
+      "$IMAGE_PYTHON" bench/host_roundtrip.py --from .whl/roundtrip --out "$OUT/host_roundtrip.json" 2>&1 | tail -n 4
       ;;
     lean-runtime)
       rm -rf /tmp/trt-lean
