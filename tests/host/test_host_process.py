@@ -295,3 +295,21 @@ def test_slabs_that_grow_do_not_pile_up_in_the_host(make_spec):
         assert _memfds(host) <= held   # each replaced slab given back (its mapping with its last view)
     finally:
         close(clients)
+
+
+def test_the_host_logs_to_the_servers_stderr_not_through_its_starter(make_spec, tmp_path):
+    """Its log lines outlive the instance that started it (whose stderr pipe ends with it): they are
+    written to tritonserver's own stderr, here a stand-in server's file."""
+    server_stderr = tmp_path / "server.stderr"
+    with server_stderr.open("w") as stderr:
+        server = subprocess.Popen(["sleep", "120"], stderr=stderr)
+    try:
+        clients = attach({**make_spec(), "server_pid": server.pid}, 1)
+        host = clients[0].host_pid
+        close(clients)
+        wait_until(lambda: f"model 'tiny' loaded in pid {host}" in server_stderr.read_text(), 10,
+                   "the host's load line in the server's stderr")
+        assert server_stderr.read_text().startswith("INFO trtpool engine host [tiny] ")
+    finally:
+        server.kill()
+        server.wait()

@@ -164,7 +164,8 @@ class Launcher:
         threading.Thread(target=self._relay, args=(process,), name="trtpool-host-log", daemon=True).start()
 
     def _relay(self, process: subprocess.Popen) -> None:
-        """The host's log lines into this instance's (Triton's) log, then how it ended."""
+        """What the host prints to its stderr (a crash's traceback; its log lines where it could not
+        open tritonserver's stderr) into this instance's (Triton's) log, then how it ended."""
         assert process.stderr is not None
         for raw in process.stderr:
             line = raw.decode(errors="replace").rstrip()

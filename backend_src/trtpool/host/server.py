@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -349,9 +349,19 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def log_stream(server_pid: int) -> TextIO:
+    """Where the host's log lines go: tritonserver's own stderr, beside its log, so that they outlive
+    the instance that started the host (the pipe it reads ends with it); else this process's stderr,
+    which the starter relays (and which keeps anything else the host prints, a crash's traceback)."""
+    try:
+        return open(f"/proc/{server_pid}/fd/2", "a", buffering=1, encoding="utf-8", errors="replace")
+    except OSError:   # a socket, or not ours to open
+        return sys.stderr
+
+
 def main() -> None:
     spec = json.load(sys.stdin)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+    logging.basicConfig(stream=log_stream(spec["server_pid"]), level=logging.INFO,
                         format=f"%(levelname)s trtpool engine host [{spec['model_config'].get('name', '')}] %(message)s")
     logging.raiseExceptions = False   # a log line to a starter that is gone is dropped, not raised
     listener = socket.socket(fileno=spec["listen_fd"])
