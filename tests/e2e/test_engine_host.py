@@ -20,7 +20,7 @@ from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_
 from tests.harness.pipelines import SMALL_RESNET, Reference, add_mode, as_request, bad_images, images
 from tests.harness.repository import add_example, set_parameters
 from tests.host.conftest import abstract_host_sockets
-from tests.harness.server import TritonServer
+from tests.harness.server import TEST_SHM_PREFIX, TritonServer
 from trtpool_builder.example_repo import make_example_folder
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.model_folder import read_config, write_config
@@ -230,7 +230,7 @@ def test_load_unload_cycles_leave_nothing(tmp_path):
         assert not set(abstract_host_sockets()) - sockets_before
         # trtpool's slabs are memfds, never in /dev/shm; Triton's own regions (any server's) aside
         assert not {name for name in set(os.listdir("/dev/shm")) - shm_before
-                    if "trtpool" in name and "_shm_region_" not in name and not name.startswith(server.shm_prefix)}
+                    if "trtpool" in name and "_shm_region_" not in name and not name.startswith(TEST_SHM_PREFIX)}
     finally:
         client.close()
         server.stop()

@@ -32,6 +32,7 @@ PERF_ANALYZER = ROOT / ".triton" / "bin" / "perf_analyzer"
 DOUBLES = ROOT / "tests" / "doubles"
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
+TEST_SHM_PREFIX = "trtpool_test_"   # every test server's Python backend regions begin so (a prefix each)
 
 
 _HANDED_OUT: set[int] = set()
@@ -106,7 +107,7 @@ class TritonServer(LoopbackEndpoints):
         self.args = args
         self.env = env or {}
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.shm_prefix = f"trtpool_test_{uuid.uuid4().hex[:12]}_"
+        self.shm_prefix = f"{TEST_SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
         self.process: subprocess.Popen | None = None
 
     @property

@@ -19,7 +19,7 @@ from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
 from tests.harness.docs import command_argv, fenced_block, quoted_command
 from tests.harness.repository import add_broken_models, add_example
 from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, environment, serve_sh, trtpool_serve
-from tests.harness.server import ROOT, SHM, TRITONSERVER
+from tests.harness.server import ROOT, SHM, TEST_SHM_PREFIX, TRITONSERVER
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.gpu import current_gpu
 from trtpool_ops.command import ServeOptions, tritonserver_command
@@ -160,7 +160,7 @@ def test_the_readmes_plain_tritonserver_command_serves(mixed_repository, tmp_pat
     Ctrl-C stops it with 0 and no region left."""
     repo, broken = mixed_repository
     ports = Ports()
-    prefix = f"trtpool_test_{uuid.uuid4().hex[:12]}_"
+    prefix = f"{TEST_SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
     command = command_argv(quoted_command(".triton/bin/tritonserver"), {
         "/path/to/model_repository": str(repo), "--http-port=8000": f"--http-port={ports.http_port}",
         "--grpc-port=8001": f"--grpc-port={ports.grpc_port}", "--metrics-port=8002": f"--metrics-port={ports.metrics_port}"})
