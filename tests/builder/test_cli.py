@@ -158,14 +158,14 @@ def write_small_conv_net(path: Path, dims: tuple[str | int, ...] = ("N", 3, 224,
 
 @needs_rtx
 def test_the_builder_lines_the_docs_quote_run_as_written(tmp_path: Path) -> None:
-    """The README's build, folder and accuracy lines (docs/builder.md has the same), run as written from
-    the folder that holds model.onnx; the engine is the machine's (TensorRT-RTX without a GPU)."""
+    """docs/how-to/serve-an-onnx-model.md's build, folder and accuracy lines, run as written from the folder
+    that holds model.onnx; the engine is the machine's (TensorRT-RTX without a GPU)."""
     write_small_conv_net(tmp_path / "model.onnx")
-    lines = [q for q in quotes(ROOT / "README.md") if q.startswith((".venv/bin/trtpool-build", ".venv/bin/trtpool-model",
-                                                                  ".venv/bin/trtpool-accuracy"))]
+    page = ROOT / "docs" / "how-to" / "serve-an-onnx-model.md"
+    lines = [q for q in quotes(page) if q.startswith((".venv/bin/trtpool-build", ".venv/bin/trtpool-model",
+                                                     ".venv/bin/trtpool-accuracy"))]
     assert [line.split()[0] for line in lines] == [".venv/bin/trtpool-build", ".venv/bin/trtpool-model",
                                                    ".venv/bin/trtpool-model", ".venv/bin/trtpool-accuracy"]
-    assert all(line in quotes(ROOT / "docs" / "builder.md") for line in lines)
     venv_bin = f"{Path(sys.executable).parent}/"
     build, model, model_cpu, accuracy = (
         subprocess.run(command_argv(line, {".venv/bin/": venv_bin}), cwd=tmp_path, capture_output=True, text=True,
@@ -184,7 +184,7 @@ def test_the_builder_lines_the_docs_quote_run_as_written(tmp_path: Path) -> None
 @pytest.mark.parametrize("main", [build_main, model_main, examples_main, accuracy_main],
                          ids=["build", "model", "examples", "accuracy"])
 def test_each_command_has_help(main, capsys: pytest.CaptureFixture) -> None:
-    """"Run each with --help for all options" (README)."""
+    """"Run each command with --help for all options" (docs/how-to/serve-an-onnx-model.md)."""
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0 and "usage:" in capsys.readouterr().out

@@ -18,6 +18,7 @@ from trtpool_builder.examples.pipelines import SPECIAL_TOKENS, vocabulary
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.model_folder import read_config
 
+PROCESS_FILE = "docs/how-to/write-a-process-file.md"
 FACE = ["--input", "VALUES:FP64:16", "--output", "TOTAL:FP32:1", "--output", "DOUBLED:FP32:4"]
 
 
@@ -89,7 +90,7 @@ def test_the_text_examples_vocabulary_is_deterministic_and_unique():
 
 @pytest.mark.parametrize("name", ["resnet50_jpeg", "bert_text"])
 def test_each_pipeline_examples_files_are_made_at_full_size_in_bounded_time(tmp_path, name):
-    """What `trtpool-examples --names resnet50_jpeg bert_text` (docs/modes.md) writes beside the ONNX
+    """What `trtpool-examples --names resnet50_jpeg bert_text` (docs/how-to/write-a-process-file.md) writes beside the ONNX
     file, at the examples' default (full) sizes, in a subprocess with a timeout: bert_text's
     vocabulary of 30522 asked for more words than its syllables made, and never ended (b7b529b)."""
     script = ("import sys; from pathlib import Path; from trtpool_builder.examples import EXAMPLES; "
@@ -118,12 +119,12 @@ def test_the_words_are_refused_beyond_what_the_syllables_make():
                                                              "4 syllables"), done.stderr
 
 
-def test_the_pipeline_commands_modes_md_quotes_run_as_written(tmp_path):
-    """docs/modes.md's `trtpool-examples --names resnet50_jpeg bert_text` at full size (bert_text's
+def test_the_pipeline_commands_the_process_file_page_quotes_run_as_written(tmp_path):
+    """docs/how-to/write-a-process-file.md's `trtpool-examples --names resnet50_jpeg bert_text` at full size (bert_text's
     vocabulary never ended on b7b529b), then its `trtpool-model ... --process` line on the files that
     wrote: the example's ONNX file, its process file as my_process.py, labels.txt and process.json."""
     bin_dir = Path(sys.executable).parent
-    examples = quoted_command("trtpool-examples --names", "docs/modes.md")
+    examples = quoted_command("trtpool-examples --names", PROCESS_FILE)
     done = subprocess.run([str(bin_dir / "trtpool-examples"), *command_argv(examples)[1:], "--repo", "repo"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -133,7 +134,7 @@ def test_the_pipeline_commands_modes_md_quotes_run_as_written(tmp_path):
     for source, name in (("model.onnx", "model.onnx"), ("process.py", "my_process.py"), ("labels.txt", "labels.txt"),
                          ("process.json", "process.json")):
         (tmp_path / name).write_bytes((version / source).read_bytes())
-    model = quoted_command("trtpool-model model.onnx --repo R --name N --shapes", "docs/modes.md")
+    model = quoted_command("trtpool-model model.onnx --repo R --name N --shapes", PROCESS_FILE)
     done = subprocess.run([str(bin_dir / "trtpool-model"), *command_argv(model)[1:]], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

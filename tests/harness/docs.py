@@ -1,4 +1,5 @@
-"""The commands and messages README.md and docs/*.md quote, read as the tests read them.
+"""The commands and messages README.md, CONTRIBUTING.md and the pages under docs/ quote, read as
+the tests read them.
 
 A quote is a command of a ```bash block (continuation lines joined, comments left out),
 another fenced block (named by its first line), or an inline code span that holds a space
@@ -10,7 +11,7 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", re.S | re.M)
 SPAN = re.compile(r"`([^`]+)`")
 SCRIPT = re.compile(r"^(scripts|bench|deploy)/\S+\.(sh|py)$")

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input
-from tests.harness.docs import command_argv, fenced_block, quoted_command
+from tests.harness.docs import FENCE, command_argv, fenced_block, quoted_command
 from tests.harness.repository import add_broken_models, add_example
 from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, environment, serve_sh, trtpool_serve
 from tests.harness.server import ROOT, SHM, TEST_SHM_PREFIX, TRITONSERVER
@@ -43,11 +43,14 @@ def test_command_line_loads_chosen_models_and_passes_flags_through():
         tritonserver_command("tritonserver", ServeOptions(Path("/r"), passthrough=("--model-control-mode=poll",)))
 
 
-def readme_load_failure_example() -> list[str]:
-    """The lines of the README's example of a model that fails to load (two models, the summary)."""
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("An engine folder made\n  for a GPU on a CPU-only machine, for example:", 1)[1]
-    block = block.split("```", 2)[1]
+OPERATIONS = "docs/operations.md"
+PROCESS_FILE = "docs/how-to/write-a-process-file.md"
+
+
+def load_failure_example() -> list[str]:
+    """The lines of docs/operations.md's example of a model that fails to load (two models, the summary)."""
+    [block] = [block for _, block in FENCE.findall((ROOT / OPERATIONS).read_text())
+               if block.strip().startswith("[serve]   engine_on_cpu: FAILED TO LOAD")]
     lines = [line.strip() for line in block.splitlines() if line.strip().startswith("[serve] ")]
     assert len(lines) == 3, block
     return lines
@@ -73,9 +76,9 @@ def test_failed_models_are_listed_with_their_reason_and_the_others_serve(mixed_r
             [line] = [l for l in serve.lines if l.startswith(f"[serve]   {model}: FAILED TO LOAD:")]
             assert fragment in line, line
         assert f"{len(broken)} failed to load" in output
-        for line in readme_load_failure_example():   # the README quotes what users see (its repo: one broken)
+        for line in load_failure_example():   # the docs quote what users see (its repo: one broken)
             line = line.replace("1 failed to load", f"{len(broken)} failed to load")
-            assert line in serve.lines, f"README line not in the output: {line}\n{output}"
+            assert line in serve.lines, f"{OPERATIONS} line not in the output: {line}\n{output}"
         x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
         with httpclient.InferenceServerClient(serve.ports.http_url) as client:
             assert client.is_server_ready()
@@ -118,16 +121,16 @@ def test_serve_sh_serves_only_the_examples_in_MODELS(tmp_path):
 
 
 def test_the_client_line_serve_sh_prints_works_for_a_pipeline_example(tmp_path):
-    """The README's `MODELS="resnet50_jpeg bert_text" scripts/serve.sh`: the client line it prints is the
-    README's, and sends the JPEG the example generation wrote beside the model (IMAGE is BYTES of shape
-    [N, 1]); the README's Python snippet gets the same answer; client.py sends bert_text its sample text
+    """docs/how-to/write-a-process-file.md's `MODELS="resnet50_jpeg bert_text" scripts/serve.sh`: the client
+    line it prints is the page's, and sends the JPEG the example generation wrote beside the model (IMAGE is
+    BYTES of shape [N, 1]); the page's Python snippet gets the same answer; client.py sends bert_text its sample text
     the same way, and without --file says which file it wants."""
-    models = command_argv(quoted_command('MODELS="resnet50_jpeg')).pop(0).removeprefix("MODELS=")
+    models = command_argv(quoted_command('MODELS="resnet50_jpeg', PROCESS_FILE)).pop(0).removeprefix("MODELS=")
     serve = serve_sh({"MODELS": models, "TRTPOOL_SERVER_LOG": str(tmp_path / "server.log")}, "--watch-interval=0")
     try:
         serve.wait_for("[serve] ready: 2 model(s) serving", timeout=600)
         client = quoted_command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model "
-                                "resnet50_jpeg")
+                                "resnet50_jpeg", PROCESS_FILE)
         client = client.replace(".venv/", f"{ROOT}/.venv/").replace(" scripts/", f" {ROOT}/scripts/")
         client = client.replace(" model_repository/", f" {ROOT}/model_repository/")
         client = client.replace("127.0.0.1:8001", serve.ports.grpc_url)
@@ -136,7 +139,7 @@ def test_the_client_line_serve_sh_prints_works_for_a_pipeline_example(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "LABELS: shape [1, 5] dtype object" in done.stdout and "SCORES: shape [1, 5] dtype float32" in done.stdout
         labels = done.stdout.split("first values ")[1].splitlines()[0]
-        snippet = fenced_block("import numpy as np").replace("127.0.0.1:8001", serve.ports.grpc_url)
+        snippet = fenced_block("import numpy as np", PROCESS_FILE).replace("127.0.0.1:8001", serve.ports.grpc_url)
         done = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=120)
         names = re.findall(r"b'([^']+)'", done.stdout)
         assert done.returncode == 0 and len(names) == 5, done
@@ -154,14 +157,14 @@ def test_the_client_line_serve_sh_prints_works_for_a_pipeline_example(tmp_path):
         assert serve.stop() == 0
 
 
-def test_the_readmes_plain_tritonserver_command_serves(mixed_repository, tmp_path):
-    """The README's command line without trtpool-serve, as pasted in the checkout, on free ports (loopback
+def test_the_plain_tritonserver_command_serves(mixed_repository, tmp_path):
+    """docs/operations.md's command line without trtpool-serve, as pasted in the checkout, on free ports (loopback
     only, and a region prefix of its own): tiny serves, the models that cannot load are not ready, and
     Ctrl-C stops it with 0 and no region left."""
     repo, broken = mixed_repository
     ports = Ports()
     prefix = f"{TEST_SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
-    command = command_argv(quoted_command(".triton/bin/tritonserver"), {
+    command = command_argv(quoted_command(".triton/bin/tritonserver", OPERATIONS), {
         "/path/to/model_repository": str(repo), "--http-port=8000": f"--http-port={ports.http_port}",
         "--grpc-port=8001": f"--grpc-port={ports.grpc_port}", "--metrics-port=8002": f"--metrics-port={ports.metrics_port}"})
     assert "--load-model=*" in command
@@ -200,7 +203,7 @@ def test_serve_sh_serves_a_repository_of_ones_own_without_examples(mixed_reposit
 
 def test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path(mixed_repository, tmp_path):
     """A newcomer's shell: .venv/bin/trtpool-serve, no TRTPOOL_TRITONSERVER, no tritonserver on PATH, the log
-    on the terminal (where, without a GPU, the messages the README calls expected there are said to be)."""
+    on the terminal (where, without a GPU, the messages docs/operations.md calls expected there are said to be)."""
     repo, _ = mixed_repository
     assert shutil.which("tritonserver", path=NEWCOMER_PATH) is None
     ports = Ports()
@@ -307,7 +310,7 @@ def test_a_start_that_fails_is_reported_at_once(mixed_repository, tmp_path):
         if log is not None:
             assert "CudaDriverHelper has not been initialized" not in done.stdout
             assert "libtritoncache_local" in log.read_text()
-        if log is not None and current_gpu() is None:   # the README's promise holds with --log too
+        if log is not None and current_gpu() is None:   # the docs' promise holds with --log too
             assert "Failed to initialize NVML" in log.read_text()
             assert f"[serve] {NO_GPU_NOTE}; they are in {log}" in done.stdout.splitlines(), done.stdout
 

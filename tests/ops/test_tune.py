@@ -78,10 +78,10 @@ def regions() -> set[str]:
 
 
 def test_a_tune_writes_its_report_plot_and_a_config_that_serves(tiny, tmp_path):
-    """docs/tuning.md's command (its mode and context axes, 5 minutes of budget), with two queue
+    """docs/how-to/tune.md's command (its mode and context axes, 5 minutes of budget), with two queue
     delays and short measurement windows."""
     original = (tiny / "config.pbtxt").read_text()
-    quoted = command_argv(quoted_command(".venv/bin/trtpool-tune", "docs/tuning.md"),
+    quoted = command_argv(quoted_command(".venv/bin/trtpool-tune", "docs/how-to/tune.md"),
                           {".venv/bin/trtpool-tune": str(TRTPOOL_TUNE), "model_repository/tiny": str(tiny)})
     output = finished(run([*quoted, *WINDOW, "--queue-delays", "100,1000", "--preferred", "keep"], tmp_path))
     assert "[tune] point 1 (done 0, at most" in output and "min of budget left" in output, output

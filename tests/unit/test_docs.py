@@ -1,9 +1,10 @@
-"""The README and docs/ stay one navigable set: every page under docs/ is linked from the
-README, and every relative link in them points at a file that exists (and, with an anchor,
-at a heading of that file)."""
+"""The README, CONTRIBUTING.md and docs/ stay one navigable set: every page under docs/ can be reached
+from the README through relative links, and every relative link in every Markdown file of the
+repository points at a file that exists (and, with an anchor, at a heading of that file)."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ import pytest
 from tests.harness.docs import PAGES, ROOT
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+MARKDOWN = sorted(ROOT / name for name in subprocess.run(
+    ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"], cwd=ROOT, capture_output=True,
+    text=True, check=True).stdout.split())
 
 
 def _anchor(heading: str) -> str:
@@ -23,25 +27,44 @@ def _anchors(page: Path) -> set[str]:
     return {_anchor(line) for line in page.read_text().splitlines() if line.startswith("#")}
 
 
-def test_every_docs_page_is_linked_from_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    unlinked = [p.name for p in PAGES[1:] if f"(docs/{p.name})" not in readme]
-    assert not unlinked, f"docs pages the README does not link: {unlinked}"
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_relative_links_resolve(page: Path):
-    broken = []
+def _relative_links(page: Path) -> list[tuple[str, Path, str]]:
+    """Each relative link of a page: as written, the file or folder it names, its anchor."""
+    links = []
     for target in LINK.findall(page.read_text()):
-        if re.match(r"[a-z]+://", target):
+        if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
-        file = (page.parent / path).resolve() if path else page
+        links.append((target, (page.parent / path).resolve() if path else page.resolve(), anchor))
+    return links
+
+
+def test_every_docs_page_can_be_reached_from_the_readme():
+    """Following relative links from the README (a link to a folder reaches the pages in it)."""
+    reached: set[Path] = set()
+    todo = [(ROOT / "README.md").resolve()]
+    while todo:
+        page = todo.pop()
+        if page in reached:
+            continue
+        reached.add(page)
+        for _, file, _ in _relative_links(page):
+            if file.is_dir():
+                todo += [p.resolve() for p in file.glob("*.md")]
+            elif file.suffix == ".md" and file.is_file():
+                todo.append(file)
+    unreached = [str(p.relative_to(ROOT)) for p in PAGES if p.resolve() not in reached]
+    assert not unreached, f"pages no link from the README leads to: {unreached}"
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path):
+    broken = []
+    for target, file, anchor in _relative_links(page):
         if not file.exists():
             broken.append(target)
         elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
             broken.append(target)
-    assert not broken, f"{page.name}: broken links {broken}"
+    assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
 
 
 def test_every_parameter_trtpool_accepts_is_in_the_configuration_table():

@@ -51,11 +51,15 @@ GRAPHS = "tests/builder/test_real_graphs.py::"
 HERE = "tests/unit/test_docs_commands.py::"
 TUNE = "tests/ops/test_tune.py::"
 TUNE_VAD = "tests/corpus/test_tune.py::test_a_point_refused_for_generated_data_says_why_and_what_to_give"
+DEPLOY = "tests/ops/test_deploy_manifests.py::"
+LOAD_FAILURES = "tests/e2e/test_bad_input.py::test_models_that_cannot_load_say_why_and_others_serve"
 BENCH_HELP = HERE + "test_bench_commands_take_the_quoted_flags"
 H200 = HERE + "test_h200_stages_exist"
 PIPELINE_CLIENT = SERVE + "test_the_client_line_serve_sh_prints_works_for_a_pipeline_example"
-PIPELINE_COMMANDS = "tests/builder/test_process_folder.py::test_the_pipeline_commands_modes_md_quotes_run_as_written"
+PIPELINE_COMMANDS = ("tests/builder/test_process_folder.py::"
+                     "test_the_pipeline_commands_the_process_file_page_quotes_run_as_written")
 NO_GPU = "needs an NVIDIA GPU (none on the CI machines)"
+NO_CLUSTER = "needs a Kubernetes cluster (none here); the manifests it applies are rendered and validated"
 ON_H200 = "runs on the H200 only (bench/gpu/h200.sh stages); minutes to hours"
 LONG_BENCH = "a benchmark run of minutes, not a test (results in bench/results/)"
 TRITON_ABORT = ("tritonserver 2.51 aborting after about 250 s of a soak that cancelled streams (issue 22); "
@@ -67,7 +71,7 @@ GRPC_ERROR_ABORT = ("tritonserver 2.51 aborting on triton_grpc_error streams who
                     "(issue 37; one signature among several, seen in 1 of 2 such runs)")
 
 INVENTORY = (
-    # README.md: the two commands, the set-up, serving
+    # README.md: the two commands, the set-up; docs/operations.md: trtpool-serve
     command("scripts/serve.sh", SERVE + "test_serve_sh_serves_only_the_examples_in_MODELS"),
     command("scripts/test.sh", "tests/unit/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments"),
@@ -108,20 +112,19 @@ INVENTORY = (
     command(".triton/bin/tritonserver --model-repository=/path/to/model_repository --model-control-mode=explicit "
             "--load-model='*' --exit-on-error=false --strict-readiness=false --http-address=127.0.0.1 "
             "--grpc-address=127.0.0.1 --metrics-address=127.0.0.1 --http-port=8000 --grpc-port=8001 "
-            "--metrics-port=8002", SERVE + "test_the_readmes_plain_tritonserver_command_serves"),
+            "--metrics-port=8002", SERVE + "test_the_plain_tritonserver_command_serves"),
     text("tritonclient (HTTP / gRPC / gRPC streaming)", "the architecture diagram"),
-    # README.md: the pipeline examples
+    # docs/how-to/write-a-process-file.md: the pipeline examples
     command('MODELS="resnet50_jpeg bert_text" scripts/serve.sh', PIPELINE_CLIENT),
     command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model resnet50_jpeg "
             "--file model_repository/resnet50_jpeg/sample.jpg", PIPELINE_CLIENT),
     command("import numpy as np", PIPELINE_CLIENT),   # the README's client snippet, run whole
-    command("trtpool-model ... --process", PIPELINE_COMMANDS),
     message("CudaDriverHelper has not been initialized",
             SERVE + "test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path"),
     message("Failed to initialize NVML", SERVE + "test_trtpool_serve_finds_the_set_ups_tritonserver_with_none_on_path",
             SERVE + "test_a_start_that_fails_is_reported_at_once"),
     command("trtpool-serve --help", SERVE + "test_help_describes_every_flag_with_its_default"),
-    # README.md and docs/builder.md: your own ONNX model
+    # docs/how-to/serve-an-onnx-model.md and docs/builder.md: your own ONNX model
     command(".venv/bin/trtpool-build --onnx model.onnx --output model.plan --precision fp16 "
             "--shapes input=1x3x224x224:1x3x224x224:4x3x224x224 --shapes input=8x3x224x224:32x3x224x224:64x3x224x224 "
             "--timing-cache cache.bin", CLI + "test_the_builder_lines_the_docs_quote_run_as_written"),
@@ -192,23 +195,16 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh elastic", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh memory-breakdown memory", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh host-path-inprocess host-path-served", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh pipeline", H200, not_here=ON_H200),
     message("tensor 's' has ONNX type seq(tensor(float)), which is not a tensor: Triton carries tensors only",
             "tests/conformance/test_exporter_quirks.py::test_values_triton_cannot_carry_are_refused_by_name"),
     command("bash bench/gpu/h200.sh ceiling", H200, not_here=ON_H200),
     command("bench/gpu/h200.sh setup", H200, not_here=ON_H200),
-    command("bench/elastic.py --example resnet50 --image-size 64", BENCH_HELP, not_here=LONG_BENCH),
     text("--out bench/results/elastic_cpu.json", "the flag that writes a record; its default is ignored "
          "(tests/unit/test_outputs_ignored.py)"),
     command("bench/elastic.py", BENCH_HELP, not_here=LONG_BENCH),
-    command("bench/pipeline.py --image-size 64 --rounds 3 --seconds 10", BENCH_HELP, not_here=LONG_BENCH),
-    command("bench/pipeline.py --image-size 64 --rounds 3 --seconds 10 --pre-processes 2", BENCH_HELP,
-            not_here=LONG_BENCH),
-    command("bench/host_path.py --runtime onnxruntime ...", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/soak.py --duration 600", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right",
             not_here="10 minutes; the suite's short soak runs the same tests/harness/soak.py"),
     command("bench/soak.py", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right"),
-    command("trtpool-tune MODEL_FOLDER", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
     command(".venv/bin/trtpool-tune model_repository/tiny --concurrency 4 --modes sync,pipelined --contexts 1,2 --budget 5",
             TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
     message("[tune] next: ...", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
@@ -219,7 +215,6 @@ INVENTORY = (
     message("inputs without --shape are measured at the model's opt shapes: --shape input:1,576 --shape state:2,1,128",
             TUNE_VAD),
     command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
-    command("bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32", BENCH_HELP, not_here=LONG_BENCH),
     # docs/configuration.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
     text("contexts: auto", "a config parameter"),
@@ -288,17 +283,13 @@ INVENTORY = (
             "tests/ops/test_front_readiness_limit.py::test_a_model_cannot_ask_whether_another_is_ready_while_the_server_starts",
             not_here=RACE),
     # docs/benchmarks.md: the engine host (issue 36) and the lean runtime (issue 37) on the H200
+    command("bash bench/gpu/h200.sh engine-host-tensor host-gpu-tests", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
-    text("engine-host-tensor host-gpu-tests", "two bench/gpu/h200.sh stages run in one call (test_h200_stages_exist "
-                                               "checks the stage names of the commands above)"),
     # docs/benchmarks.md: the engine host (issue 36)
     command("bench/engine_host.py --case tiny --host-instances 1,2 --host-contexts 2 --concurrency 4,16 "
             "--interval-ms 2000 --stability 50 --out bench/results/engine_host_cpu.json", BENCH_HELP,
             not_here=LONG_BENCH),
-    text("--case resnet50 --image-size 64", "bench/engine_host.py's flags (test_bench_commands_take_the_quoted_flags "
-                                            "checks the command above)"),
-    text("--case roundtrip", "bench/engine_host.py's flag"),
     # docs/reliability.md: the engine host's faults (issue 36)
     command("TRTPOOL_HOST_CYCLES=100 scripts/test.sh tests/e2e/test_engine_host.py -k cycles",
             "tests/e2e/test_engine_host.py::test_load_unload_cycles_leave_nothing",
@@ -314,16 +305,9 @@ INVENTORY = (
          "the host's command line, which tests/harness/server.py's host_pids reads in tests/e2e/test_engine_host.py"),
     text("tritonserver -> instance 1..N (check the batch, write its tensors once into shared memory)",
          "a drawing of the request path (trtpool.host's docstring)"),
-    # docs/modes.md and docs/configuration.md: the batch faces (issue 28)
-    command("bash bench/gpu/h200.sh decode gpu-pipeline-tests pipeline-gpu", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh setup device-tests pipeline-final", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh tune-resnet50", H200, not_here=ON_H200),
+    # docs/how-to/write-a-process-file.md, docs/benchmarks.md: the batch faces (issue 28)
     command("bash bench/gpu/h200.sh tune-grid-resnet50 tune-search-resnet50", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh setup pipeline-null", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh torch-layout", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup gpu-pipeline-tests pipeline-kernel", H200, not_here=ON_H200),
-    *(text(f"git show 0f5812f:bench/results/h200/{record}", "an earlier record, kept in git's history")
-      for record in ("torch_layout.json", "gpu_decode.json", "pipeline.json")),
     text("--grid --grid-together N", "trtpool-tune flags (tests/ops/test_tune.py runs them: "
          "test_a_grid_loaded_side_by_side_measures_every_point_in_fewer_servers)"),
     text("def preprocess_batch(batch: list[dict], device: str) -> list: ...   # each request's engine inputs, "
@@ -343,12 +327,73 @@ INVENTORY = (
     text("import tensorrt", "Python"),
     text("trtpool-build ... --version-compatible", "a trtpool-build flag"),
     text("bench/lean_runtime.py", "the H200 check of the load path (bench/gpu/h200.sh lean-runtime)"),
+    # docs/how-to/: choose a mode, add a runtime, deploy on Kubernetes
+    text("mode: pipelined", "a config.pbtxt parameter, as docs/configuration.md names it"),
+    text("mode: decoupled", "a config.pbtxt parameter, as docs/configuration.md names it"),
+    text("Runtime(cfg, path)", "how trtpool.runtimes makes a registered runtime (tests/reliability/"
+         "test_config_confinement.py loads the test doubles' registration)"),
+    text("--runtime my_runtime", "trtpool-model's flag for a registered runtime (the harness writes its flaky-runtime "
+         "folders through the same option: tests/harness/repository.py)"),
+    command("kubectl kustomize", DEPLOY + "test_builtin_kinds_match_the_kubernetes_schemas"),
+    command("kubectl apply -k deploy/base", DEPLOY + "test_builtin_kinds_match_the_kubernetes_schemas",
+            not_here=NO_CLUSTER),
+    command("kubectl create namespace trtpool-h100 && kubectl apply -k deploy/overlays/h100",
+            DEPLOY + "test_overlay_pins_a_gpu_type_in_its_own_namespace", not_here=NO_CLUSTER),
+    # CONTRIBUTING.md
+    command("bash bench/gpu/h200.sh setup tests", H200, not_here=ON_H200),
+    text("bench/record.py", "the module that writes a record's command, machine and date (bench/record.py's "
+         "default_out: tests/unit/test_outputs_ignored.py)"),
+    # docs/reference/errors.md: at load
+    message("unknown parameter(s) ['contxts'] (did you mean 'contexts'?); trtpool accepts [...]", LOAD_FAILURES),
+    message("parameter 'mode': 'async' is not accepted; expected one of sync, pipelined, decoupled",
+            "tests/unit/test_serving.py::test_config_errors_name_parameter_and_accepted_values"),
+    message("input 'INPUT0' dims: config.pbtxt says [15], the model has [16]", LOAD_FAILURES),
+    message("no model file in '...': expected model.plan (TensorRT) or model.onnx (ONNX Runtime, or the torch "
+            "runtime), or set parameter 'model_file'; it holds 'tiny.onnx' (rename 'tiny.onnx' to model.onnx, or "
+            "name it in 'model_file')", LOAD_FAILURES,
+            "tests/unit/test_config_bounds.py::test_a_version_folder_without_a_model_file_names_what_it_holds"),
+    message("ONNX file '...' cannot be loaded by ONNX Runtime: ...", LOAD_FAILURES),
+    message("engine '...' has no sidecar 'model.plan.json' next to it; ...", LOAD_FAILURES,
+            "tests/unit/test_tensorrt_runtime.py::test_missing_sidecar_is_an_engine_error"),
+    message("engine '...' cannot run here: ...",
+            "tests/unit/test_tensorrt_runtime.py::test_incompatible_sidecar_is_refused_before_deserializing"),
+    message("tensorrt_rtx engines run on a GPU, but this model instance is on 'cpu'; use instance_group "
+            "[{ kind: KIND_GPU }]", LOAD_FAILURES),
+    message("engine '...' (N bytes) cannot be deserialized by ...",
+            "tests/unit/test_tensorrt_real_module.py::test_real_deserialization_refusal_carries_tensorrt_rtx_words"),
+    message("engine '...' is not version-compatible, and ...",
+            "tests/unit/test_tensorrt_lean.py::test_an_engine_that_is_not_version_compatible_is_refused_naming_the_fix"),
+    message("parameter 'contexts': N contexts of ... bytes each need ... bytes, but ... has ... free; ...",
+            "tests/unit/test_config_bounds.py::test_contexts_must_fit_in_free_memory"),
+    message("parameter 'runtime': 'nonesuch' is not a built-in runtime (...) and no installed package registers it "
+            "in the entry point group 'trtpool.runtimes' (registered: ...)",
+            "tests/reliability/test_config_confinement.py::test_an_unregistered_name_lists_what_is_registered"),
+    message("the Python backend stub mishandles numpy arrays in this serving environment (...)",
+            "tests/e2e/test_serving_environment.py::test_a_numpy2_stub_refuses_to_load_with_the_cause"),
+    message(".../process.py: defines none of preprocess(inputs), postprocess(outputs, inputs), "
+            "preprocess_batch(batch, device), postprocess_batch(outputs, batch); define at least one, or remove "
+            "the file", "tests/unit/test_stages.py::test_a_broken_process_file_stops_the_model_loading_with_the_reason"),
+    # docs/reference/errors.md: per request
+    message("input 'input_ids': shape [1, 600] is outside the model's optimization profiles; expected a shape "
+            "within ...", "tests/e2e/test_bad_input.py::test_dimension_outside_the_profile_names_input_and_range"),
+    message("the model rejected the input: ...", TUNE_VAD),
+    message("overloaded: ... requests are waiting (max_queue_size ...); retry later",
+            "tests/e2e/test_decoupled.py::test_queue_overflow_gets_an_overloaded_error"),
+    message("request cancelled before it ran",
+            "tests/unit/test_scheduler.py::test_only_requests_that_waited_are_asked_about_cancellation"),
+    message("model '...' (this front's forward_to target) sent no answer within ... s",
+            "tests/reliability/test_front_dead_target.py::"
+            "test_a_front_gives_up_on_a_dead_target_serves_again_once_it_is_reloaded_and_holds_no_stop"),
+    message("a preprocess worker process died while this request was in its pool (...); the pool was started "
+            "again: retry", "tests/unit/test_stages.py::test_preprocess_in_worker_processes_answers_as_on_threads"),
+    message("process.py postprocess() raised RuntimeError: ...",
+            "tests/unit/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
 )
 BY_TEXT = {quote.text: quote for quote in INVENTORY}
 
 
 def test_every_quote_of_the_docs_is_in_the_inventory():
-    missing = sorted({(page.name, q) for page in PAGES for q in quotes(page) if q not in BY_TEXT})
+    missing = sorted({(str(page.relative_to(ROOT)), q) for page in PAGES for q in quotes(page) if q not in BY_TEXT})
     assert not missing, "quoted but not in INVENTORY (add it with the test that runs it): " + \
         "\n".join(f"{page}: {q}" for page, q in missing)
 

@@ -206,7 +206,7 @@ def test_auto_contexts_follow_the_mode(tiny_dir, mode):
         instance.close()
 
 
-TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as the README's build example
+TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as the build example of docs/how-to/serve-an-onnx-model.md
 
 
 @pytest.mark.parametrize("batches, planned", [

@@ -7,7 +7,7 @@ under your clients' profile.
 
 Each point measured is a real tritonserver on a scratch repository (links to the
 folder's files, the candidate's config.pbtxt) driven by perf_analyzer. It searches
-rather than measuring every combination (docs/tuning.md says how), writes the chosen
+rather than measuring every combination (docs/how-to/tune.md says how), writes the chosen
 configuration beside the original as config.tuned.pbtxt (--write-config: over
 config.pbtxt, the original kept as config.pbtxt.orig), and under --out a report
 (report.md), the raw measurements (tune.json) and a plot of throughput against p99
