@@ -9,10 +9,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError, EngineError
 from trtpool.sidecar import read_sidecar
-from trtpool_builder.build import BuildOptions, build_engine
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.examples import EXAMPLES
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.installed import is_importable
 
 TINY = EXAMPLES["tiny"].serving_profiles()
 BERT = ("input_ids=1x1:8x32:32x128,attention_mask=1x1:8x32:32x128",
@@ -125,7 +125,7 @@ def test_engine_on_a_cpu_instance_is_refused_with_the_servers_message(tiny_onnx:
 
 @needs_rtx
 def test_engine_for_another_machine_is_written_with_a_note(tiny_onnx: Path, tmp_path: Path) -> None:
-    from trtpool_builder.engine_here import why_not_here
+    from trtpool_builder.engine.engine_here import why_not_here
 
     engine = build_engine(tiny_onnx, tmp_path / "tiny.plan",
                           BuildOptions(trt_module="tensorrt_rtx", shapes=TINY, compute_capability=("8.9",))).engine

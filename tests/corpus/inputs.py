@@ -55,7 +55,7 @@ PADDING_TOKEN = 256  # magika pads files shorter than its window with 256
 
 def file_bytes(shapes: Shapes, rng: np.random.Generator) -> Feed:
     """magika: windows of real text (this repository's own sources), some padded."""
-    sources = sorted(Path(__file__).resolve().parents[2].glob("builder/trtpool_builder/*.py"))
+    sources = sorted(Path(__file__).resolve().parents[2].glob("builder/trtpool_builder/**/*.py"))
     batch, window = shapes["bytes"]
     rows = []
     for _ in range(batch):

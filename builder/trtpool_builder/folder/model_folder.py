@@ -30,13 +30,13 @@ from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
-from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
-from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
-from trtpool_builder.onnx_io import external_data_files, io_specs, load_graph, save_model
-from trtpool_builder.process_folder import ProcessOptions, apply_face, place_files
-from trtpool_builder.served_copy import repair_for_serving
-from trtpool_builder.profiles import batch_only_profile, opt_batch, resolve_profiles
+from trtpool_builder.folder.load_check import Loaded, as_triton_hands_it, check_loads
+from trtpool_builder.folder.process_folder import ProcessOptions, apply_face, place_files
+from trtpool_builder.graph.batch_axis import decide_batched
+from trtpool_builder.graph.onnx_io import external_data_files, io_specs, load_graph, save_model
+from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
+from trtpool_builder.graph.served_copy import repair_for_serving
 
 ENGINE_SUFFIXES = (".plan", ".engine")
 MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "model.engine.json")
