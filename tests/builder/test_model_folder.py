@@ -155,3 +155,43 @@ def test_a_scalar_per_batch_item_travels_as_dims_1_reshaped(tmp_path: Path) -> N
     (label,) = config.output
     assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == []
     assert list(config.input[0].dims) == [4] and not config.input[0].HasField("reshape")
+
+
+def _shapeless_output_onnx(path: Path) -> Path:
+    """A graph whose output declares no shape: its folder serves a repaired copy (served_copy.py)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("repaired", [False, True], ids=["served as it is", "served as a repaired copy"])
+def test_the_onnx_file_is_parsed_once(tiny_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      repaired: bool) -> None:
+    """trtpool-model parses the user's ONNX file once and hands that graph along (signature,
+    repair, external data), whether the folder serves the file or a repaired copy of it."""
+    import onnx
+
+    model_file, shapes = (_shapeless_output_onnx(tmp_path / "relu.onnx"), ["x=1x4:2x4:8x4"]) if repaired \
+        else (tiny_onnx, TINY)
+    parsed: list[str] = []
+    load = onnx.load
+
+    def counting_load(f, *args, **kwargs):
+        parsed.append(str(f))
+        return load(f, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load", counting_load)
+    monkeypatch.setattr(onnx, "load_model", counting_load)
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path / "repo", "m", model_file, shapes, log=notes.append)
+    assert parsed == [str(model_file)]
+    assert any("declares no shape" in note for note in notes) == repaired
+    (output,) = parse(folder).output
+    assert list(output.dims) == [4]
