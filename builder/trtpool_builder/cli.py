@@ -89,7 +89,7 @@ def build_main(argv: Sequence[str] | None = None) -> int:
 
 
 def model_parser() -> argparse.ArgumentParser:
-    from trtpool.config import MODES, RUNTIMES
+    from trtpool.config import MODES, PARAMETERS, RUNTIMES
     from trtpool_builder.folder.model_folder import INSTANCE_KINDS, ServingOptions
 
     d = ServingOptions()
@@ -108,7 +108,7 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or a runtime registered in the trtpool.runtimes entry points")
     p.add_argument("--contexts", default=d.contexts, help="a fixed pool of N contexts, or auto")
     p.add_argument("--min-contexts", metavar="N", help="an elastic pool (instead of --contexts): contexts kept "
-                   "when quiet (parameter min_contexts; default 1)")
+                   f"when quiet (parameter min_contexts; default {PARAMETERS['min_contexts'].default})")
     p.add_argument("--max-contexts", metavar="N", help="an elastic pool: contexts at most (parameter "
                    "max_contexts; default: what --contexts auto sizes)")
     p.add_argument("--memory-fraction", default=d.memory_fraction,
@@ -144,9 +144,10 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", action="append", default=[], metavar="NAME:TYPE:DIMS",
                    help="with --process defining postprocess: an output clients get, e.g. SCORES:FP32:5")
     p.add_argument("--preprocess-threads", metavar="N", help="with --process: threads running preprocess "
-                   "(parameter preprocess_threads; default auto, one per core)")
+                   f"(parameter preprocess_threads; default {PARAMETERS['preprocess_threads'].default}, one per core)")
     p.add_argument("--preprocess-processes", metavar="N", help="with --process: run preprocess in N worker "
-                   "processes (parameter preprocess_processes; default 0, on the threads)")
+                   f"processes (parameter preprocess_processes; default {PARAMETERS['preprocess_processes'].default}, "
+                   "on the threads)")
     p.add_argument("--replace", action="store_true",
                    help="replace <repo>/<name> if it exists (without it, an existing folder is refused: it may "
                         "be serving)")

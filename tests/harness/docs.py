@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", re.S | re.M)
 SPAN = re.compile(r"`([^`]+)`")
 SCRIPT = re.compile(r"^(scripts|bench|deploy)/\S+\.(sh|py)$")

@@ -220,8 +220,10 @@ INVENTORY = (
             TUNE_VAD),
     command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/tune.py --cases tiny-b1-grpc,resnet50-b1-grpc --image-size 32", BENCH_HELP, not_here=LONG_BENCH),
-    # docs/configuration.md
+    # docs/configuration.md and docs/reference/parameters.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
+    command(".venv/bin/python scripts/parameters_page.py",
+            "tests/unit/test_docs.py::test_the_parameters_page_is_what_the_table_generates"),
     text("contexts: auto", "a config parameter"),
     text('backend: "trtpool"', "a config.pbtxt field"),
     message("process.py preprocess() refused input 'IMAGE' element [0]: ...",

@@ -47,10 +47,11 @@ INSTANCE_KINDS = {"auto": None, "gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc
 class ServingOptions:
     """How the model is served; the string fields become config.pbtxt parameters."""
 
-    runtime: str = "auto"            # auto: the backend picks by the file in the version folder
-    contexts: str = "auto"
-    memory_fraction: str = "0.5"
-    mode: str = "sync"               # sync | decoupled
+    # The backend's defaults (its PARAMETERS table), written out so that the folder says them.
+    runtime: str = backend_config.PARAMETERS["runtime"].default  # auto: picked by the file in the version folder
+    contexts: str = backend_config.PARAMETERS["contexts"].default
+    memory_fraction: str = backend_config.PARAMETERS["memory_fraction"].default
+    mode: str = backend_config.PARAMETERS["mode"].default        # sync | decoupled
     instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
