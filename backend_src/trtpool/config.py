@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
@@ -47,151 +47,109 @@ def _refused(key: str, text: str, accepts: str) -> ConfigError:
     return ConfigError(f"parameter '{key}': '{text}' is not accepted; expected {accepts}")
 
 
-class Kind(Protocol):
-    """How a parameter's text is read: `accepts` says what it takes, in the docs and in refusals."""
-
-    @property
-    def accepts(self) -> str: ...
-
-    def read(self, key: str, text: str) -> Any: ...
-
-
 @dataclass(frozen=True)
-class Whole:
-    minimum: int
-    maximum: int
+class Kind:
+    """How a parameter's text is read: `accepts` says what it takes (in the docs and in the
+    refusals); `read(key, text)` gives the value, or raises a ConfigError naming the key."""
 
-    @property
-    def accepts(self) -> str:
-        return f"a whole number from {self.minimum} to {self.maximum}"
+    accepts: str
+    read: Callable[[str, str], Any]
 
-    def read(self, key: str, text: str) -> int:
+
+def whole(minimum: int, maximum: int) -> Kind:
+    accepts = f"a whole number from {minimum} to {maximum}"
+
+    def read(key: str, text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected {self.accepts}") from None
-        if value < self.minimum:
-            raise ConfigError(f"parameter '{key}': {value} is too small; expected {self.accepts}")
-        if value > self.maximum:
-            raise ConfigError(f"parameter '{key}': {value} is too large; expected {self.accepts}")
+            raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected {accepts}") from None
+        if value < minimum:
+            raise ConfigError(f"parameter '{key}': {value} is too small; expected {accepts}")
+        if value > maximum:
+            raise ConfigError(f"parameter '{key}': {value} is too large; expected {accepts}")
         return value
 
-
-@dataclass(frozen=True)
-class AutoOr:
-    """`auto` (read as None: decided when the model loads) or a whole number."""
-
-    number: Whole
-
-    @property
-    def accepts(self) -> str:
-        return f"auto, or {self.number.accepts}"
-
-    def read(self, key: str, text: str) -> int | None:
-        return None if text == "auto" else self.number.read(key, text)
+    return Kind(accepts, read)
 
 
-@dataclass(frozen=True)
-class Choice:
-    values: tuple[str, ...]
+def auto_or(number: Kind) -> Kind:
+    """`auto` (read as None: decided when the model loads) or a number."""
+    return Kind(f"auto, or {number.accepts}", lambda key, text: None if text == "auto" else number.read(key, text))
 
-    @property
-    def accepts(self) -> str:
-        return "one of " + ", ".join(self.values)
 
-    def read(self, key: str, text: str) -> str:
-        if text not in self.values:
-            raise _refused(key, text, self.accepts)
+def choice(values: tuple[str, ...]) -> Kind:
+    accepts = "one of " + ", ".join(values)
+
+    def read(key: str, text: str) -> str:
+        if text not in values:
+            raise _refused(key, text, accepts)
         return text
 
+    return Kind(accepts, read)
 
-@dataclass(frozen=True)
-class Positive:
+
+def positive(maximum: float, accepts: str) -> Kind:
     """A number above 0 and at most `maximum`."""
-
-    maximum: float
-    accepts: str
-
-    def read(self, key: str, text: str) -> float:
+    def read(key: str, text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = -1.0
-        if not 0 < value <= self.maximum:
-            raise _refused(key, text, self.accepts)
+        if not 0 < value <= maximum:
+            raise _refused(key, text, accepts)
         return value
 
+    return Kind(accepts, read)
 
-@dataclass(frozen=True)
-class Sizes:
+
+def sizes(maximum: int) -> Kind:
     """Sizes like 32,64,128, read sorted and without repeats."""
-
-    maximum: int
-
-    @property
-    def accepts(self) -> str:
-        return f"sizes like 32,64,128, each from 1 to {self.maximum}"
-
-    def read(self, key: str, text: str) -> tuple[int, ...]:
+    def read(key: str, text: str) -> tuple[int, ...]:
         try:
-            sizes = tuple(sorted({int(part) for part in text.split(",")}))
+            found = tuple(sorted({int(part) for part in text.split(",")}))
         except ValueError:
             raise _refused(key, text, "sizes like 32,64,128") from None
-        if sizes[0] < 1 or sizes[-1] > self.maximum:
-            raise ConfigError(f"parameter '{key}': every size in '{text}' must be from 1 to {self.maximum}")
-        return sizes
+        if found[0] < 1 or found[-1] > maximum:
+            raise ConfigError(f"parameter '{key}': every size in '{text}' must be from 1 to {maximum}")
+        return found
+
+    return Kind(f"sizes like 32,64,128, each from 1 to {maximum}", read)
 
 
-class RuntimeName:
+def any_text(accepts: str) -> Kind:
+    """Any text: a key trtpool takes but reads elsewhere (a front's target) or not at all (Triton's)."""
+    return Kind(accepts, lambda key, value: value)
+
+
+def _runtime(key: str, text: str) -> str:
     """A built-in runtime, or the name of one registered in the RUNTIME_ENTRY_POINTS group
     (looked up when the model loads: trtpool.runtimes.load_runtime)."""
-
-    accepts = f"one of {', '.join(RUNTIMES)}, or a registered runtime's name"
-
-    def read(self, key: str, text: str) -> str:
-        if text in RUNTIMES or _REGISTERED_NAME.fullmatch(text):
-            return text
-        raise ConfigError(
-            f"parameter '{key}': '{text}' is not accepted; expected one of {', '.join(RUNTIMES)}, or the name "
-            f"of a runtime that a package installed in the serving environment registers in the entry point "
-            f"group '{RUNTIME_ENTRY_POINTS}' (a config names a runtime, never code such as module:Class)"
-        )
+    if text in RUNTIMES or _REGISTERED_NAME.fullmatch(text):
+        return text
+    raise ConfigError(
+        f"parameter '{key}': '{text}' is not accepted; expected one of {', '.join(RUNTIMES)}, or the name "
+        f"of a runtime that a package installed in the serving environment registers in the entry point "
+        f"group '{RUNTIME_ENTRY_POINTS}' (a config names a runtime, never code such as module:Class)"
+    )
 
 
-class FileName:
+def _file_name(key: str, text: str) -> str:
     """A file name the operating system can take: no NUL byte, no name past its limits."""
-
-    accepts = "a file in the version folder"
-
-    def read(self, key: str, text: str) -> str:
-        if "\0" in text:
-            raise ConfigError(f"parameter '{key}' contains a NUL byte; expected a file name inside the model's "
-                              "version folder, such as model.onnx")
-        longest = max((len(part.encode()) for part in text.split("/")), default=0)
-        if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
-            raise ConfigError(f"parameter '{key}' is {len(text)} characters long; expected a file name inside "
-                              f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
-                              f"{MAX_PATH} in all, such as model.onnx")
-        return text
+    if "\0" in text:
+        raise ConfigError(f"parameter '{key}' contains a NUL byte; expected a file name inside the model's "
+                          "version folder, such as model.onnx")
+    longest = max((len(part.encode()) for part in text.split("/")), default=0)
+    if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
+        raise ConfigError(f"parameter '{key}' is {len(text)} characters long; expected a file name inside "
+                          f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
+                          f"{MAX_PATH} in all, such as model.onnx")
+    return text
 
 
-class Profiles:
+def _profiles(key: str, text: str) -> tuple[dict[str, ShapeRange], ...]:
     """Shape ranges (trtpool.shapes), ';' between optimization profiles."""
-
-    accepts = "shape ranges NAME=MIN:OPT:MAX, ',' between inputs, ';' between profiles"
-
-    def read(self, key: str, text: str) -> tuple[dict[str, ShapeRange], ...]:
-        return tuple(parse_profile(part) for part in text.split(";") if part.strip())
-
-
-@dataclass(frozen=True)
-class Text:
-    """Any text: a key trtpool takes but reads elsewhere (a front's target) or not at all (Triton's)."""
-
-    accepts: str
-
-    def read(self, key: str, text: str) -> str:
-        return text
+    return tuple(parse_profile(part) for part in text.split(";") if part.strip())
 
 
 @dataclass(frozen=True)
@@ -202,59 +160,61 @@ class Parameter:
     doc: str             # one line: what it does (docs/reference/parameters.md)
 
 
-_THREADS = AutoOr(Whole(1, MAX_CONTEXTS))
+_COUNT = auto_or(whole(1, MAX_CONTEXTS))  # contexts and the process.py stages' threads
 PARAMETERS = {p.key: p for p in (
-    Parameter("runtime", RuntimeName(), "auto",
+    Parameter("runtime", Kind(f"one of {', '.join(RUNTIMES)}, or a registered runtime's name", _runtime),
+              "auto",
               "which runtime serves the model; auto picks by the file in the version folder"),
-    Parameter("model_file", FileName(), "",
+    Parameter("model_file", Kind("a file in the version folder", _file_name), "",
               "the model file; unset: the runtime's usual name (model.plan, model.onnx)"),
-    Parameter("contexts", AutoOr(Whole(1, MAX_CONTEXTS)), "auto",
+    Parameter("contexts", _COUNT, "auto",
               "a fixed pool of N contexts; auto: as many as fit in memory_fraction of free memory"),
-    Parameter("min_contexts", Whole(1, MAX_CONTEXTS), "1",
+    Parameter("min_contexts", whole(1, MAX_CONTEXTS), "1",
               "an elastic pool: the contexts kept when quiet (set it or max_contexts for an elastic pool)"),
-    Parameter("max_contexts", Whole(1, MAX_CONTEXTS), None,
+    Parameter("max_contexts", whole(1, MAX_CONTEXTS), None,
               "an elastic pool: the most contexts; unset: what contexts auto sizes"),
-    Parameter("grow_after_wait_microseconds", Whole(0, MAX_WAIT_US), "500",
+    Parameter("grow_after_wait_microseconds", whole(0, MAX_WAIT_US), "500",
               "an elastic pool grows when a batch has waited this long with every context busy"),
     Parameter("shrink_after_idle_seconds",
-              Positive(MAX_IDLE_S, f"a number of seconds above 0 and at most {MAX_IDLE_S:g}"), "60",
+              positive(MAX_IDLE_S, f"a number of seconds above 0 and at most {MAX_IDLE_S:g}"), "60",
               "an elastic pool closes a context that has not run for this long"),
-    Parameter("memory_fraction", Positive(1.0, "a number in (0, 1]"), "0.5",
+    Parameter("memory_fraction", positive(1.0, "a number in (0, 1]"), "0.5",
               "the share of the device's free memory that contexts auto may use"),
-    Parameter("mode", Choice(MODES), "sync",
+    Parameter("mode", choice(MODES), "sync",
               "how batches run: one in flight (sync), several (pipelined), or gRPC streams (decoupled)"),
-    Parameter("profile", Profiles(), "",
+    Parameter("profile", Kind("shape ranges NAME=MIN:OPT:MAX, ',' between inputs, ';' between profiles",
+                              _profiles), "",
               "an ONNX file's shape ranges (an engine carries its own)"),
-    Parameter("max_queue_size", Whole(1, MAX_QUEUE_SIZE), "256",
+    Parameter("max_queue_size", whole(1, MAX_QUEUE_SIZE), "256",
               "decoupled mode, and a process.py's preprocessing: requests waiting beyond this are refused"),
-    Parameter("batch_wait_microseconds", Whole(0, MAX_WAIT_US), "500",
+    Parameter("batch_wait_microseconds", whole(0, MAX_WAIT_US), "500",
               f"decoupled mode: the wait to fill a batch; an engine host's wait for other instances' "
               f"batches (unset there: {HOST_BATCH_WAIT_US})"),
-    Parameter("cancel_check_after_microseconds", Whole(0, MAX_WAIT_US), "10000",
+    Parameter("cancel_check_after_microseconds", whole(0, MAX_WAIT_US), "10000",
               "decoupled mode: requests queued this long are asked whether their client cancelled them"),
-    Parameter("response_threads", Whole(1, MAX_CONTEXTS), "1",
+    Parameter("response_threads", whole(1, MAX_CONTEXTS), "1",
               "pipelined mode: the threads that send one batch's responses"),
-    Parameter("forward_to", Text("a decoupled trtpool model in the same repository"), None,
+    Parameter("forward_to", any_text("a decoupled trtpool model in the same repository"), None,
               "makes this model a unary front for that model"),
-    Parameter("precision", Choice(PRECISIONS), "fp32",
+    Parameter("precision", choice(PRECISIONS), "fp32",
               "the torch runtime's compute precision; other runtimes ignore it"),
-    Parameter("sequence_buckets", Sizes(MAX_SEQUENCE_BUCKET), None,
+    Parameter("sequence_buckets", sizes(MAX_SEQUENCE_BUCKET), None,
               "the torch runtime pads dynamic non-batch dimensions up to these sizes"),
-    Parameter("metrics_interval_ms", Whole(0, MAX_METRICS_INTERVAL_MS), "1000",
+    Parameter("metrics_interval_ms", whole(0, MAX_METRICS_INTERVAL_MS), "1000",
               "how often trtpool's metrics reach Triton's; 0: after every batch"),
-    Parameter("cuda_graphs", Choice(SWITCHES), "on",
+    Parameter("cuda_graphs", choice(SWITCHES), "on",
               "the TensorRT runtime captures and replays CUDA graphs"),
-    Parameter("preprocess_threads", _THREADS, "auto",
+    Parameter("preprocess_threads", _COUNT, "auto",
               "a process.py's preprocess threads; auto: one per core (the batch face: one per context)"),
-    Parameter("postprocess_threads", _THREADS, "auto",
+    Parameter("postprocess_threads", _COUNT, "auto",
               "a process.py's postprocess threads; auto: one per core"),
-    Parameter("preprocess_processes", Whole(0, MAX_CONTEXTS), "0",
+    Parameter("preprocess_processes", whole(0, MAX_CONTEXTS), "0",
               "a process.py's preprocess runs in N worker processes; 0: on the preprocess threads"),
-    Parameter("process_faces", Choice(PROCESS_FACES), "auto",
+    Parameter("process_faces", choice(PROCESS_FACES), "auto",
               "which of a process.py's faces serve: per request, per batch, or auto (batch on a GPU)"),
-    Parameter("engine_host", Choice(ENGINE_HOST), "auto",
+    Parameter("engine_host", choice(ENGINE_HOST), "auto",
               "on: one process per device owns the model and its contexts; auto is off"),
-    Parameter("FORCE_CPU_ONLY_INPUT_TENSORS", Text("yes (Triton's default), no"), None,
+    Parameter("FORCE_CPU_ONLY_INPUT_TENSORS", any_text("yes (Triton's default), no"), None,
               "Triton's Python-backend parameter, read by Triton: no leaves GPU inputs on the GPU"),
 )}
 KNOWN_KEYS = frozenset(PARAMETERS)
