@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from bench.paired import arguments, serve_and_alternate, write_record  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from trtpool_builder.examples import get_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder  # noqa: E402
 
 
 def main() -> None:

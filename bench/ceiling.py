@@ -39,7 +39,7 @@ from bench.record import default_out, provenance, write_json  # noqa: E402
 from bench.stub_profile import stub_profile  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
-from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
+from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 
 # name: (contexts, mode, extra parameters)
 VARIANTS = {

@@ -31,7 +31,7 @@ from trtpool import config as pool_config  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 MODELS = {"sync": "trtpool_sync", "pipelined": "trtpool_pipelined", "decoupled": "trtpool_decoupled", "naive": "naive"}
 TRTPOOL_MODES = ("sync", "pipelined", "decoupled")

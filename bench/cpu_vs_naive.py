@@ -32,7 +32,7 @@ from tests.harness.server import TritonServer  # noqa: E402
 from trtpool import config as pool_config  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import read_config  # noqa: E402
+from trtpool_builder.folder.model_folder import read_config  # noqa: E402
 
 
 def ratios(rows: dict[str, list[dict]], first: str, second: str) -> dict:

@@ -50,7 +50,7 @@ from tests.harness.repository import set_parameters  # noqa: E402
 from trtpool.config import Elasticity  # noqa: E402
 from tests.harness.server import TritonServer, rss_bytes  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder  # noqa: E402
 
 MIB = 2**20
 IDLE, BUSY, STOP = 0, 1, -1  # a client's control value

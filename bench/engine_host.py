@@ -43,10 +43,10 @@ from tests.harness.pipelines import add_mode, as_request, images, set_process_se
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
-from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
-from trtpool_builder.load_check import as_triton_hands_it  # noqa: E402
-from trtpool_builder.model_folder import read_config, write_config  # noqa: E402
+from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
+from trtpool_builder.folder.load_check import as_triton_hands_it  # noqa: E402
+from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 
 JPEG_BATCH = 64   # today's record batches up to 64 files (README)
 KEYS = {  # the headline keys: (case, variant family, transport)

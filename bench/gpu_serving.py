@@ -34,7 +34,7 @@ from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 
 def example_options(example: str, args) -> dict:

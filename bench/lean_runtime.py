@@ -185,7 +185,7 @@ def write_rtx_engine(path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper
 
-    from trtpool_builder.build import BuildOptions, build_engine
+    from trtpool_builder.engine.build import BuildOptions, build_engine
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],

@@ -82,9 +82,9 @@ from tests.harness.pipelines import (  # noqa: E402
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
-from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.examples import get_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 # The stage models' common start: import the folder's process.py and set it up.
 PROCESS_MODEL_HEAD = '''

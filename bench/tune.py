@@ -49,7 +49,7 @@ from bench.paired import compared  # noqa: E402
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.server import TRITONSERVER  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
-from trtpool_builder.model_folder import read_config  # noqa: E402
+from trtpool_builder.folder.model_folder import read_config  # noqa: E402
 from trtpool_ops.tune import perf  # noqa: E402
 from trtpool_ops.tune.measure import Measurer, figures, serving  # noqa: E402
 from trtpool_ops.tune.profile import ClientProfile  # noqa: E402

@@ -100,7 +100,7 @@ def build(folder: Path, out: Path) -> None:
         results[name] = entry
         print(name, {k: v["rc"] for k, v in entry.items()}, flush=True)
     exported = json.loads((folder / "versions.json").read_text())
-    from trtpool_builder.trt_module import load_trt
+    from trtpool_builder.engine.trt_module import load_trt
 
     trt, _ = load_trt(None)
     fp16_failed = sorted(n for n, e in results.items() if e["fp16"]["rc"] != 0)

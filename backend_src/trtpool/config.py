@@ -1,38 +1,15 @@
 """The model config's ``parameters`` read and validated into one frozen dataclass.
 
-    parameters [
-      { key: "runtime"         value: { string_value: "auto" } },   # auto | tensorrt | tensorrt_rtx | onnxruntime | torch | a registered name
-      { key: "model_file"      value: { string_value: "" } },       # in the version folder; default: the runtime's usual name
-      { key: "contexts"        value: { string_value: "auto" } },   # N (1 to 64, what fits in memory), or auto: sized from free memory
-      { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
-      { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: auto's size)
-      { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
-      { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
-      { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
-      { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
-      { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
-      { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
-      { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch (500);
-                                                                   # engine host: wait for other instances' (0)
-      { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
-      { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
-      { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
-      { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
-      { key: "sequence_buckets" value: { string_value: "" } },         # torch runtime: pad dynamic dims, e.g. 32,64,128
-      { key: "metrics_interval_ms" value: { string_value: "1000" } },  # trtpool's metrics to Triton; 0: every batch
-      { key: "cuda_graphs"     value: { string_value: "on" } },        # TensorRT runtime: on | off
-      { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
-      { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
-      { key: "preprocess_processes" value: { string_value: "0" } },    # process.py: worker processes for preprocess
-      { key: "process_faces"   value: { string_value: "auto" } },      # process.py: auto | request | batch (stages.py)
-      { key: "engine_host"     value: { string_value: "auto" } },      # auto | on | off: one process owns the model (trtpool.host)
-      { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
-    ]
+PARAMETERS is their one table: each key with how its text is read, its default, the values
+it accepts and a line on what it does. It drives `load` (each value and each refusal, which
+names the key and the accepted values), the unknown-key check, and the reference page
+docs/reference/parameters.md, which scripts/parameters_page.py writes from it.
 """
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,14 +25,6 @@ RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")
 RUNTIME_ENTRY_POINTS = "trtpool.runtimes"
 _REGISTERED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MODES = ("sync", "pipelined", "decoupled")
-KNOWN_KEYS = {
-    "runtime", "model_file", "contexts", "memory_fraction", "mode", "profile",
-    "max_queue_size", "batch_wait_microseconds", "cancel_check_after_microseconds", "forward_to", "precision",
-    "metrics_interval_ms", "sequence_buckets", "response_threads", "cuda_graphs",
-    "FORCE_CPU_ONLY_INPUT_TENSORS", "min_contexts", "max_contexts", "grow_after_wait_microseconds",
-    "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads", "preprocess_processes",
-    "process_faces", "engine_host",
-}
 PROCESS_FACES = ("auto", "request", "batch")  # trtpool.stages.choose_faces
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
@@ -69,20 +38,218 @@ MAX_SEQUENCE_BUCKET = 1_048_576
 MAX_FILE_NAME, MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
 SWITCHES = ("on", "off")
 ENGINE_HOST = ("auto", "on", "off")
+# Unset, an engine host waits for nothing: Triton's dynamic batcher already waited for this
+# batch, and the batches that queue while the host's workers are busy are merged anyway.
+HOST_BATCH_WAIT_US = 0
+
+
+def _refused(key: str, text: str, accepts: str) -> ConfigError:
+    return ConfigError(f"parameter '{key}': '{text}' is not accepted; expected {accepts}")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a parameter's text is read: `accepts` says what it takes (in the docs and in the
+    refusals); `read(key, text)` gives the value, or raises a ConfigError naming the key."""
+
+    accepts: str
+    read: Callable[[str, str], Any]
+
+
+def whole(minimum: int, maximum: int) -> Kind:
+    accepts = f"a whole number from {minimum} to {maximum}"
+
+    def read(key: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected {accepts}") from None
+        if value < minimum:
+            raise ConfigError(f"parameter '{key}': {value} is too small; expected {accepts}")
+        if value > maximum:
+            raise ConfigError(f"parameter '{key}': {value} is too large; expected {accepts}")
+        return value
+
+    return Kind(accepts, read)
+
+
+def auto_or(number: Kind) -> Kind:
+    """`auto` (read as None: decided when the model loads) or a number."""
+    return Kind(f"auto, or {number.accepts}", lambda key, text: None if text == "auto" else number.read(key, text))
+
+
+def choice(values: tuple[str, ...]) -> Kind:
+    accepts = "one of " + ", ".join(values)
+
+    def read(key: str, text: str) -> str:
+        if text not in values:
+            raise _refused(key, text, accepts)
+        return text
+
+    return Kind(accepts, read)
+
+
+def positive(maximum: float, accepts: str) -> Kind:
+    """A number above 0 and at most `maximum`."""
+    def read(key: str, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value <= maximum:
+            raise _refused(key, text, accepts)
+        return value
+
+    return Kind(accepts, read)
+
+
+def sizes(maximum: int) -> Kind:
+    """Sizes like 32,64,128, read sorted and without repeats."""
+    def read(key: str, text: str) -> tuple[int, ...]:
+        try:
+            found = tuple(sorted({int(part) for part in text.split(",")}))
+        except ValueError:
+            raise _refused(key, text, "sizes like 32,64,128") from None
+        if found[0] < 1 or found[-1] > maximum:
+            raise ConfigError(f"parameter '{key}': every size in '{text}' must be from 1 to {maximum}")
+        return found
+
+    return Kind(f"sizes like 32,64,128, each from 1 to {maximum}", read)
+
+
+def any_text(accepts: str) -> Kind:
+    """Any text: a key trtpool takes but reads elsewhere (a front's target) or not at all (Triton's)."""
+    return Kind(accepts, lambda key, value: value)
+
+
+def _runtime(key: str, text: str) -> str:
+    """A built-in runtime, or the name of one registered in the RUNTIME_ENTRY_POINTS group
+    (looked up when the model loads: trtpool.runtimes.load_runtime)."""
+    if text in RUNTIMES or _REGISTERED_NAME.fullmatch(text):
+        return text
+    raise ConfigError(
+        f"parameter '{key}': '{text}' is not accepted; expected one of {', '.join(RUNTIMES)}, or the name "
+        f"of a runtime that a package installed in the serving environment registers in the entry point "
+        f"group '{RUNTIME_ENTRY_POINTS}' (a config names a runtime, never code such as module:Class)"
+    )
+
+
+def _file_name(key: str, text: str) -> str:
+    """A file name the operating system can take: no NUL byte, no name past its limits."""
+    if "\0" in text:
+        raise ConfigError(f"parameter '{key}' contains a NUL byte; expected a file name inside the model's "
+                          "version folder, such as model.onnx")
+    longest = max((len(part.encode()) for part in text.split("/")), default=0)
+    if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
+        raise ConfigError(f"parameter '{key}' is {len(text)} characters long; expected a file name inside "
+                          f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
+                          f"{MAX_PATH} in all, such as model.onnx")
+    return text
+
+
+def _profiles(key: str, text: str) -> tuple[dict[str, ShapeRange], ...]:
+    """Shape ranges (trtpool.shapes), ';' between optimization profiles."""
+    return tuple(parse_profile(part) for part in text.split(";") if part.strip())
+
+
+@dataclass(frozen=True)
+class Parameter:
+    key: str
+    kind: Kind
+    default: str | None  # what an unset or empty value stands for; None: unset means none
+    doc: str             # one line: what it does (docs/reference/parameters.md)
+
+
+_COUNT = auto_or(whole(1, MAX_CONTEXTS))  # contexts and the process.py stages' threads
+PARAMETERS = {p.key: p for p in (
+    Parameter("runtime", Kind(f"one of {', '.join(RUNTIMES)}, or a registered runtime's name", _runtime),
+              "auto",
+              "which runtime serves the model; auto picks by the file in the version folder"),
+    Parameter("model_file", Kind("a file in the version folder", _file_name), "",
+              "the model file; unset: the runtime's usual name (model.plan, model.onnx)"),
+    Parameter("contexts", _COUNT, "auto",
+              "a fixed pool of N contexts; auto: as many as fit in memory_fraction of free memory"),
+    Parameter("min_contexts", whole(1, MAX_CONTEXTS), "1",
+              "an elastic pool: the contexts kept when quiet (set it or max_contexts for an elastic pool)"),
+    Parameter("max_contexts", whole(1, MAX_CONTEXTS), None,
+              "an elastic pool: the most contexts; unset: what contexts auto sizes"),
+    Parameter("grow_after_wait_microseconds", whole(0, MAX_WAIT_US), "500",
+              "an elastic pool grows when a batch has waited this long with every context busy"),
+    Parameter("shrink_after_idle_seconds",
+              positive(MAX_IDLE_S, f"a number of seconds above 0 and at most {MAX_IDLE_S:g}"), "60",
+              "an elastic pool closes a context that has not run for this long"),
+    Parameter("memory_fraction", positive(1.0, "a number in (0, 1]"), "0.5",
+              "the share of the device's free memory that contexts auto may use"),
+    Parameter("mode", choice(MODES), "sync",
+              "how batches run: one in flight (sync), several (pipelined), or gRPC streams (decoupled)"),
+    Parameter("profile", Kind("shape ranges NAME=MIN:OPT:MAX, ',' between inputs, ';' between profiles",
+                              _profiles), "",
+              "an ONNX file's shape ranges (an engine carries its own)"),
+    Parameter("max_queue_size", whole(1, MAX_QUEUE_SIZE), "256",
+              "decoupled mode, and a process.py's preprocessing: requests waiting beyond this are refused"),
+    Parameter("batch_wait_microseconds", whole(0, MAX_WAIT_US), "500",
+              f"decoupled mode: the wait to fill a batch; an engine host's wait for other instances' "
+              f"batches (unset there: {HOST_BATCH_WAIT_US})"),
+    Parameter("cancel_check_after_microseconds", whole(0, MAX_WAIT_US), "10000",
+              "decoupled mode: requests queued this long are asked whether their client cancelled them"),
+    Parameter("response_threads", whole(1, MAX_CONTEXTS), "1",
+              "pipelined mode: the threads that send one batch's responses"),
+    Parameter("forward_to", any_text("a decoupled trtpool model in the same repository"), None,
+              "makes this model a unary front for that model"),
+    Parameter("precision", choice(PRECISIONS), "fp32",
+              "the torch runtime's compute precision; other runtimes ignore it"),
+    Parameter("sequence_buckets", sizes(MAX_SEQUENCE_BUCKET), None,
+              "the torch runtime pads dynamic non-batch dimensions up to these sizes"),
+    Parameter("metrics_interval_ms", whole(0, MAX_METRICS_INTERVAL_MS), "1000",
+              "how often trtpool's metrics reach Triton's; 0: after every batch"),
+    Parameter("cuda_graphs", choice(SWITCHES), "on",
+              "the TensorRT runtime captures and replays CUDA graphs"),
+    Parameter("preprocess_threads", _COUNT, "auto",
+              "a process.py's preprocess threads; auto: one per core (the batch face: one per context)"),
+    Parameter("postprocess_threads", _COUNT, "auto",
+              "a process.py's postprocess threads; auto: one per core"),
+    Parameter("preprocess_processes", whole(0, MAX_CONTEXTS), "0",
+              "a process.py's preprocess runs in N worker processes; 0: on the preprocess threads"),
+    Parameter("process_faces", choice(PROCESS_FACES), "auto",
+              "which of a process.py's faces serve: per request, per batch, or auto (batch on a GPU)"),
+    Parameter("engine_host", choice(ENGINE_HOST), "auto",
+              "on: one process per device owns the model and its contexts; auto is off"),
+    Parameter("FORCE_CPU_ONLY_INPUT_TENSORS", any_text("yes (Triton's default), no"), None,
+              "Triton's Python-backend parameter, read by Triton: no leaves GPU inputs on the GPU"),
+)}
+KNOWN_KEYS = frozenset(PARAMETERS)
+
+
+def given(params: Mapping[str, str], key: str) -> bool:
+    return bool(params.get(key, "").strip())
+
+
+def value(params: Mapping[str, str], key: str) -> Any:
+    """The parameter's value read by its kind; unset or empty: its default's (None where it has none)."""
+    parameter = PARAMETERS[key]
+    text = params.get(key, "").strip() or parameter.default
+    return None if text is None else parameter.kind.read(key, text)
+
+
+def default(key: str) -> Any:
+    """The value an unset parameter has."""
+    return value({}, key)
 
 
 @dataclass(frozen=True)
 class Elasticity:
     """An elastic pool's bounds and policy (trtpool.pool.ContextPool)."""
 
-    min_contexts: int = 1
+    min_contexts: int = default("min_contexts")
     max_contexts: int | None = None  # None: contexts: auto's size (at least min_contexts)
-    grow_after_wait_us: int = 500    # grow when a batch has waited this long with every context busy
-    shrink_after_idle_s: float = 60.0  # close a context that has not run for this long
+    grow_after_wait_us: int = default("grow_after_wait_microseconds")  # every context busy this long: grow
+    shrink_after_idle_s: float = default("shrink_after_idle_seconds")  # a context idle this long: close it
 
 
 @dataclass(frozen=True)
 class PoolConfig:
+    """The parameters as read; every field is filled by `load` (defaults live in PARAMETERS)."""
+
     model_name: str
     version_dir: Path
     runtime: str
@@ -97,17 +264,17 @@ class PoolConfig:
     cancel_check_after_us: int
     max_batch_size: int
     device: str                   # "cpu" or "cuda:N"
-    precision: str = "fp32"       # the torch runtime's compute precision
-    metrics_interval_ms: int = 1000  # how often trtpool's metrics reach Triton; 0: after every batch
-    sequence_buckets: tuple[int, ...] | None = None  # the torch runtime's padding of dynamic dims
-    response_threads: int = 1     # pipelined mode: threads that send one batch's responses at once
-    cuda_graphs: bool = True      # the TensorRT runtime captures and replays CUDA graphs
-    elastic: Elasticity | None = None  # None: a fixed pool of `contexts`
-    preprocess_threads: int | None = None  # process.py's preprocess workers; None (auto): see instance.py
-    postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
-    preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
-    process_faces: str = "auto"   # which of process.py's faces serve (trtpool.stages.choose_faces)
-    engine_host: str = "auto"     # auto | on | off (engine_host_on)
+    precision: str                # the torch runtime's compute precision
+    metrics_interval_ms: int      # how often trtpool's metrics reach Triton; 0: after every batch
+    sequence_buckets: tuple[int, ...] | None  # the torch runtime's padding of dynamic dims
+    response_threads: int         # pipelined mode: threads that send one batch's responses at once
+    cuda_graphs: bool             # the TensorRT runtime captures and replays CUDA graphs
+    elastic: Elasticity | None    # None: a fixed pool of `contexts`
+    preprocess_threads: int | None  # process.py's preprocess workers; None (auto): see instance.py
+    postprocess_threads: int      # process.py's postprocess workers (auto: stage_threads)
+    preprocess_processes: int     # worker processes running preprocess (0: on the pre threads)
+    process_faces: str            # which of process.py's faces serve (trtpool.stages.choose_faces)
+    engine_host: str              # auto | on | off (engine_host_on)
 
     @property
     def most_contexts(self) -> int | None:
@@ -130,20 +297,6 @@ def parameters_of(model_config: dict[str, Any]) -> dict[str, str]:
     return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
 
 
-def _whole_number(params: dict[str, str], key: str, default: int, maximum: int, minimum: int = 1) -> int:
-    text = params.get(key, "").strip() or str(default)
-    accepted = f"a whole number from {minimum} to {maximum}"
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"parameter '{key}': '{text}' is not an integer; expected {accepted}") from None
-    if value < minimum:
-        raise ConfigError(f"parameter '{key}': {value} is too small; expected {accepted}")
-    if value > maximum:
-        raise ConfigError(f"parameter '{key}': {value} is too large; expected {accepted}")
-    return value
-
-
 def stage_threads() -> int:
     """process.py's workers per stage when the config says auto: one per core, since Pillow's
     decode and resize release the GIL (BENCHMARKS.md, "Decode library": on the shared 2-core
@@ -151,80 +304,10 @@ def stage_threads() -> int:
     return max(1, min(MAX_CONTEXTS, len(os.sched_getaffinity(0))))
 
 
-def _is_auto(params: dict[str, str], key: str) -> bool:
-    return params.get(key, "").strip() in ("", "auto")
-
-
-def _threads(params: dict[str, str], key: str) -> int:
-    if _is_auto(params, key):
-        return stage_threads()
-    return _whole_number(params, key, 1, MAX_CONTEXTS)
-
-
-def _choice(params: dict[str, str], key: str, accepted: tuple[str, ...], default: str) -> str:
-    value = params.get(key, "").strip() or default
-    if value not in accepted:
-        raise ConfigError(f"parameter '{key}': '{value}' is not accepted; expected one of {', '.join(accepted)}")
-    return value
-
-
-def _runtime(params: dict[str, str]) -> str:
-    """A built-in runtime, or the name of one registered in the RUNTIME_ENTRY_POINTS
-    group (looked up when the model loads: trtpool.runtimes.load_runtime)."""
-    value = params.get("runtime", "").strip() or "auto"
-    if value in RUNTIMES or _REGISTERED_NAME.fullmatch(value):
-        return value
-    raise ConfigError(
-        f"parameter 'runtime': '{value}' is not accepted; expected one of {', '.join(RUNTIMES)}, or the name "
-        f"of a runtime that a package installed in the serving environment registers in the entry point "
-        f"group '{RUNTIME_ENTRY_POINTS}' (a config names a runtime, never code such as module:Class)"
-    )
-
-
-def _model_file(params: dict[str, str]) -> str:
-    """A file name the operating system can take: no NUL byte, no name past its limits."""
-    text = params.get("model_file", "").strip()
-    if "\0" in text:
-        raise ConfigError("parameter 'model_file' contains a NUL byte; expected a file name inside the model's "
-                          "version folder, such as model.onnx")
-    longest = max((len(part.encode()) for part in text.split("/")), default=0)
-    if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
-        raise ConfigError(f"parameter 'model_file' is {len(text)} characters long; expected a file name inside "
-                          f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
-                          f"{MAX_PATH} in all, such as model.onnx")
-    return text
-
-
-def _sizes(params: dict[str, str], key: str) -> tuple[int, ...] | None:
-    text = params.get(key, "").strip()
-    if not text:
-        return None
-    try:
-        sizes = tuple(sorted({int(part) for part in text.split(",")}))
-    except ValueError:
-        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected sizes like 32,64,128") from None
-    if sizes[0] < 1 or sizes[-1] > MAX_SEQUENCE_BUCKET:
-        raise ConfigError(f"parameter '{key}': every size in '{text}' must be from 1 to {MAX_SEQUENCE_BUCKET}")
-    return sizes
-
-
-def _seconds(params: dict[str, str], key: str, default: float, maximum: float) -> float:
-    text = params.get(key, "").strip() or str(default)
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= maximum:
-        raise ConfigError(f"parameter '{key}': '{text}' is not accepted; expected a number of seconds "
-                          f"above 0 and at most {maximum:g}")
-    return value
-
-
 def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | None:
     """The elastic pool's parameters, or None (a fixed pool) when neither bound is given."""
-    bounds = [key for key in ("min_contexts", "max_contexts") if params.get(key, "").strip()]
-    policy = [key for key in ("grow_after_wait_microseconds", "shrink_after_idle_seconds")
-              if params.get(key, "").strip()]
+    bounds = [key for key in ("min_contexts", "max_contexts") if given(params, key)]
+    policy = [key for key in ("grow_after_wait_microseconds", "shrink_after_idle_seconds") if given(params, key)]
     if not bounds:
         if policy:
             raise ConfigError(f"parameter '{policy[0]}' applies to an elastic pool; set min_contexts and/or "
@@ -234,16 +317,12 @@ def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | No
         raise ConfigError(f"parameter 'contexts' is {contexts} but '{bounds[0]}' is set too: a fixed pool takes "
                           "contexts: N alone; an elastic one min_contexts and max_contexts (or contexts: auto "
                           "as its maximum)")
-    minimum = _whole_number(params, "min_contexts", 1, MAX_CONTEXTS)
-    maximum = (_whole_number(params, "max_contexts", 1, MAX_CONTEXTS)
-               if params.get("max_contexts", "").strip() else None)
+    minimum, maximum = value(params, "min_contexts"), value(params, "max_contexts")
     if maximum is not None and maximum < minimum:
         raise ConfigError(f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a "
                           f"whole number >= {minimum}")
-    return Elasticity(minimum, maximum,
-                      _whole_number(params, "grow_after_wait_microseconds", Elasticity.grow_after_wait_us,
-                                    MAX_WAIT_US, minimum=0),
-                      _seconds(params, "shrink_after_idle_seconds", Elasticity.shrink_after_idle_s, MAX_IDLE_S))
+    return Elasticity(minimum, maximum, value(params, "grow_after_wait_microseconds"),
+                      value(params, "shrink_after_idle_seconds"))
 
 
 def _did_you_mean(unknown: list[str]) -> str:
@@ -264,68 +343,54 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         raise ConfigError(f"unknown parameter(s) {unknown}{_did_you_mean(unknown)}; trtpool accepts "
                           f"{sorted(KNOWN_KEYS)}")
 
-    contexts_text = params.get("contexts", "").strip() or "auto"
-    contexts = None if contexts_text == "auto" else _whole_number(params, "contexts", 1, MAX_CONTEXTS)
-
-    fraction_text = params.get("memory_fraction", "").strip() or "0.5"
-    try:
-        memory_fraction = float(fraction_text)
-    except ValueError:
-        memory_fraction = -1.0
-    if not 0.0 < memory_fraction <= 1.0:
-        raise ConfigError(f"parameter 'memory_fraction': '{fraction_text}' is not accepted; expected a number in (0, 1]")
-
-    mode = _choice(params, "mode", MODES, "sync")
+    contexts = value(params, "contexts")
+    memory_fraction = value(params, "memory_fraction")
+    mode = value(params, "mode")
     decoupled = model_config.get("model_transaction_policy", {}).get("decoupled", False)
     if (mode == "decoupled") != bool(decoupled):
         raise ConfigError(
             f"parameter 'mode' is '{mode}' but model_transaction_policy.decoupled is "
             f"{str(bool(decoupled)).lower()}; set decoupled: {str(mode == 'decoupled').lower()}"
         )
-
-    profile_text = params.get("profile", "").strip()
-    profiles = tuple(parse_profile(p) for p in profile_text.split(";") if p.strip())
+    profiles = value(params, "profile")
 
     return PoolConfig(
         model_name=model_config.get("name", ""),
         version_dir=version_dir,
-        runtime=_runtime(params),
-        model_file=_model_file(params),
+        runtime=value(params, "runtime"),
+        model_file=value(params, "model_file"),
         contexts=contexts,
         memory_fraction=memory_fraction,
         mode=mode,
         profiles=profiles,
-        max_queue_size=_whole_number(params, "max_queue_size", 256, MAX_QUEUE_SIZE),
-        batch_wait_us=_whole_number(params, "batch_wait_microseconds", 500, MAX_WAIT_US, minimum=0),
-        # Unset, an engine host waits for nothing: Triton's dynamic batcher already waited for this
-        # batch, and the batches that queue while the host's workers are busy are merged anyway.
-        host_batch_wait_us=_whole_number(params, "batch_wait_microseconds", 0, MAX_WAIT_US, minimum=0),
-        cancel_check_after_us=_whole_number(params, "cancel_check_after_microseconds", 10_000, minimum=0,
-                                            maximum=MAX_WAIT_US),
+        max_queue_size=value(params, "max_queue_size"),
+        batch_wait_us=value(params, "batch_wait_microseconds"),
+        host_batch_wait_us=(value(params, "batch_wait_microseconds") if given(params, "batch_wait_microseconds")
+                            else HOST_BATCH_WAIT_US),
+        cancel_check_after_us=value(params, "cancel_check_after_microseconds"),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
-        precision=_choice(params, "precision", PRECISIONS, "fp32"),
-        metrics_interval_ms=_whole_number(params, "metrics_interval_ms", 1000, minimum=0,
-                                           maximum=MAX_METRICS_INTERVAL_MS),
-        sequence_buckets=_sizes(params, "sequence_buckets"),
-        response_threads=_whole_number(params, "response_threads", 1, MAX_CONTEXTS),
-        cuda_graphs=_choice(params, "cuda_graphs", SWITCHES, "on") == "on",
+        precision=value(params, "precision"),
+        metrics_interval_ms=value(params, "metrics_interval_ms"),
+        sequence_buckets=value(params, "sequence_buckets"),
+        response_threads=value(params, "response_threads"),
+        cuda_graphs=value(params, "cuda_graphs") == "on",
         elastic=_elasticity(params, contexts),
-        preprocess_threads=None if _is_auto(params, "preprocess_threads") else _threads(params, "preprocess_threads"),
-        postprocess_threads=_threads(params, "postprocess_threads"),
-        preprocess_processes=_whole_number(params, "preprocess_processes", 0, MAX_CONTEXTS, minimum=0),
-        process_faces=_choice(params, "process_faces", PROCESS_FACES, "auto"),
-        engine_host=_engine_host(params, mode),
+        preprocess_threads=value(params, "preprocess_threads"),
+        # auto is one per core here, where preprocess's auto waits for the instance (it depends on the face).
+        postprocess_threads=value(params, "postprocess_threads") or stage_threads(),
+        preprocess_processes=value(params, "preprocess_processes"),
+        process_faces=value(params, "process_faces"),
+        engine_host=_engine_host(value(params, "engine_host"), mode),
     )
 
 
-def _engine_host(params: dict[str, str], mode: str) -> str:
-    value = _choice(params, "engine_host", ENGINE_HOST, "auto")
-    if value == "on" and mode != "sync":
+def _engine_host(setting: str, mode: str) -> str:
+    if setting == "on" and mode != "sync":
         raise ConfigError(f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
                           "engine host are sync instances (the host overlaps every instance's batches on its "
                           "contexts); set mode sync, or engine_host off")
-    return value
+    return setting
 
 
 def engine_host_on(cfg: PoolConfig) -> bool:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from trtpool.errors import TrtpoolError
 from trtpool.trt_api import MODULES
-from trtpool_builder.accuracy import DEFAULT_MAX_ERROR
-from trtpool_builder.precision import PRECISIONS
-from trtpool_builder.profiles import BATCHES
+from trtpool_builder.graph.profiles import BATCHES
+from trtpool_builder.precision.accuracy import DEFAULT_MAX_ERROR
+from trtpool_builder.precision.convert import PRECISIONS
 
 # trtpool-accuracy: the candidate cannot be executed on this machine.
 EXIT_CANNOT_RUN = 3
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from trtpool_builder.build import BuildOptions, build_engine
+    from trtpool_builder.engine.build import BuildOptions, build_engine
 
     options = BuildOptions(
         shapes=tuple(args.shapes), trt_module=args.trt_module, precision=args.precision, calib=args.calib,
@@ -89,8 +89,8 @@ def build_main(argv: Sequence[str] | None = None) -> int:
 
 
 def model_parser() -> argparse.ArgumentParser:
-    from trtpool.config import MODES, RUNTIMES
-    from trtpool_builder.model_folder import INSTANCE_KINDS, ServingOptions
+    from trtpool.config import MODES, PARAMETERS, RUNTIMES
+    from trtpool_builder.folder.model_folder import INSTANCE_KINDS, ServingOptions
 
     d = ServingOptions()
     p = argparse.ArgumentParser(prog="trtpool-model", description=(
@@ -108,7 +108,7 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", default=d.runtime, help=f"{', '.join(RUNTIMES)}, or a runtime registered in the trtpool.runtimes entry points")
     p.add_argument("--contexts", default=d.contexts, help="a fixed pool of N contexts, or auto")
     p.add_argument("--min-contexts", metavar="N", help="an elastic pool (instead of --contexts): contexts kept "
-                   "when quiet (parameter min_contexts; default 1)")
+                   f"when quiet (parameter min_contexts; default {PARAMETERS['min_contexts'].default})")
     p.add_argument("--max-contexts", metavar="N", help="an elastic pool: contexts at most (parameter "
                    "max_contexts; default: what --contexts auto sizes)")
     p.add_argument("--memory-fraction", default=d.memory_fraction,
@@ -144,9 +144,10 @@ def model_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", action="append", default=[], metavar="NAME:TYPE:DIMS",
                    help="with --process defining postprocess: an output clients get, e.g. SCORES:FP32:5")
     p.add_argument("--preprocess-threads", metavar="N", help="with --process: threads running preprocess "
-                   "(parameter preprocess_threads; default auto, one per core)")
+                   f"(parameter preprocess_threads; default {PARAMETERS['preprocess_threads'].default}, one per core)")
     p.add_argument("--preprocess-processes", metavar="N", help="with --process: run preprocess in N worker "
-                   "processes (parameter preprocess_processes; default 0, on the threads)")
+                   f"processes (parameter preprocess_processes; default {PARAMETERS['preprocess_processes'].default}, "
+                   "on the threads)")
     p.add_argument("--replace", action="store_true",
                    help="replace <repo>/<name> if it exists (without it, an existing folder is refused: it may "
                         "be serving)")
@@ -168,7 +169,7 @@ def _check_new(args: argparse.Namespace) -> None:
 
 
 def _process_options(args: argparse.Namespace):
-    from trtpool_builder.process_folder import ProcessOptions
+    from trtpool_builder.folder.process_folder import ProcessOptions
 
     if args.process is None:
         if args.input or args.output or args.extra_files or args.preprocess_threads or args.preprocess_processes:
@@ -179,7 +180,7 @@ def _process_options(args: argparse.Namespace):
 
 
 def _model(args: argparse.Namespace) -> int:
-    from trtpool_builder.model_folder import ServingOptions, make_model_folder
+    from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 
     options = ServingOptions(runtime=args.runtime, contexts=args.contexts, memory_fraction=args.memory_fraction,
                              mode=args.mode, instance_kind=args.instance_kind,
@@ -193,7 +194,7 @@ def _model(args: argparse.Namespace) -> int:
                                process=_process_options(args))
     print(f"wrote {folder}")
     if args.unary_front:
-        from trtpool_builder.front import make_front_folder
+        from trtpool_builder.folder.front import make_front_folder
 
         print(f"wrote {make_front_folder(args.repo, args.name)}")
     return 0
@@ -204,8 +205,8 @@ def model_main(argv: Sequence[str] | None = None) -> int:
 
 
 def examples_parser() -> argparse.ArgumentParser:
-    from trtpool_builder.example_repo import RUNTIMES
     from trtpool_builder.examples import EXAMPLES
+    from trtpool_builder.examples.repo import RUNTIMES
 
     p = argparse.ArgumentParser(prog="trtpool-examples", description=(
         "Generate the deterministic example models and their model folders. A second run with the "
@@ -222,8 +223,8 @@ def examples_parser() -> argparse.ArgumentParser:
 
 
 def _examples(args: argparse.Namespace) -> int:
-    from trtpool_builder.example_repo import make_example_folder
     from trtpool_builder.examples import EXAMPLES
+    from trtpool_builder.examples.repo import make_example_folder
 
     for name in args.names:
         takes_size = "image_size" in EXAMPLES[name].options()
@@ -254,7 +255,7 @@ def accuracy_parser() -> argparse.ArgumentParser:
 
 
 def _accuracy(args: argparse.Namespace) -> int:
-    from trtpool_builder.accuracy_run import EngineNotRunnable, run_accuracy
+    from trtpool_builder.folder.accuracy_run import EngineNotRunnable, run_accuracy
 
     try:
         report = run_accuracy(args.candidate, args.reference, args.inputs, args.shapes)

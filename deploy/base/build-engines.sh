@@ -22,7 +22,7 @@ say() { printf '[engines] %s\n' "$*"; }
 gpu=${TRTPOOL_GPU_TYPE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)}
 gpu=${gpu// /-}
 [ -n "$gpu" ] || { say "no GPU found (nvidia-smi) and TRTPOOL_GPU_TYPE unset"; exit 1; }
-trt=$(python3 -c 'from trtpool_builder.trt_module import load_trt; m, n = load_trt(); print(f"{n}-{m.__version__}")')
+trt=$(python3 -c 'from trtpool_builder.engine.trt_module import load_trt; m, n = load_trt(); print(f"{n}-{m.__version__}")')
 target="$CACHE/$gpu/$trt"
 work="$CACHE/$gpu/.scratch"   # beside the served folder (same volume: mv is a rename), never in it
 mkdir -p "$target" "$work"
@@ -32,7 +32,7 @@ profiles() {  # model folder -> its config's 'profile' parameter, one profile a 
   python3 - "$1" <<'PY'
 import sys
 from pathlib import Path
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.folder.model_folder import read_config
 text = read_config(Path(sys.argv[1])).parameters["profile"].string_value
 print("\n".join(p.strip() for p in text.split(";") if p.strip()))
 PY

@@ -12,12 +12,12 @@ from onnx import TensorProto, helper
 
 from trtpool.errors import ConfigError
 from trtpool.sidecar import RTX_DEFAULT_TARGETS, format_command, read_sidecar
-from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.cli import build_parser
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.errors import BuildError
 from trtpool_builder.examples import EXAMPLES
-from trtpool_builder.onnx_io import file_sha256
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.graph.onnx_io import file_sha256
+from trtpool_builder.installed import is_importable
 
 pytestmark = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
 

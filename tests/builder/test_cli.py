@@ -12,12 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.harness.docs import ROOT, command_argv, quotes
 from trtpool_builder.cli import EXIT_CANNOT_RUN, accuracy_main, build_main, examples_main, model_main
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.engine.gpu import current_gpu
 from trtpool_builder.errors import BuildError
 from trtpool_builder.examples import EXAMPLES
-from trtpool_builder.ort_cpu import cpu_session
-from trtpool_builder.gpu import current_gpu
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.folder.model_folder import read_config
+from trtpool_builder.installed import is_importable
+from trtpool_builder.precision.ort_cpu import cpu_session
 
 needs_rtx = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
 

@@ -17,10 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtpool.sidecar import read_sidecar
-from trtpool_builder.build import BuildOptions, build_engine
-from trtpool_builder.fp16_safety import shape_arithmetic
-from trtpool_builder.tensor_probe import name_nodes
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.engine.build import BuildOptions, build_engine
+from trtpool_builder.installed import is_importable
+from trtpool_builder.precision.fp16_safety import shape_arithmetic
+from trtpool_builder.precision.tensor_probe import name_nodes
 
 
 def _axis_centres(axis: int, name: str) -> list[onnx.NodeProto]:
@@ -95,7 +95,7 @@ def test_emulated_fp16_casts_never_take_a_name_the_graph_has():
     graph, which ONNX Runtime loads and runs."""
     import onnxruntime as ort
 
-    from trtpool_builder.fp16_emulation import emulate_fp16
+    from trtpool_builder.precision.fp16_emulation import emulate_fp16
 
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="y_cast"),
              helper.make_node("Mul", ["y", "scale"], ["z"], name="scale_it")]

@@ -10,9 +10,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from trtpool.signature import ShapeRange, Profile, TensorSpec
-from trtpool_builder.fp16_safety import keep_in_fp32
-from trtpool_builder.samples import sample_feeds
-from trtpool_builder.tensor_probe import name_nodes
+from trtpool_builder.precision.fp16_safety import keep_in_fp32
+from trtpool_builder.precision.samples import sample_feeds
+from trtpool_builder.precision.tensor_probe import name_nodes
 
 
 def _log_power(sensitive: str = "Log") -> onnx.ModelProto:

@@ -5,7 +5,7 @@ import pytest
 
 from tests.doubles.cuda_double import FakeCudart, FakeDevice
 from trtpool import cuda
-from trtpool_builder.gpu import current_gpu, gpu_status
+from trtpool_builder.engine.gpu import current_gpu, gpu_status
 
 
 def test_the_gpu_comes_from_trtpool_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

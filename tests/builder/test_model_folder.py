@@ -9,10 +9,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError, EngineError
 from trtpool.sidecar import read_sidecar
-from trtpool_builder.build import BuildOptions, build_engine
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.examples import EXAMPLES
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.installed import is_importable
 
 TINY = EXAMPLES["tiny"].serving_profiles()
 BERT = ("input_ids=1x1:8x32:32x128,attention_mask=1x1:8x32:32x128",
@@ -125,7 +125,7 @@ def test_engine_on_a_cpu_instance_is_refused_with_the_servers_message(tiny_onnx:
 
 @needs_rtx
 def test_engine_for_another_machine_is_written_with_a_note(tiny_onnx: Path, tmp_path: Path) -> None:
-    from trtpool_builder.engine_here import why_not_here
+    from trtpool_builder.engine.engine_here import why_not_here
 
     engine = build_engine(tiny_onnx, tmp_path / "tiny.plan",
                           BuildOptions(trt_module="tensorrt_rtx", shapes=TINY, compute_capability=("8.9",))).engine
@@ -155,3 +155,43 @@ def test_a_scalar_per_batch_item_travels_as_dims_1_reshaped(tmp_path: Path) -> N
     (label,) = config.output
     assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == []
     assert list(config.input[0].dims) == [4] and not config.input[0].HasField("reshape")
+
+
+def _shapeless_output_onnx(path: Path) -> Path:
+    """A graph whose output declares no shape: its folder serves a repaired copy (served_copy.py)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("repaired", [False, True], ids=["served as it is", "served as a repaired copy"])
+def test_the_onnx_file_is_parsed_once(tiny_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      repaired: bool) -> None:
+    """trtpool-model parses the user's ONNX file once and hands that graph along (signature,
+    repair, external data), whether the folder serves the file or a repaired copy of it."""
+    import onnx
+
+    model_file, shapes = (_shapeless_output_onnx(tmp_path / "relu.onnx"), ["x=1x4:2x4:8x4"]) if repaired \
+        else (tiny_onnx, TINY)
+    parsed: list[str] = []
+    load = onnx.load
+
+    def counting_load(f, *args, **kwargs):
+        parsed.append(str(f))
+        return load(f, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load", counting_load)
+    monkeypatch.setattr(onnx, "load_model", counting_load)
+    notes: list[str] = []
+    folder = make_model_folder(tmp_path / "repo", "m", model_file, shapes, log=notes.append)
+    assert parsed == [str(model_file)]
+    assert any("declares no shape" in note for note in notes) == repaired
+    (output,) = parse(folder).output
+    assert list(output.dims) == [4]

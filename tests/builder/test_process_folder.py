@@ -16,7 +16,7 @@ from trtpool_builder.cli import model_main
 from trtpool_builder.examples import EXAMPLES
 from trtpool_builder.examples.pipelines import SPECIAL_TOKENS, vocabulary
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.folder.model_folder import read_config
 
 PROCESS_FILE = "docs/how-to/write-a-process-file.md"
 FACE = ["--input", "VALUES:FP64:16", "--output", "TOTAL:FP32:1", "--output", "DOUBLED:FP32:4"]

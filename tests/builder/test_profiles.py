@@ -5,7 +5,7 @@ import pytest
 
 from trtpool.errors import ConfigError
 from trtpool.signature import ShapeRange, TensorSpec, is_batched
-from trtpool_builder.profiles import batch_only_profile, opt_batch, resolve_profiles
+from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
 
 IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
 MASK = TensorSpec("attention_mask", np.dtype(np.int64), (-1, -1))

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper, numpy_helper
 from trtpool.shapes import parse_profile
 from trtpool.sidecar import read_sidecar
 from trtpool.signature import Profile
-from trtpool_builder.build import BuildOptions, build_engine
-from trtpool_builder.dim_names import rename_dims
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.errors import BuildError
-from trtpool_builder.onnx_io import file_sha256
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.graph.dim_names import rename_dims
+from trtpool_builder.graph.onnx_io import file_sha256
+from trtpool_builder.installed import is_importable
 
 pytestmark = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
 
@@ -60,7 +60,7 @@ def test_the_same_graph_unrenamed_is_refused_by_tensorrt(tmp_path: Path) -> None
     """The rename is what makes the previous build pass: TensorRT-RTX itself refuses the names."""
     import tensorrt_rtx as trt
 
-    from trtpool_builder.trt_build import TrtSettings, build_serialized
+    from trtpool_builder.engine.trt_build import TrtSettings, build_serialized
 
     source = save(tmp_path / "dup.onnx", [helper.make_node("Relu", ["x"], ["y"])],
                   [fvalue("x", ["?", "?"])], [fvalue("y", ["?", "?"])])
@@ -202,7 +202,7 @@ def test_scalar_input_is_built_and_served_as_one_element(tmp_path: Path) -> None
     so the built and served copies take it as [1] and reshape it inside the graph."""
     import onnxruntime as ort
 
-    from trtpool_builder.model_folder import make_model_folder, read_config
+    from trtpool_builder.folder.model_folder import make_model_folder, read_config
 
     nodes = [helper.make_node("Cast", ["rate"], ["rate_f"], to=TensorProto.FLOAT, name="cast_rate"),
              helper.make_node("Mul", ["x", "rate_f"], ["y"], name="scale")]

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper
 
 from trtpool.errors import ConfigError
 from trtpool.signature import TensorSpec
-from trtpool_builder.accuracy_run import run_accuracy
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
-from trtpool_builder.samples import load_samples
+from trtpool_builder.folder.accuracy_run import run_accuracy
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.precision.samples import load_samples
 
 BATCHED = TensorSpec("input", np.dtype(np.float32), (-1, 4))
 STATE = TensorSpec("h0", np.dtype(np.float32), (1, 1, 4))

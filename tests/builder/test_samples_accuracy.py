@@ -8,8 +8,8 @@ import pytest
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
 from trtpool.signature import Profile, TensorSpec
-from trtpool_builder.accuracy import compare, output_error
-from trtpool_builder.samples import batches, load_samples, random_samples
+from trtpool_builder.precision.accuracy import compare, output_error
+from trtpool_builder.precision.samples import batches, load_samples, random_samples
 
 IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
 MASK = TensorSpec("attention_mask", np.dtype(np.int64), (-1, -1))

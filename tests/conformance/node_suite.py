@@ -29,8 +29,8 @@ from onnx import numpy_helper
 
 from trtpool.runtimes.ort_values import bind_input, read_output
 from trtpool.signature import BFLOAT16
-from trtpool_builder.load_check import as_triton_hands_it
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
+from trtpool_builder.folder.load_check import as_triton_hands_it
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 
 # The tolerance of the conformance goal; integers, booleans and strings compare exactly.
 RTOL, ATOL = 1e-3, 1e-4
@@ -116,7 +116,7 @@ def unservable(case: NodeCase) -> str | None:
     return None
 
 
-# How trtpool-model refuses a value Triton has no type for (builder/trtpool_builder/onnx_io.py).
+# How trtpool-model refuses a value Triton has no type for (builder/trtpool_builder/graph/onnx_io.py).
 REFUSAL = re.compile(r"^tensor '.+' has ONNX type .+, which (is not a tensor|has no Triton data type)")
 
 

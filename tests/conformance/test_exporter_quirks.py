@@ -18,10 +18,10 @@ from tests.conformance.node_suite import mismatch
 from tests.conformance.row_scalars import PROFILE, row_scalar_model
 from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
-from trtpool_builder.build import BuildOptions, build_engine
-from trtpool_builder.load_check import as_triton_hands_it
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.engine.build import BuildOptions, build_engine
+from trtpool_builder.folder.load_check import as_triton_hands_it
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
+from trtpool_builder.installed import is_importable
 
 
 def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

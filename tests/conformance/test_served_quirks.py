@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.conformance.row_scalars import PROFILE, row_scalar_model, rows
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 

@@ -11,11 +11,11 @@ import pytest
 from tests.corpus.manifest import CORPUS, CorpusModel
 from trtpool.sidecar import read_sidecar
 from trtpool.signature import is_batched
-from trtpool_builder.build import BuildOptions, build_engine
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.errors import BuildError
-from trtpool_builder.model_folder import make_model_folder, read_config
-from trtpool_builder.onnx_io import io_specs, load_graph
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.folder.model_folder import make_model_folder, read_config
+from trtpool_builder.graph.onnx_io import io_specs, load_graph
+from trtpool_builder.installed import is_importable
 
 pytestmark = pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt_rtx is not installed")
 
@@ -65,10 +65,10 @@ def test_detector_fp16_keeps_its_huge_batchnorm_variance_in_fp32(tmp_path: Path,
                                                                   corpus_files: dict[str, Path]) -> None:
     """PaddleOCR's detector holds a BatchNorm variance of 9.8e7. Kept in fp32, the fp16 graph answers
     like fp32 on text images; clamped to 65504 (the converter's default) its map is wrong everywhere."""
-    from trtpool_builder.accuracy import compare, onnxruntime_runner
-    from trtpool_builder.fp16_emulation import emulate_fp16
-    from trtpool_builder.onnx_io import save_model
-    from trtpool_builder.tensor_probe import name_nodes
+    from trtpool_builder.graph.onnx_io import save_model
+    from trtpool_builder.precision.accuracy import compare, onnxruntime_runner
+    from trtpool_builder.precision.fp16_emulation import emulate_fp16
+    from trtpool_builder.precision.tensor_probe import name_nodes
 
     detector = next(m for m in CORPUS if m.name == "ppocr_det")
     source = corpus_files["ppocr_det"]

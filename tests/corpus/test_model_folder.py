@@ -15,10 +15,10 @@ import pytest
 from google.protobuf import json_format
 
 from tests.corpus.manifest import BY_NAME, CORPUS, CorpusModel
-from trtpool_builder.accuracy_run import run_accuracy
 from trtpool_builder.cli import model_main
-from trtpool_builder.instance_runner import instance_runner
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
+from trtpool_builder.folder.accuracy_run import run_accuracy
+from trtpool_builder.folder.instance_runner import instance_runner
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 
 pytestmark = pytest.mark.corpus_runtime
 

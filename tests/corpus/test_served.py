@@ -22,7 +22,7 @@ from tritonclient.utils import np_to_triton_dtype
 from tests.corpus.manifest import CORPUS, CorpusModel
 from tests.harness.server import TritonServer
 from trtpool.errors import TrtpoolError
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 from trtpool_ops.probe import probe_model
 
 pytestmark = pytest.mark.corpus_runtime

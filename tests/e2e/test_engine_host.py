@@ -21,9 +21,9 @@ from tests.harness.pipelines import SMALL_RESNET, Reference, add_mode, as_reques
 from tests.harness.repository import add_example, set_parameters
 from tests.host.conftest import abstract_host_sockets
 from tests.harness.server import TEST_SHM_PREFIX, TritonServer
-from trtpool_builder.example_repo import make_example_folder
+from trtpool_builder.examples.repo import make_example_folder
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.folder.model_folder import read_config, write_config
 
 INSTANCES = 3
 

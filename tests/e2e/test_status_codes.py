@@ -39,8 +39,8 @@ from tests.harness.repository import FLAKY_RUNTIME, example_onnx, set_parameters
 from tests.harness.server import TritonServer
 from tests.harness.streams import StreamClient
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 
 UNARY = {"sync": "reshape_sync", "pipelined": "reshape_pipe", "front": "reshape_dec_unary"}
 RESHAPE_MODELS = ("reshape_sync", "reshape_pipe", "reshape_dec")

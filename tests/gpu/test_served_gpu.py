@@ -28,7 +28,7 @@ import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
 from bench.gpu_memory import by_process  # noqa: E402
 from tests.harness.clients import grpc_input, http_input  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 IMAGE = 64  # the ResNet-50 topology at a small input: a quick CPU reference
 

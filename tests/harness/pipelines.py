@@ -19,8 +19,8 @@ from PIL import Image
 
 from tests.harness.repository import QUEUE_DELAY_US
 from trtpool.process_file import ProcessFile, load_process_file
-from trtpool_builder.example_repo import make_example_folder
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.examples.repo import make_example_folder
+from trtpool_builder.folder.model_folder import read_config, write_config
 
 SMALL_RESNET = {"image_size": 64}
 SMALL_BERT = {"num_layers": 2, "hidden": 64, "num_heads": 2, "vocab_size": 1000, "max_positions": 64}

@@ -18,8 +18,8 @@ from pathlib import Path
 from tests.harness.repository import FLAKY_RUNTIME, example_onnx
 from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
 from tests.harness.sequence_model import write_sequence_model
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 
 TINY_PROFILE = "INPUT0=1x16:8x16:64x16"
 # Variables by which ONNX Runtime (and other tools) recognise a CI system and keep

@@ -8,10 +8,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tests.doubles.flaky_runtime import REGISTERED_NAME
 from tests.harness.sequence_model import PROFILE as SEQUENCE_PROFILE
 from tests.harness.sequence_model import write_sequence_model
-from trtpool_builder.build import BuildOptions, build_engine
+from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.examples import get_example, write_example
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config
 
 FLAKY_RUNTIME = REGISTERED_NAME  # the harness's servers see the test doubles' registration
 # Long enough that concurrent clients' requests meet in one batch.

@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from tests.harness.repository import add_example, set_parameters
-from trtpool_builder.load_check import as_triton_hands_it
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.folder.load_check import as_triton_hands_it
+from trtpool_builder.folder.model_folder import read_config
 
 HOST_COMMAND = ["-m", "trtpool.host"]
 

@@ -20,8 +20,8 @@ from tests.harness.repository import set_parameters
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.sidecar import TensorInfo
-from trtpool_builder.load_check import as_triton_hands_it
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
+from trtpool_builder.folder.load_check import as_triton_hands_it
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TRT_VERSION = "10.16.1.11"

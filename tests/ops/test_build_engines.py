@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.harness.repository import add_example
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.folder.model_folder import read_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "base" / "build-engines.sh"

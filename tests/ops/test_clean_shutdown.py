@@ -26,7 +26,7 @@ from tests.harness.serve_command import trtpool_serve
 from tests.harness.server import SHM
 from tests.harness.streams import run_on_stream
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
+from trtpool_builder.folder.front import make_front_folder
 from trtpool_ops.health import check
 
 TRTPOOL_HEALTH = Path(sys.executable).parent / "trtpool-health"

@@ -39,8 +39,8 @@ from tests.harness.repository import add_example
 from tests.harness.serve_command import ServeCommand, trtpool_serve, watchdog_metrics
 from tests.harness.server import SHM, free_port
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import read_config, write_config
 
 TRTPOOL_HEALTH = Path(sys.executable).parent / "trtpool-health"
 EXIT_TIMEOUT = "--exit-timeout-secs=3"

@@ -18,8 +18,8 @@ from tritonclient.utils import InferenceServerException
 from tests.harness.pipelines import SMALL_RESNET, add_mode
 from tests.harness.serve_command import trtpool_serve, watchdog_metrics
 from tests.harness.server import free_port, metric_total
-from trtpool_builder.example_repo import make_example_folder
-from trtpool_builder.front import make_front_folder
+from trtpool_builder.examples.repo import make_example_folder
+from trtpool_builder.folder.front import make_front_folder
 
 FAILURES = "trtpool_stage_failures_total"
 MODELS = ("resnet50_jpeg", "resnet50_jpeg_decoupled")

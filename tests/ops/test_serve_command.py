@@ -20,8 +20,8 @@ from tests.harness.docs import FENCE, command_argv, fenced_block, quoted_command
 from tests.harness.repository import add_broken_models, add_example
 from tests.harness.serve_command import TRTPOOL_SERVE, Ports, ServeCommand, environment, serve_sh, trtpool_serve
 from tests.harness.server import ROOT, SHM, TEST_SHM_PREFIX, TRITONSERVER
+from trtpool_builder.engine.gpu import current_gpu
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.gpu import current_gpu
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.serve import parser

@@ -28,7 +28,7 @@ from tests.doubles.flaky_runtime import SLOW, SLOW_SECONDS
 from tests.harness.clients import http_input
 from tests.harness.repository import FLAKY_RUNTIME, add_example, set_parameters
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
+from trtpool_builder.folder.front import make_front_folder
 
 TARGET, FRONT = "tiny_dec", "tiny_dec_unary"
 FORWARD_TIMEOUT_S = 3.0

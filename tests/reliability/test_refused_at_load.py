@@ -23,8 +23,8 @@ from tests.harness.clients import TINY_TOLERANCE, http_input
 from tests.harness.reliability_repo import TINY_PROFILE
 from tests.harness.repository import FLAKY_RUNTIME, example_onnx, set_parameters
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config
 
 # model -> fragments its load error must contain
 REFUSED = {

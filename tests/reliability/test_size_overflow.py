@@ -22,7 +22,7 @@ from tests.harness.python_model import python_model, tensor
 from tests.harness.repository import add_example
 from tests.harness.server import TritonServer
 from trtpool_builder.examples.tiny import tiny_reference
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 
 # 1 x (2**59 + 5) x 8 float32 = 2**64 + 160 bytes: wraps to the 160 bytes sent.
 WRAPPING_SHAPE = [1, 2**59 + 5, 8]

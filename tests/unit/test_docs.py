@@ -3,13 +3,15 @@ from the README through relative links, and every relative link in every Markdow
 repository points at a file that exists (and, with an anchor, at a heading of that file)."""
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.harness.docs import PAGES, ROOT
+from tests.harness.docs import PAGES, ROOT, command_argv, quoted_command
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 MARKDOWN = sorted(ROOT / name for name in subprocess.run(
@@ -67,10 +69,41 @@ def test_relative_links_resolve(page: Path):
     assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
 
 
-def test_every_parameter_trtpool_accepts_is_in_the_configuration_table():
-    """docs/configuration.md lists each config.pbtxt parameter key the backend accepts (config.KNOWN_KEYS)."""
-    from trtpool.config import KNOWN_KEYS
+def _documented_keys(page: Path) -> set[str]:
+    """The keys named in the first column of a page's parameter table (the one headed "| parameter |")."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| parameter |"))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]))
+    return {key for line in table for key in re.findall(r"`(\w+)`", line.split(" | ")[0])}
 
-    table = [line for line in (ROOT / "docs" / "configuration.md").read_text().splitlines() if line.startswith("| `")]
-    documented = {key for line in table for key in re.findall(r"`(\w+)`", line.split(" | ")[0])}
-    assert sorted(KNOWN_KEYS - documented) == []
+
+def test_every_parameter_trtpool_accepts_is_in_the_reference_page():
+    """docs/reference/parameters.md lists each config.pbtxt parameter key the backend accepts
+    (config.KNOWN_KEYS) and no other; docs/configuration.md links to it and names no other keys."""
+    from trtpool.config import KNOWN_KEYS
+    from trtpool.front import FRONT_PARAMETERS
+
+    assert _documented_keys(ROOT / "docs" / "reference" / "parameters.md") == KNOWN_KEYS
+    configuration = ROOT / "docs" / "configuration.md"
+    assert "(reference/parameters.md)" in configuration.read_text()
+    assert _documented_keys(configuration) - KNOWN_KEYS - FRONT_PARAMETERS == {"max_batch_size"}
+
+
+def _page_check(page: Path) -> subprocess.CompletedProcess:
+    """The command the page quotes to regenerate it, run with --check against `page`."""
+    command = quoted_command(".venv/bin/python scripts/parameters_page.py", "docs/reference/parameters.md")
+    argv = command_argv(command, {".venv/bin/python": sys.executable})
+    return subprocess.run([*argv, "--check", "--page", str(page)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_parameters_page_is_what_the_table_generates(tmp_path: Path):
+    """The committed page is what trtpool.config.PARAMETERS gives, and a page that differs is caught."""
+    page = ROOT / "docs" / "reference" / "parameters.md"
+    done = _page_check(page)
+    assert done.returncode == 0, done.stderr
+    stale = tmp_path / "parameters.md"
+    stale.write_text(page.read_text().replace("| `postprocess_threads` | auto, or", "| `postprocess_threads` | 1, or"))
+    assert stale.read_text() != page.read_text()
+    done = _page_check(stale)
+    assert done.returncode == 1 and "run .venv/bin/python scripts/parameters_page.py" in done.stderr

@@ -215,8 +215,10 @@ INVENTORY = (
     message("inputs without --shape are measured at the model's opt shapes: --shape input:1,576 --shape state:2,1,128",
             TUNE_VAD),
     command("bench/tune.py", BENCH_HELP, not_here=LONG_BENCH),
-    # docs/configuration.md
+    # docs/configuration.md and docs/reference/parameters.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
+    command(".venv/bin/python scripts/parameters_page.py",
+            "tests/unit/test_docs.py::test_the_parameters_page_is_what_the_table_generates"),
     text("contexts: auto", "a config parameter"),
     text('backend: "trtpool"', "a config.pbtxt field"),
     message("process.py preprocess() refused input 'IMAGE' element [0]: ...",

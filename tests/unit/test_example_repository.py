@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from trtpool_builder.example_repo import make_example_folder
+from trtpool_builder.examples.repo import make_example_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 

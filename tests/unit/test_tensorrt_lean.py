@@ -25,7 +25,7 @@ from tests.unit.test_tensorrt_runtime import GPU, batch, check, linear_engine, m
 from trtpool import cuda, trt_api
 from trtpool.errors import EngineError
 from trtpool.runtimes.tensorrt import TensorRTRuntime
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.installed import is_importable
 
 LEAN_VERSION = "11.4.0.106"
 BUILT_BY = "10.16.1.11"  # a version-compatible engine runs on this or any newer TensorRT

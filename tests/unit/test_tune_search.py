@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as pool_config
-from trtpool_builder.model_folder import read_config
+from trtpool_builder.folder.model_folder import read_config
 from trtpool_ops.tune import gpu_memory
 from trtpool_ops.tune.cli import build_space, parser, stop_on_signal, write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool_builder.process_folder import ProcessOptions
+from trtpool_builder.folder.process_folder import ProcessOptions
 
 PROCESS_SOURCES = Path(__file__).resolve().parent / "process"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

@@ -28,8 +28,8 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import read_config, write_config
 from trtpool_ops.locate import find_tritonserver
 from trtpool_ops.tune import perf, report
 from trtpool_ops.tune.measure import LoadFailed, Measurer, served_config

@@ -24,8 +24,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool_builder.front import make_front_folder
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.folder.front import make_front_folder
+from trtpool_builder.folder.model_folder import read_config, write_config
 from trtpool_ops.command import ServeOptions, tritonserver_command
 from trtpool_ops.repository import model_states
 from trtpool_ops.serve import kill_group, start, wait_live

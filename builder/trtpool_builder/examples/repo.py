@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from trtpool_builder import examples
-from trtpool_builder.build import BuildOptions, build_engine
+from trtpool_builder.engine.build import BuildOptions, build_engine
+from trtpool_builder.engine.gpu import current_gpu
 from trtpool_builder.examples import get_example, write_example
-from trtpool_builder.gpu import current_gpu
-from trtpool_builder.model_folder import ServingOptions, make_model_folder
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.installed import is_importable
 
 RUNTIMES = ("auto", "onnx", "tensorrt")
 STAMP = ".trtpool-example.json"

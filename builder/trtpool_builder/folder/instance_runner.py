@@ -13,8 +13,8 @@ import numpy as np
 
 from trtpool.device_tensors import to_host
 from trtpool.instance import ModelInstance
-from trtpool_builder.accuracy import Runner
-from trtpool_builder.samples import Samples
+from trtpool_builder.precision.accuracy import Runner
+from trtpool_builder.precision.samples import Samples
 
 
 def instance_runner(model_config: dict[str, Any], version_dir: Path,

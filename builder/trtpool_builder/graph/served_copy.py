@@ -22,10 +22,10 @@ import onnx
 from trtpool.errors import ConfigError
 from trtpool.shapes import parse_profile
 from trtpool.zipmap import drop_zipmaps
-from trtpool_builder.batch_axis import row_output_shapes
-from trtpool_builder.onnx_io import inferred_value_shapes, io_specs
-from trtpool_builder.profiles import resolve_profiles
-from trtpool_builder.scalars import is_scalar
+from trtpool_builder.graph.batch_axis import row_output_shapes
+from trtpool_builder.graph.onnx_io import inferred_value_shapes, io_specs
+from trtpool_builder.graph.profiles import resolve_profiles
+from trtpool_builder.graph.scalars import is_scalar
 
 
 def declare_input_ranks(model: onnx.ModelProto, shapes: Sequence[str]) -> list[str]:

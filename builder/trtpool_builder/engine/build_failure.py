@@ -20,10 +20,10 @@ import onnx
 
 from trtpool.shapes import format_profile
 from trtpool.signature import Profile, TensorSpec
-from trtpool_builder.accuracy import Runner, onnxruntime_runner
-from trtpool_builder.dim_names import Renamed, axes_named
 from trtpool_builder.errors import BuildError
-from trtpool_builder.samples import random_feed
+from trtpool_builder.graph.dim_names import Renamed, axes_named
+from trtpool_builder.precision.accuracy import Runner, onnxruntime_runner
+from trtpool_builder.precision.samples import random_feed
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 

@@ -30,13 +30,13 @@ from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
 from trtpool.shapes import format_profile
 from trtpool.sidecar import read_sidecar, write_sidecar
 from trtpool.signature import Profile, Signature, TensorSpec
-from trtpool_builder.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
-from trtpool_builder.load_check import Loaded, as_triton_hands_it, check_loads
-from trtpool_builder.onnx_io import external_data_files, io_specs, load_graph, save_model
-from trtpool_builder.process_folder import ProcessOptions, apply_face, place_files
-from trtpool_builder.served_copy import repair_for_serving
-from trtpool_builder.profiles import batch_only_profile, opt_batch, resolve_profiles
+from trtpool_builder.folder.load_check import Loaded, as_triton_hands_it, check_loads
+from trtpool_builder.folder.process_folder import ProcessOptions, apply_face, place_files
+from trtpool_builder.graph.batch_axis import decide_batched
+from trtpool_builder.graph.onnx_io import OnnxFile, external_data_files, io_specs, save_model
+from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
+from trtpool_builder.graph.served_copy import repair_for_serving
 
 ENGINE_SUFFIXES = (".plan", ".engine")
 MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "model.engine.json")
@@ -47,10 +47,11 @@ INSTANCE_KINDS = {"auto": None, "gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc
 class ServingOptions:
     """How the model is served; the string fields become config.pbtxt parameters."""
 
-    runtime: str = "auto"            # auto: the backend picks by the file in the version folder
-    contexts: str = "auto"
-    memory_fraction: str = "0.5"
-    mode: str = "sync"               # sync | decoupled
+    # The backend's defaults (its PARAMETERS table), written out so that the folder says them.
+    runtime: str = backend_config.PARAMETERS["runtime"].default  # auto: picked by the file in the version folder
+    contexts: str = backend_config.PARAMETERS["contexts"].default
+    memory_fraction: str = backend_config.PARAMETERS["memory_fraction"].default
+    mode: str = backend_config.PARAMETERS["mode"].default        # sync | decoupled
     instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
@@ -129,48 +130,68 @@ def read_config(folder: Path) -> mc.ModelConfig:
     return text_format.Parse((folder / "config.pbtxt").read_text(), mc.ModelConfig())
 
 
-def _signature(model_file: Path, shapes: Sequence[str], requested_batch: int | None,
-               notes: list[str]) -> tuple[Signature, str]:
-    """The signature and the version folder's file name for an ONNX file or an engine; notes
-    on the batch axis go to `notes`."""
-    if model_file.suffix in ENGINE_SUFFIXES:
-        if shapes:
-            raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
-                              "it was built (see its sidecar); do not pass shapes")
-        signature = read_sidecar(model_file).signature()
-        scalars = [t.name for t in (*signature.inputs, *signature.outputs) if not t.shape]
-        if scalars:
-            raise ConfigError(f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
-                              "model without a batch axis; rebuild it with trtpool-build, which builds "
-                              "them as shape [1]")
-        return signature, "model.plan"
-    if model_file.suffix != ".onnx":
-        raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
-                          f"({', '.join(ENGINE_SUFFIXES)})")
-    inputs, outputs = io_specs(load_graph(model_file))
+@dataclass(frozen=True)
+class _Served:
+    """What the folder serves: the file (the user's, or a repaired copy), its signature, its name
+    in the version folder, the external data files that travel with it, and notes for the user."""
+
+    path: Path
+    signature: Signature
+    file_name: str
+    data_files: tuple[Path, ...]
+    notes: tuple[str, ...]
+
+
+def _served_engine(model_file: Path, shapes: Sequence[str]) -> _Served:
+    """An engine is served as it is, with the signature its sidecar records."""
+    if shapes:
+        raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
+                          "it was built (see its sidecar); do not pass shapes")
+    signature = read_sidecar(model_file).signature()
+    scalars = [t.name for t in (*signature.inputs, *signature.outputs) if not t.shape]
+    if scalars:
+        raise ConfigError(f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
+                          "model without a batch axis; rebuild it with trtpool-build, which builds "
+                          "them as shape [1]")
+    return _Served(model_file, signature, "model.plan", (), ())
+
+
+def _onnx_signature(served: OnnxFile, shapes: Sequence[str], requested_batch: int | None,
+                    notes: list[str]) -> Signature:
+    """The served ONNX graph's signature; notes on the batch axis go to `notes`."""
+    inputs, outputs = io_specs(served.model)
     chosen = None if shapes else batch_only_profile(inputs, requested_batch)
     if chosen:
         shapes = [chosen]
         notes.append(f"no --shapes given and only the batch axis is dynamic: the profile is {chosen} "
                      "(give --shapes for other batch sizes)")
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
-    decision = decide_batched(model_file, inputs, outputs, profiles, requested_batch)
+    decision = decide_batched(served.path, inputs, outputs, profiles, requested_batch)
     if not decision.batched and requested_batch is None and any(s.shape[:1] == (-1,) for s in inputs):
         notes.append(f"served without a batch axis (max_batch_size 0, one request per run): {decision.why}")
-    return Signature(inputs, outputs, profiles, decision.batched), "model.onnx"
+    return Signature(inputs, outputs, profiles, decision.batched)
 
 
-def _served_file(model_file: Path, shapes: Sequence[str], workdir: Path) -> tuple[Path, list[str]]:
-    """The file the folder serves: `model_file`, or for an ONNX file Triton cannot carry as it
-    is a repaired copy (served_copy.py); and notes."""
+def _served_onnx(model_file: Path, shapes: Sequence[str], requested_batch: int | None, workdir: Path) -> _Served:
+    """An ONNX file, parsed here once and that graph passed along: served as it is, or where
+    Triton cannot carry it as it is, as a repaired copy in `workdir` (served_copy.py)."""
+    served = OnnxFile.read(model_file)
+    notes = repair_for_serving(served.model, model_file, shapes)
+    if notes:
+        onnx.load_external_data_for_model(served.model, str(model_file.parent))
+        # Saving points the graph's large tensors at the copy's data file, as reading the copy would.
+        served = OnnxFile(save_model(served.model, workdir / model_file.name), served.model)
+    signature = _onnx_signature(served, shapes, requested_batch, notes)
+    return _Served(served.path, signature, "model.onnx", tuple(external_data_files(served)), tuple(notes))
+
+
+def _served(model_file: Path, shapes: Sequence[str], requested_batch: int | None, workdir: Path) -> _Served:
+    if model_file.suffix in ENGINE_SUFFIXES:
+        return _served_engine(model_file, shapes)
     if model_file.suffix != ".onnx":
-        return model_file, []
-    model = load_graph(model_file)
-    notes = repair_for_serving(model, model_file, shapes)
-    if not notes:
-        return model_file, []
-    onnx.load_external_data_for_model(model, str(model_file.parent))
-    return save_model(model, workdir / model_file.name), notes
+        raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
+                          f"({', '.join(ENGINE_SUFFIXES)})")
+    return _served_onnx(model_file, shapes, requested_batch, workdir)
 
 
 def _with_data(source: Path, dest: Path, data_files: Sequence[Path]) -> Iterator[tuple[Path, Path]]:
@@ -245,26 +266,25 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
         raise ConfigError(f"model file '{model_file}' does not exist")
     with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir, \
             naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
-        served, notes = _served_file(model_file, shapes, Path(workdir))
-        signature, file_name = _signature(served, shapes, options.max_batch_size, notes)
-        data_files = external_data_files(served) if file_name == "model.onnx" else []
+        served = _served(model_file, shapes, options.max_batch_size, Path(workdir))
+        signature = served.signature
         staged = model_config(name, signature, options)
         faces = SECTIONS if process is None else process.faces()
-        loaded = _check_staged(_with_face(staged, process, faces), served, data_files, file_name, version,
-                               model_file, process, faces)
+        loaded = _check_staged(_with_face(staged, process, faces), served.path, served.data_files,
+                               served.file_name, version, model_file, process, faces)
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
         config = _with_face(model_config(name, signature, options), process, faces)
         check_agreement(as_triton_hands_it(config), loaded.signature or signature, faces)
-        for note in (*notes, *loaded.notes):
+        for note in (*served.notes, *loaded.notes):
             log(f"note: {note}")
         folder = Path(repo) / name
         version_dir = folder / str(version)
         version_dir.mkdir(parents=True, exist_ok=True)
-        dest = version_dir / file_name
-        _place(served, dest, data_files)
-        if file_name == "model.plan":
-            write_sidecar(dest, read_sidecar(served))
+        dest = version_dir / served.file_name
+        _place(served.path, dest, served.data_files)
+        if served.file_name == "model.plan":
+            write_sidecar(dest, read_sidecar(served.path))
         if process is not None:
             place_files(process, version_dir)
         write_config(folder, config)

@@ -19,23 +19,23 @@ from trtpool.sidecar import (
     RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
 )
 from trtpool.signature import Profile
-from trtpool_builder import precision as prec
-from trtpool_builder.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare, onnxruntime_runner
-from trtpool_builder.build_failure import foreign_operators, refused_axis, renamed_hint
-from trtpool_builder.dim_names import Renamed, rename_dims
-from trtpool_builder.divergence import first_divergence
-from trtpool_builder.errors import BuildError, naming_the_users_file
-from trtpool_builder.gpu import gpu_status
-from trtpool_builder.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer, save_model
-from trtpool_builder.profiles import resolve_profiles
-from trtpool_builder.samples import Samples, load_samples, sample_feeds
-from trtpool_builder.scalars import describe_lifted, lift_scalars
-from trtpool_builder.served_copy import repair_for_serving
-from trtpool_builder.squeeze_axes import give_squeezes_axes
-from trtpool_builder.trt_build import (
+from trtpool_builder.engine.build_failure import foreign_operators, refused_axis, renamed_hint
+from trtpool_builder.engine.gpu import gpu_status
+from trtpool_builder.engine.trt_build import (
     ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
 )
-from trtpool_builder.trt_module import load_trt
+from trtpool_builder.engine.trt_module import load_trt
+from trtpool_builder.errors import BuildError, naming_the_users_file
+from trtpool_builder.graph.dim_names import Renamed, rename_dims
+from trtpool_builder.graph.onnx_io import file_sha256, io_specs, load_graph, output_shape_inferrer, save_model
+from trtpool_builder.graph.profiles import resolve_profiles
+from trtpool_builder.graph.scalars import describe_lifted, lift_scalars
+from trtpool_builder.graph.served_copy import repair_for_serving
+from trtpool_builder.graph.squeeze_axes import give_squeezes_axes
+from trtpool_builder.precision import convert as prec
+from trtpool_builder.precision.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare, onnxruntime_runner
+from trtpool_builder.precision.divergence import first_divergence
+from trtpool_builder.precision.samples import Samples, load_samples, sample_feeds
 
 OPT_LEVELS = range(0, 6)
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from trtpool_builder.accuracy import output_error
-from trtpool_builder.samples import Samples
-from trtpool_builder.tensor_probe import CHUNK, name_nodes, node_outputs, probe
+from trtpool_builder.precision.accuracy import output_error
+from trtpool_builder.precision.samples import Samples
+from trtpool_builder.precision.tensor_probe import CHUNK, name_nodes, node_outputs, probe
 
 
 def first_divergence(reference: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Sequence[Samples],

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import onnx
 
-from trtpool_builder.ort_cpu import cpu_session
-from trtpool_builder.samples import Samples
+from trtpool_builder.precision.ort_cpu import cpu_session
+from trtpool_builder.precision.samples import Samples
 
 CHUNK = 128
 

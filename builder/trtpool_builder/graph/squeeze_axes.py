@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from trtpool.signature import Profile
-from trtpool_builder.onnx_io import inferred_value_shapes
+from trtpool_builder.graph.onnx_io import inferred_value_shapes
 
 
 def _default_opset(model: onnx.ModelProto) -> int:

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from trtpool.errors import EngineError
 from trtpool.sidecar import Sidecar, check_compatible, read_sidecar
+from trtpool_builder.engine.gpu import gpu_status
+from trtpool_builder.engine.trt_module import load_trt
 from trtpool_builder.errors import BuildError
-from trtpool_builder.gpu import gpu_status
-from trtpool_builder.trt_module import load_trt
 
 
 def built_for(sidecar: Sidecar) -> str:

@@ -2,7 +2,6 @@
 as a BuildError that says how to install each module for building."""
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 from trtpool import trt_api
@@ -13,14 +12,6 @@ INSTALL_HINTS = {
                 "(or use NVIDIA's tritonserver:<yy.mm>-py3 image)",
     "tensorrt_rtx": "pip install 'trtpool[rtx]'",
 }
-
-
-def is_importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        return False
-    return True
 
 
 def load_trt(name: str | None = None) -> tuple[ModuleType, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError
-from trtpool_builder.model_folder import read_config, write_config
+from trtpool_builder.folder.model_folder import read_config, write_config
 
 
 def make_front_folder(repo: Path, target: str, name: str | None = None,

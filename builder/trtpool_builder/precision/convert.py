@@ -32,12 +32,12 @@ import onnx
 
 from trtpool.errors import ConfigError
 from trtpool_builder.errors import BuildError
-from trtpool_builder.fp16_emulation import emulate_fp16
-from trtpool_builder.fp16_safety import KeptInFp32, keep_in_fp32, shape_arithmetic, skip_fp16_round_trips
-from trtpool_builder.onnx_io import save_model
-from trtpool_builder.samples import Samples, SampleSet
-from trtpool_builder.tensor_probe import name_nodes, tensor_types
-from trtpool_builder.trt_module import is_importable
+from trtpool_builder.graph.onnx_io import save_model
+from trtpool_builder.installed import is_importable
+from trtpool_builder.precision.fp16_emulation import emulate_fp16
+from trtpool_builder.precision.fp16_safety import KeptInFp32, keep_in_fp32, shape_arithmetic, skip_fp16_round_trips
+from trtpool_builder.precision.samples import Samples, SampleSet
+from trtpool_builder.precision.tensor_probe import name_nodes, tensor_types
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 # Precisions whose graph is converted here and then checked against the fp32 one on samples.

@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from trtpool_builder.fp16_safety import FP16_MAX
-from trtpool_builder.tensor_probe import float_tensors, tensor_types
+from trtpool_builder.precision.fp16_safety import FP16_MAX
+from trtpool_builder.precision.tensor_probe import float_tensors, tensor_types
 
 SUFFIX = "__fp16"
 

@@ -25,8 +25,8 @@ from trtpool.process_file import engine_faces
 from trtpool.runtimes import resolve
 from trtpool.sidecar import check_compatible, read_sidecar
 from trtpool.signature import Signature
-from trtpool_builder.engine_here import built_for, why_not_here
-from trtpool_builder.gpu import gpu_status
+from trtpool_builder.engine.engine_here import built_for, why_not_here
+from trtpool_builder.engine.gpu import gpu_status
 
 ENGINE_RUNTIMES = ("tensorrt", "tensorrt_rtx")
 GPU_RUNTIMES = (*ENGINE_RUNTIMES, "torch")

@@ -26,8 +26,8 @@ import numpy as np
 
 from trtpool.errors import TrtpoolError
 from trtpool_builder.errors import BuildError
-from trtpool_builder.ort_cpu import cpu_session
-from trtpool_builder.samples import Samples, describe
+from trtpool_builder.precision.ort_cpu import cpu_session
+from trtpool_builder.precision.samples import Samples, describe
 
 Runner = Callable[[Samples], dict[str, np.ndarray]]
 REL_FLOOR = 1e-3

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
@@ -39,6 +40,19 @@ def load_graph(path: Path) -> onnx.ModelProto:
         raise ConfigError(f"cannot read ONNX file '{path}': {exc}") from exc
     except DecodeError as exc:
         raise ConfigError(f"'{path}' is not an ONNX file (protobuf decoding failed: {exc})") from exc
+
+
+@dataclass(frozen=True)
+class OnnxFile:
+    """An ONNX file parsed once (load_graph), handed from step to step: `model` for what reads
+    the graph, `path` for what reads the file itself (ONNX Runtime, its external data)."""
+
+    path: Path
+    model: onnx.ModelProto
+
+    @classmethod
+    def read(cls, path: Path) -> OnnxFile:
+        return cls(path, load_graph(path))
 
 
 def io_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
@@ -124,10 +138,10 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from _tensors(subgraph)
 
 
-def external_data_files(model_file: Path) -> list[Path]:
-    """The files beside `model_file` that hold its external tensor data, relative to its folder
+def external_data_files(onnx_file: OnnxFile) -> list[Path]:
+    """The files beside the ONNX file that hold its external tensor data, relative to its folder
     (they must travel with it; ONNX Runtime reads them from there and nowhere else)."""
-    model = load_graph(model_file)
+    model_file, model = onnx_file.path, onnx_file.model
     locations = sorted({ExternalDataInfo(t).location for t in _tensors(model.graph) if uses_external_data(t)})
     files = []
     for location in locations:

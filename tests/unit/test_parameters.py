@@ -1,0 +1,55 @@
+"""The one parameter table (trtpool.config.PARAMETERS): the defaults it states are what a model
+gets when the key is left out, and postprocess_threads' default is the one load always gave."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trtpool import config as pool_config
+from trtpool.config import PARAMETERS, PoolConfig
+
+# Keys whose presence itself changes the config, so that writing the default is not leaving it out.
+PRESENCE_MATTERS = {
+    "min_contexts": "makes the pool elastic",
+    "grow_after_wait_microseconds": "applies to an elastic pool only",
+    "shrink_after_idle_seconds": "applies to an elastic pool only",
+    "batch_wait_microseconds": "also sets the engine host's wait, 0 when unset",
+}
+
+
+def _load(tmp_path: Path, **values: str) -> PoolConfig:
+    return pool_config.load({"name": "m", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+                            tmp_path, "cpu")
+
+
+def test_postprocess_threads_left_out_is_one_per_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The dataclass said 1 while load gave one per core (stage_threads); load's is what users got,
+    so it is the table's default, auto, and the page says so."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(5)))
+    assert PARAMETERS["postprocess_threads"].default == "auto"
+    assert "one per core" in PARAMETERS["postprocess_threads"].doc
+    assert _load(tmp_path).postprocess_threads == 5
+    assert _load(tmp_path, postprocess_threads="auto").postprocess_threads == 5
+    assert _load(tmp_path, postprocess_threads="").postprocess_threads == 5
+    assert _load(tmp_path, postprocess_threads="2").postprocess_threads == 2
+
+
+@pytest.mark.parametrize("key", sorted(k for k, p in PARAMETERS.items() if p.default and k not in PRESENCE_MATTERS))
+def test_writing_the_default_is_leaving_the_key_out(tmp_path: Path, key: str):
+    assert _load(tmp_path, **{key: PARAMETERS[key].default}) == _load(tmp_path)
+
+
+def test_the_elastic_defaults_are_the_tables(tmp_path: Path):
+    elastic = _load(tmp_path, max_contexts="4").elastic
+    assert elastic == pool_config.Elasticity(1, 4, 500, 60.0)
+    assert (elastic.min_contexts, elastic.grow_after_wait_us, elastic.shrink_after_idle_s) == tuple(
+        PARAMETERS[key].kind.read(key, PARAMETERS[key].default)
+        for key in ("min_contexts", "grow_after_wait_microseconds", "shrink_after_idle_seconds"))
+
+
+def test_the_engine_hosts_wait_is_0_unless_batch_wait_is_given(tmp_path: Path):
+    assert (_load(tmp_path).batch_wait_us, _load(tmp_path).host_batch_wait_us) == (500, 0)
+    given = _load(tmp_path, batch_wait_microseconds="500")
+    assert (given.batch_wait_us, given.host_batch_wait_us) == (500, 500)
