@@ -19,7 +19,7 @@ from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
-from trtpool.model_config import auto_complete
+from trtpool.model.config_pbtxt import auto_complete
 from trtpool.process_file import engine_faces
 from trtpool.status_relay import tagging, untagging
 from trtpool.stub_check import check_numpy_handover

@@ -35,7 +35,7 @@ from typing import Any
 from trtpool import config as pool_config
 from trtpool import cuda, trt_api
 from trtpool.errors import EngineError, TrtpoolError
-from trtpool.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
+from trtpool.model.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
 
 Check = dict[str, Any]
 

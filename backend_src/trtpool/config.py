@@ -10,7 +10,7 @@
       { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
-      { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.shapes); ';' between profiles
+      { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.model.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch (500);
                                                                    # engine host: wait for other instances' (0)
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import parse_profile
-from trtpool.signature import ShapeRange
+from trtpool.model.shapes import parse_profile
+from trtpool.model.signature import ShapeRange
 from trtpool.suggest import closest
 
 RUNTIMES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "torch")

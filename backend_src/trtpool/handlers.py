@@ -27,12 +27,12 @@ from trtpool.errors import InvalidInput
 from trtpool.host.client import HostClient
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics
+from trtpool.model.validate import accept
 from trtpool.pipeline import Pipeline
 from trtpool.probes import PROBE_MARK, is_probe
 from trtpool.responders import ListResponder, SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
 from trtpool.stages import kept
-from trtpool.validate import accept
 
 
 def request_tensors(request: Any) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from typing import Any
 
 from trtpool import config as pool_config
 from trtpool.errors import ConfigError
-from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
+from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
+from trtpool.model.sidecar import read_sidecar
+from trtpool.model.signature import Signature, is_batched
 from trtpool.pool import ContextPool, auto_size
 from trtpool.process_file import ProcessFile, load_process_file
 from trtpool.process_pool import ProcessPreprocess
@@ -17,8 +19,6 @@ from trtpool.responders import Responder
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
 from trtpool.serving import BatchObserver, BatchRunner
-from trtpool.sidecar import read_sidecar
-from trtpool.signature import Signature, is_batched
 from trtpool.stages import Stage, StageObserver, choose_faces
 
 log = logging.getLogger("trtpool")

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from trtpool.errors import ConfigError
-from trtpool.model_config import SECTIONS
+from trtpool.model.config_pbtxt import SECTIONS
 
 PROCESS_FILE = "process.py"
 _loaded = itertools.count()  # each instance gets its own module object

@@ -9,7 +9,7 @@ import numpy as np
 
 from trtpool import bfloat16
 from trtpool.errors import Cancelled, InvalidInput, Overloaded, Unavailable
-from trtpool.signature import BFLOAT16
+from trtpool.model.signature import BFLOAT16
 
 log = logging.getLogger("trtpool")
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtpool.errors import Cancelled, ContextFailure, InvalidInput, Overloaded
+from trtpool.model.validate import accept
 from trtpool.responders import Responder
 from trtpool.serving import BatchRunner, Item, shape_key
-from trtpool.validate import accept
 
 log = logging.getLogger("trtpool")
 

@@ -22,10 +22,10 @@ import numpy as np
 
 from trtpool.buffers import split_points
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
+from trtpool.model.signature import Signature
+from trtpool.model.validate import accept
 from trtpool.pool import ContextPool
 from trtpool.runtimes.base import ExecutionContext, Parts
-from trtpool.signature import Signature
-from trtpool.validate import accept
 
 log = logging.getLogger("trtpool")
 

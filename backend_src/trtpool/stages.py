@@ -42,10 +42,10 @@ import numpy as np
 
 from trtpool.device_tensors import keep_after_execute
 from trtpool.errors import InvalidInput, Overloaded, ProcessError, Refused
+from trtpool.model.signature import TRITON_DTYPES, Signature
+from trtpool.model.validate import check_request
 from trtpool.process_file import ProcessFile, Refusable, Tensors
 from trtpool.responders import Responder
-from trtpool.signature import TRITON_DTYPES, Signature
-from trtpool.validate import check_request
 
 log = logging.getLogger("trtpool")
 

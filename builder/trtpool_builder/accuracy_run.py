@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from trtpool.errors import TrtpoolError
-from trtpool.sidecar import read_sidecar
+from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.errors import BuildError

@@ -14,11 +14,11 @@ from typing import Any
 import onnx
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import format_profile
-from trtpool.sidecar import (
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import (
     RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
 )
-from trtpool.signature import Profile
+from trtpool.model.signature import Profile
 from trtpool_builder import precision as prec
 from trtpool_builder.accuracy import DEFAULT_MAX_ERROR, AccuracyReport, compare, onnxruntime_runner
 from trtpool_builder.build_failure import foreign_operators, refused_axis, renamed_hint
@@ -44,7 +44,7 @@ OPT_LEVELS = range(0, 6)
 class BuildOptions:
     """The `trtpool-build` options; field names are the flags' names (--opt-level: opt_level)."""
 
-    shapes: tuple[str, ...] = ()          # one optimization profile each (trtpool.shapes text)
+    shapes: tuple[str, ...] = ()          # one optimization profile each (trtpool.model.shapes text)
     trt_module: str | None = None         # None: tensorrt when importable, else tensorrt_rtx
     precision: str = "fp32"
     calib: Path | None = None

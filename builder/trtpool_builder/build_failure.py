@@ -18,8 +18,8 @@ from pathlib import Path
 
 import onnx
 
-from trtpool.shapes import format_profile
-from trtpool.signature import Profile, TensorSpec
+from trtpool.model.shapes import format_profile
+from trtpool.model.signature import Profile, TensorSpec
 from trtpool_builder.accuracy import Runner, onnxruntime_runner
 from trtpool_builder.dim_names import Renamed, axes_named
 from trtpool_builder.errors import BuildError

@@ -20,11 +20,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool import config as pool_config
 from trtpool.instance import ModelInstance, describe
-from trtpool.model_config import auto_complete, check_agreement
+from trtpool.model.config_pbtxt import auto_complete, check_agreement
+from trtpool.model.sidecar import check_compatible, read_sidecar
+from trtpool.model.signature import Signature
 from trtpool.process_file import engine_faces
 from trtpool.runtimes import resolve
-from trtpool.sidecar import check_compatible, read_sidecar
-from trtpool.signature import Signature
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.gpu import gpu_status
 

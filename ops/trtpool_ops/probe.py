@@ -29,8 +29,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from trtpool.errors import ConfigError
+from trtpool.model.shapes import parse_profile
 from trtpool.probes import PROBE_MARK
-from trtpool.shapes import parse_profile
 
 # What python_backend r24.10 answers for an instance whose stub is gone
 # (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).

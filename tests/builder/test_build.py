@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtpool.errors import ConfigError
-from trtpool.sidecar import RTX_DEFAULT_TARGETS, format_command, read_sidecar
+from trtpool.model.sidecar import RTX_DEFAULT_TARGETS, format_command, read_sidecar
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.cli import build_parser
 from trtpool_builder.errors import BuildError

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtpool.sidecar import read_sidecar
+from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.build import BuildOptions, build_engine
 from trtpool_builder.fp16_safety import shape_arithmetic
 from trtpool_builder.tensor_probe import name_nodes

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from trtpool.signature import ShapeRange, Profile, TensorSpec
+from trtpool.model.signature import Profile, ShapeRange, TensorSpec
 from trtpool_builder.fp16_safety import keep_in_fp32
 from trtpool_builder.samples import sample_feeds
 from trtpool_builder.tensor_probe import name_nodes

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from trtpool.model.signature import BFLOAT16
 from trtpool.runtimes.ort_values import bind_input, read_output
-from trtpool.signature import BFLOAT16
 from trtpool_builder.load_check import as_triton_hands_it
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config
 
@@ -222,7 +222,7 @@ def dynamic_variant(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def profile_text(inputs: dict[str, np.ndarray]) -> str:
-    """The test's own shapes as one fixed profile (trtpool.shapes text)."""
+    """The test's own shapes as one fixed profile (trtpool.model.shapes text)."""
     return ",".join(f"{name}={'x'.join(map(str, array.shape))}" for name, array in inputs.items())
 
 

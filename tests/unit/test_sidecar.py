@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from trtpool.errors import EngineError
-from trtpool.sidecar import (
-    Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, check_compatible, format_command,
-    read_sidecar, sidecar_path, write_sidecar,
+from trtpool.model.sidecar import (
+    Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, check_compatible, format_command, read_sidecar,
+    sidecar_path, write_sidecar,
 )
 
 OPTIONS = {

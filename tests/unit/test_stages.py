@@ -18,7 +18,7 @@ from tests.unit.test_scheduler import RecordingResponder
 from trtpool import config as pool_config
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
-from trtpool.model_config import auto_complete, check_agreement
+from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.process_file import ProcessFile, engine_faces, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool.scheduler import Scheduler

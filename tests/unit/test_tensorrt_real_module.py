@@ -27,8 +27,8 @@ from tests.doubles.tensorrt_double import engine_bytes, make_module
 from trtpool import config as pool_config
 from trtpool import cuda, trt_api
 from trtpool.errors import EngineError, InvalidInput
+from trtpool.model.sidecar import TensorInfo
 from trtpool.runtimes.tensorrt import TensorRTRuntime
-from trtpool.sidecar import TensorInfo
 
 rtx = pytest.importorskip("tensorrt_rtx")
 no_gpu = pytest.mark.skipif(cuda.device_count() > 0, reason="checks behaviour on a machine without a GPU")

@@ -26,13 +26,13 @@ from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, li
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from trtpool import config as pool_config
 from trtpool import cuda, trt_api
-from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.crop_kernel import DeviceArray
+from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
+from trtpool.model.sidecar import TensorInfo
+from trtpool.model.signature import ShapeRange
 from trtpool.pool import ContextPool
 from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
 from trtpool.serving import BatchRunner
-from trtpool.sidecar import TensorInfo
-from trtpool.signature import ShapeRange
 
 K, N = 4, 3
 PROFILES = [{"x": ((1, K), (2, K), (4, K))}, {"x": ((5, K), (8, K), (16, K))}]  # small and large batches

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import Cancelled, InvalidInput, Overloaded, TrtpoolError, Unavailable
-from trtpool.signature import TRITON_DTYPES, Profile, ShapeRange, Signature, TensorSpec
+from trtpool.model.signature import TRITON_DTYPES, Profile, ShapeRange, Signature, TensorSpec
 
 _DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
 # Error classes by the name that travels; anything else travels as "internal" (its text kept).

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from trtpool.host.wire import MessageError
-from trtpool.signature import STRING, TRITON_DTYPES
+from trtpool.model.signature import STRING, TRITON_DTYPES
 
 ALIGN = 64            # every tensor starts on a cache line
 MAX_RANK = 16

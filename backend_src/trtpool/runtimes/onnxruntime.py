@@ -24,11 +24,11 @@ from trtpool.buffers import HostBuffers, gather
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import to_host
 from trtpool.errors import ConfigError, EngineError, InvalidInput
-from trtpool.onnx_signature import DeclaredTensor, is_static, read_signature
+from trtpool.model.onnx import DeclaredTensor, is_static, read_signature
+from trtpool.model.signature import BFLOAT16, STRING
+from trtpool.model.zipmap import drop_zipmaps
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
-from trtpool.signature import BFLOAT16, STRING
-from trtpool.zipmap import drop_zipmaps
 
 ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -43,7 +43,7 @@ RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
 
 def _session(ort, path: Path, options):
     """The session for `path`; a ZipMap output (which Triton cannot carry) is repaired in memory
-    as trtpool-model repairs it in the copy it serves (trtpool.zipmap)."""
+    as trtpool-model repairs it in the copy it serves (trtpool.model.zipmap)."""
     providers = ["CPUExecutionProvider"]
     session = ort.InferenceSession(str(path), options, providers=providers)
     if not any(arg.type.startswith("seq(map(") for arg in session.get_outputs()):

@@ -9,7 +9,7 @@ from math import prod
 import numpy as np
 
 from trtpool.errors import InvalidInput
-from trtpool.signature import BFLOAT16
+from trtpool.model.signature import BFLOAT16
 
 ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 

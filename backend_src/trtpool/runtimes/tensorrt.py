@@ -65,10 +65,10 @@ from trtpool.config import PoolConfig
 from trtpool.device_tensors import device_nbytes, device_pointer, is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.host_upload import HostUploader
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
+from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
-from trtpool.shapes import format_profile
-from trtpool.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 
 log = logging.getLogger("trtpool")
 

@@ -66,16 +66,17 @@ import onnx
 import torch
 from onnx import TensorProto
 
-from trtpool import cuda, onnx_signature
+from trtpool import cuda
 from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
 from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.host_upload import HostUploader
-from trtpool.onnx_signature import DeclaredTensor
-from trtpool.onnx_types import is_tensor, not_a_tensor, type_text
+from trtpool.model import onnx as onnx_signature
+from trtpool.model.dtypes import is_tensor, not_a_tensor, type_text
+from trtpool.model.onnx import DeclaredTensor
+from trtpool.model.signature import Signature
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
-from trtpool.signature import Signature
 
 log = logging.getLogger("trtpool")
 

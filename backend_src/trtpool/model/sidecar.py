@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import EngineError
-from trtpool.shapes import parse_profile
-from trtpool.signature import Profile, Signature, TensorSpec, is_batched
+from trtpool.model.shapes import parse_profile
+from trtpool.model.signature import Profile, Signature, TensorSpec, is_batched
 
 FORMAT = "trtpool-engine-sidecar"
 FORMAT_VERSION = 1
@@ -81,7 +81,7 @@ class Sidecar:
     module_version: str
     target: Target
     precision: Precision
-    profiles: tuple[str, ...]    # trtpool.shapes text form, one per profile
+    profiles: tuple[str, ...]    # trtpool.model.shapes text form, one per profile
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     onnx_path: str

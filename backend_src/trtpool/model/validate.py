@@ -13,7 +13,7 @@ import numpy as np
 
 from trtpool.device_tensors import dtype_of
 from trtpool.errors import InvalidInput
-from trtpool.signature import Signature, TRITON_DTYPES
+from trtpool.model.signature import TRITON_DTYPES, Signature
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -11,7 +11,7 @@ means a fixed shape (min = opt = max). A scalar (rank 0) has no dimensions:
 from __future__ import annotations
 
 from trtpool.errors import ConfigError
-from trtpool.signature import ShapeRange
+from trtpool.model.signature import ShapeRange
 
 
 def _parse_dims(text: str, where: str) -> tuple[int, ...]:

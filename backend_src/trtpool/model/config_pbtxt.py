@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from trtpool.errors import ConfigError
-from trtpool.signature import Signature, TensorSpec
+from trtpool.model.signature import Signature, TensorSpec
 
 DEFAULT_ONNX_MAX_BATCH = 16
 # The sections config.pbtxt shares with the model. A process file's preprocess gives
