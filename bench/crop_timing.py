@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 from bench.gpu_decode import torch_crop_pass  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.pipelines import crop_reference, images  # noqa: E402
-from trtpool import cuda  # noqa: E402
 from trtpool.crop_kernel import CropKernel  # noqa: E402
 from trtpool.device_crops import DeviceCrops  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
 from trtpool.images import CropSpec  # noqa: E402
 
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.pipelines import images  # noqa: E402
-from trtpool import cuda  # noqa: E402
-from trtpool.device_crops import DeviceCrops, Decoder  # noqa: E402
+from trtpool.device_crops import Decoder, DeviceCrops  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
 from trtpool.images import CropSpec, cpu_crop, placement, sort_files  # noqa: E402
 
 WAYS = {"torchvision": ("torchvision", ()), "nvimgcodec": ("nvimgcodec", ()),

@@ -33,8 +33,8 @@ from types import ModuleType
 from typing import Any
 
 from trtpool import config as pool_config
-from trtpool import cuda, trt_api
 from trtpool.errors import EngineError, TrtpoolError
+from trtpool.gpu import cuda, trt_api
 from trtpool.model.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
 
 Check = dict[str, Any]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import cuda
+from trtpool.gpu import cuda
 from trtpool.images import CropSpec, placement
 
 KERNEL = r"""
@@ -109,47 +109,6 @@ extern "C" __global__ void imagenet_crops(const long long* __restrict__ table, i
 """
 FIELDS = 14
 BLOCK = 256
-
-
-class DeviceArray:
-    """A float32 array in device memory, shown to torch, numpy-free runtimes and TensorRT through
-    the CUDA array interface; slicing rows gives a view that keeps the memory alive."""
-
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...]) -> None:
-        self._owner = owner
-        self.ptr = ptr
-        self.shape = shape
-        self.dtype = np.dtype(np.float32)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.dtype.itemsize
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows: slice) -> DeviceArray:
-        start, stop, step = rows.indices(self.shape[0])
-        if step != 1:
-            raise IndexError("only contiguous row ranges")
-        row_bytes = self.nbytes // max(1, self.shape[0])
-        return DeviceArray(self._owner, self.ptr + start * row_bytes, (stop - start, *self.shape[1:]))
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None}
-
-    def to_host(self) -> np.ndarray:
-        host = np.empty(self.shape, self.dtype)
-        stream = cuda.Stream()
-        cuda.memcpy_dtoh_async(host, self.ptr, self.nbytes, stream)
-        stream.synchronize()
-        return host
 
 
 class CropKernel:

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trtpool import cuda
-from trtpool.crop_kernel import FIELDS, CropKernel, DeviceArray, Memory, interface_memory, table_row
+from trtpool.crop_kernel import FIELDS, CropKernel, Memory, interface_memory, table_row
+from trtpool.gpu import cuda
+from trtpool.gpu.device_tensors import DeviceArray
 from trtpool.images import CropSpec, ImageRefused, cpu_crop, decode_chunks, sort_files
 
 log = logging.getLogger("trtpool")

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from trtpool import bfloat16
-from trtpool.device_tensors import from_dlpack, keep_after_execute
 from trtpool.errors import InvalidInput
+from trtpool.gpu.device_tensors import from_dlpack, keep_after_execute
 from trtpool.host.client import HostClient
 from trtpool.instance import ModelInstance
 from trtpool.metrics import PoolMetrics

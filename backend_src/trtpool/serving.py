@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.buffers import split_points
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
+from trtpool.gpu.buffers import split_points
 from trtpool.model.signature import Signature
 from trtpool.model.validate import accept
 from trtpool.pool import ContextPool

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trtpool.errors import TrtpoolError
-from trtpool.trt_api import MODULES
+from trtpool.gpu.trt_api import MODULES
 from trtpool_builder.accuracy import DEFAULT_MAX_ERROR
 from trtpool_builder.precision import PRECISIONS
 from trtpool_builder.profiles import BATCHES

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import to_host
+from trtpool.gpu.device_tensors import to_host
 from trtpool.instance import ModelInstance
 from trtpool_builder.accuracy import Runner
 from trtpool_builder.samples import Samples

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import trt_api
+from trtpool.gpu import trt_api
 from trtpool.model.signature import Profile
 from trtpool_builder.errors import BuildError
 

@@ -44,8 +44,8 @@ from tests.harness.pipelines import (  # noqa: E402
     set_process_settings,
 )
 from tests.harness.pipelines import crop_reference  # noqa: E402
-from trtpool import cuda  # noqa: E402
 from trtpool.device_crops import DeviceCrops, decoder_unavailable  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
 from trtpool.images import CropSpec, cpu_crop, sort_files  # noqa: E402
 from trtpool_builder.example_repo import make_example_folder  # noqa: E402
 from trtpool_builder.model_folder import read_config, write_config  # noqa: E402

@@ -25,8 +25,8 @@ from tests.doubles.cuda_double import FakeCudart, FakeDevice
 from tests.doubles.engines import write_engine
 from tests.doubles.tensorrt_double import engine_bytes, make_module
 from trtpool import config as pool_config
-from trtpool import cuda, trt_api
 from trtpool.errors import EngineError, InvalidInput
+from trtpool.gpu import cuda, trt_api
 from trtpool.model.sidecar import TensorInfo
 from trtpool.runtimes.tensorrt import TensorRTRuntime
 

@@ -25,9 +25,9 @@ from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, li
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from trtpool import config as pool_config
-from trtpool import cuda, trt_api
-from trtpool.crop_kernel import DeviceArray
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
+from trtpool.gpu import cuda, trt_api
+from trtpool.gpu.device_tensors import DeviceArray
 from trtpool.model.sidecar import TensorInfo
 from trtpool.model.signature import ShapeRange
 from trtpool.pool import ContextPool
@@ -60,7 +60,7 @@ def linear_engine(folder: Path, model=None, profiles=PROFILES, **options) -> Pat
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeCudart:
-    """The CUDA double in place of cuda.bindings.runtime, for trtpool.cuda."""
+    """The CUDA double in place of cuda.bindings.runtime, for trtpool.gpu.cuda."""
     double = FakeCudart((GPU,))
     monkeypatch.setattr(cuda, "_cudart", double)
     return double
@@ -348,7 +348,7 @@ def test_device_inputs_are_copied_on_the_device_and_taken_before_submit_returns(
 
 
 def test_device_arrays_without_torch_are_taken_by_the_cuda_array_interface(runtime, fake):
-    """A process file's preprocess_batch may hand over trtpool.crop_kernel.DeviceArray rows
+    """A process file's preprocess_batch may hand over trtpool.gpu.device_tensors.DeviceArray rows
     (no torch): slices of one device batch, copied into the context's buffer on the device."""
     context = runtime.create_context(0)
     whole = batch(3)

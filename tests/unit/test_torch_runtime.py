@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from trtpool import config as pool_config  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
-from trtpool.host_upload import HostUploader  # noqa: E402
+from trtpool.gpu.host_upload import HostUploader  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.torch import (  # noqa: E402
     TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
@@ -598,7 +598,7 @@ def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
 def test_gpu_request_tensors_are_copied_before_execute_returns():
     """Decoupled mode reads request tensors after execute(); the Python backend
     reuses their GPU buffers by then, so keep_after_execute copies them."""
-    from trtpool.device_tensors import keep_after_execute
+    from trtpool.gpu.device_tensors import keep_after_execute
 
     host = np.arange(6, dtype=np.int64).reshape(1, 6)
     on_gpu = torch.arange(6, dtype=torch.int64, device="cuda:0").reshape(1, 6)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import dtype_of
 from trtpool.errors import InvalidInput
+from trtpool.gpu.device_tensors import dtype_of
 from trtpool.model.signature import TRITON_DTYPES, Signature
 
 

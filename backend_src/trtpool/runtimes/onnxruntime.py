@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.buffers import HostBuffers, gather
 from trtpool.config import PoolConfig
-from trtpool.device_tensors import to_host
 from trtpool.errors import ConfigError, EngineError, InvalidInput
+from trtpool.gpu.buffers import HostBuffers, gather
+from trtpool.gpu.device_tensors import to_host
 from trtpool.model.onnx import DeclaredTensor, is_static, read_signature
 from trtpool.model.signature import BFLOAT16, STRING
 from trtpool.model.zipmap import drop_zipmaps

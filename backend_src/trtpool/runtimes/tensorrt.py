@@ -10,7 +10,7 @@ its activation memory, sized to the shapes it runs: contexts are made with
 says the largest input shapes run so far need (a context that only runs
 small batches never holds the largest profile's activations; the default
 STATIC strategy would). When a batch needs more, the block is replaced and the
-graphs captured with the old one are dropped. trtpool.trt_api holds what
+graphs captured with the old one are dropped. trtpool.gpu.trt_api holds what
 differs between TensorRT releases and how each binding reports failure.
 
 Several contexts may use the same optimization profile at once: in
@@ -59,12 +59,12 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import cuda, trt_api
-from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
-from trtpool.device_tensors import device_nbytes, device_pointer, is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
-from trtpool.host_upload import HostUploader
+from trtpool.gpu import cuda, trt_api
+from trtpool.gpu.buffers import HostBuffers
+from trtpool.gpu.device_tensors import device_nbytes, device_pointer, is_device
+from trtpool.gpu.host_upload import HostUploader
 from trtpool.model.shapes import format_profile
 from trtpool.model.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
 from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched

@@ -32,7 +32,7 @@ the largest shapes (as a TensorRT context does), and one CUDA graph per shape
 bucket, all sharing the context's private memory pool; a graph's outputs live
 in that pool, and their real part is copied to pinned host memory per batch.
 Host inputs reach the device buffers through the pinned staging
-(trtpool.host_upload, one uploader shared by the contexts); GPU inputs are
+(trtpool.gpu.host_upload, one uploader shared by the contexts); GPU inputs are
 copied device to device. Batch sizes are bucketed (see batch_buckets) up to the max batch. Other dynamic
 dimensions are used as given (a graph per distinct shape) unless the config's
 ``sequence_buckets`` pads them (e.g. 32,64,128,256,512): zero padding of a
@@ -66,12 +66,12 @@ import onnx
 import torch
 from onnx import TensorProto
 
-from trtpool import cuda
-from trtpool.buffers import HostBuffers
 from trtpool.config import PoolConfig
-from trtpool.device_tensors import is_device
 from trtpool.errors import ConfigError, EngineError, InvalidInput
-from trtpool.host_upload import HostUploader
+from trtpool.gpu import cuda
+from trtpool.gpu.buffers import HostBuffers
+from trtpool.gpu.device_tensors import is_device
+from trtpool.gpu.host_upload import HostUploader
 from trtpool.model import onnx as onnx_signature
 from trtpool.model.dtypes import is_tensor, not_a_tensor, type_text
 from trtpool.model.onnx import DeclaredTensor
@@ -464,7 +464,7 @@ class TorchContext(ExecutionContext):
         runtime.make_current()
         self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
         self._host_outputs: dict[str, np.ndarray] = {}  # pinned, grown to the largest output seen
-        # The stream is trtpool.cuda's, as in the TensorRT context: copies, the
+        # The stream is trtpool.gpu.cuda's, as in the TensorRT context: copies, the
         # event wait and teardown are the same checked calls on the same kind of
         # stream; torch only launches its kernels and graphs on it through an
         # ExternalStream view, which does not own it.

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
-from trtpool import cuda
+from trtpool.gpu import cuda
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
 MAX_SLICES = 8         # enough to keep the DMA busy behind the gather; each slice costs a copy call

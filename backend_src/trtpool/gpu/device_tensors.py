@@ -2,16 +2,18 @@
 FORCE_CPU_ONLY_INPUT_TENSORS is "no", e.g. from CUDA shared-memory clients).
 
 They are torch tensors here, or, from a process file's preprocess_batch, any
-object with the CUDA array interface (trtpool.crop_kernel.DeviceArray, made
-without torch). A GPU runtime's context copies them straight into its device
-buffers; a host runtime copies them to the host. torch is imported only when
-such a tensor exists.
+object with the CUDA array interface (DeviceArray below, made without torch).
+A GPU runtime's context copies them straight into its device buffers; a host
+runtime copies them to the host. torch is imported only when such a tensor
+exists.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+from trtpool.gpu import cuda
 
 
 def is_device(tensor: Any) -> bool:
@@ -67,3 +69,43 @@ def keep_after_execute(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         torch.cuda.current_stream(device).synchronize()
     return copies
 
+
+class DeviceArray:
+    """A float32 array in device memory, shown to torch, numpy-free runtimes and TensorRT through
+    the CUDA array interface; slicing rows gives a view that keeps the memory alive."""
+
+    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...]) -> None:
+        self._owner = owner
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype = np.dtype(np.float32)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice) -> DeviceArray:
+        start, stop, step = rows.indices(self.shape[0])
+        if step != 1:
+            raise IndexError("only contiguous row ranges")
+        row_bytes = self.nbytes // max(1, self.shape[0])
+        return DeviceArray(self._owner, self.ptr + start * row_bytes, (stop - start, *self.shape[1:]))
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": None}
+
+    def to_host(self) -> np.ndarray:
+        host = np.empty(self.shape, self.dtype)
+        stream = cuda.Stream()
+        cuda.memcpy_dtoh_async(host, self.ptr, self.nbytes, stream)
+        stream.synchronize()
+        return host
