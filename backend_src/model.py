@@ -10,8 +10,7 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from trtpool import config as pool_config
-from trtpool.config import engine_host_on, instance_device, parameters_of
+from trtpool import parameters
 from trtpool.errors import TrtpoolError
 from trtpool.front import check_front, forward_timeout_s
 from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, PipelinedHandler, SyncHandler
@@ -20,6 +19,7 @@ from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
 from trtpool.metrics import PoolMetrics
 from trtpool.model.config_pbtxt import auto_complete
+from trtpool.parameters import engine_host_on, instance_device, parameters_of
 from trtpool.process_file import engine_faces
 from trtpool.status_relay import tagging, untagging
 from trtpool.stub_check import check_numpy_handover
@@ -116,7 +116,7 @@ class TritonPythonModel:
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
-        cfg = pool_config.load(model_config, version_dir, device)
+        cfg = parameters.load(model_config, version_dir, device)
         if engine_host_on(cfg):  # a thin instance: the model lives in its engine host (trtpool.host)
             client = HostClient(Launcher({"model_config": model_config, "version_dir": str(version_dir),
                                           "device": device, "server_pid": os.getppid()}))

@@ -62,12 +62,12 @@ def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace, s
 def time_runner(model_dir: Path, runs: int = 4000) -> float:
     """Microseconds per BatchRunner.run of 16 batch-1 requests (trtpool from the working directory)."""
     sys.path.insert(0, os.getcwd())
-    from trtpool import config as pool_config
+    from trtpool import parameters
     from trtpool.pool import ContextPool
     from trtpool.runtimes.onnxruntime import OnnxRuntime
     from trtpool.serving import BatchRunner
 
-    cfg = pool_config.load({"name": "model", "max_batch_size": 64, "parameters": {
+    cfg = parameters.load({"name": "model", "max_batch_size": 64, "parameters": {
         "profile": {"string_value": "INPUT0=1x16:16x16:64x16"}}}, model_dir, "cpu")
     runner = BatchRunner(ContextPool(OnnxRuntime(cfg, model_dir / "model.onnx"), 1))
     requests = [{"INPUT0": np.full((1, 16), i, np.float32)} for i in range(16)]

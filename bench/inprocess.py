@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import provenance, write_json  # noqa: E402
-from trtpool import config as pool_config  # noqa: E402
+from trtpool import parameters  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
@@ -81,7 +81,7 @@ def load(args: argparse.Namespace, contexts: int) -> Runtime:
     config = {"name": args.model, "max_batch_size": example.max_batch_size(),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
     device = args.device if args.runtime == "torch" else "cpu"
-    cfg = pool_config.load(config, args.onnx.parent, device)
+    cfg = parameters.load(config, args.onnx.parent, device)
     if args.runtime == "torch":
         from trtpool.runtimes.torch import TorchRuntime
         return TorchRuntime(cfg, args.onnx, precision=args.precision)  # exact sequence lengths: one --seq-len

@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trtpool.config import parameters_of
 from trtpool.errors import ConfigError
+from trtpool.parameters import parameters_of
 
 # Triton's own parameter, which a front may carry like any model.
 FRONT_PARAMETERS = {"forward_to", "forward_timeout_seconds", "FORCE_CPU_ONLY_INPUT_TENSORS"}

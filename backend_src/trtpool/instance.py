@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError
 from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.model.sidecar import read_sidecar
@@ -34,7 +34,7 @@ AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
 HOSTED_CONTEXTS = AUTO_CONTEXTS["decoupled"]
 
 
-def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
+def _read_signature(cfg: parameters.PoolConfig) -> Signature:
     name, path = resolve(cfg)
     if name in ("tensorrt", "tensorrt_rtx"):
         # auto-complete runs without a device: the engine's sidecar describes it.
@@ -60,7 +60,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     first dimensions (else a default), since an ONNX file carries none."""
     provisional = dict(model_config)
     if not provisional.get("max_batch_size") and not provisional.get("input"):
-        cfg = pool_config.load(provisional, version_dir, "cpu")
+        cfg = parameters.load(provisional, version_dir, "cpu")
         try:
             unbatched = _read_signature(cfg)
         except ConfigError:  # dynamic dimensions and no profile: only a batch axis explains them
@@ -70,7 +70,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
         )
-    return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
+    return _read_signature(parameters.load(provisional, version_dir, "cpu"))
 
 
 def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
@@ -91,7 +91,7 @@ class ModelInstance:
                  on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None,
                  hosted: bool = False) -> None:
         """`hosted`: loaded in an engine host (trtpool.host), which serves every instance's batches."""
-        self.cfg = pool_config.load(model_config, version_dir, device)
+        self.cfg = parameters.load(model_config, version_dir, device)
         self.hosted = hosted
         process = load_process_file(version_dir, model_config)
         self.runtime: Runtime = load_runtime(self.cfg)
@@ -126,7 +126,7 @@ class ModelInstance:
         only contend for the stub's GIL, measured on the H200, BENCHMARKS.md "GPU pipeline")."""
         faces = choose_faces(process, self.cfg.process_faces, self.cfg.device)
         pre_threads = self.cfg.preprocess_threads or (self.pool.size if faces.batch_pre else
-                                                      pool_config.stage_threads())
+                                                      parameters.stage_threads())
         if faces.batch_pre and self.cfg.preprocess_processes:
             raise ConfigError(f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
                               f"run preprocess(inputs), but this instance serves {process.path.name}'s "

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from trtpool.config import Elasticity
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
+from trtpool.parameters import Elasticity
 from trtpool.runtimes.base import ExecutionContext, Runtime
 
 log = logging.getLogger("trtpool")

@@ -89,7 +89,7 @@ def build_main(argv: Sequence[str] | None = None) -> int:
 
 
 def model_parser() -> argparse.ArgumentParser:
-    from trtpool.config import MODES, RUNTIMES
+    from trtpool.parameters import MODES, RUNTIMES
     from trtpool_builder.model_folder import INSTANCE_KINDS, ServingOptions
 
     d = ServingOptions()

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.model.sidecar import check_compatible, read_sidecar
@@ -69,7 +69,7 @@ def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...
     handed = as_triton_hands_it(config)
     faces = engine_faces(version_dir) if faces is None else faces
     handed.update(auto_complete(handed, describe(handed, version_dir), faces))
-    runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
+    runtime, path = resolve(parameters.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)
     if runtime in GPU_RUNTIMES and device != "cpu":
         why = why_not_here(path) if runtime in ENGINE_RUNTIMES else gpu_status()[1] or None

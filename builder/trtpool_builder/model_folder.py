@@ -24,7 +24,7 @@ import onnx
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool import config as backend_config
+from trtpool import parameters as backend_config
 from trtpool.errors import ConfigError, TrtpoolError
 from trtpool.model.config_pbtxt import SECTIONS, check_agreement, tensor_entry
 from trtpool.model.shapes import format_profile

@@ -46,7 +46,7 @@ def test_relative_links_resolve(page: Path):
 
 def test_every_parameter_trtpool_accepts_is_in_the_configuration_table():
     """docs/configuration.md lists each config.pbtxt parameter key the backend accepts (config.KNOWN_KEYS)."""
-    from trtpool.config import KNOWN_KEYS
+    from trtpool.parameters import KNOWN_KEYS
 
     table = [line for line in (ROOT / "docs" / "configuration.md").read_text().splitlines() if line.startswith("| `")]
     documented = {key for line in table for key in re.findall(r"`(\w+)`", line.split(" | ")[0])}

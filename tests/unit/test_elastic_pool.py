@@ -20,8 +20,8 @@ import pytest
 from tests.doubles.flaky_runtime import FAIL_CREATE_FILE, FlakyOnnxRuntime
 from tests.unit.test_serving import make_cfg
 from tests.unit.test_tensorrt_runtime import batch, check, engine_path, fake, load, run, trt  # noqa: F401 (fixtures)
-from trtpool.config import Elasticity
 from trtpool.errors import ConfigError
+from trtpool.parameters import Elasticity
 from trtpool.pool import ContextPool
 from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool.serving import BatchRunner

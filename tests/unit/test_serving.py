@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import SENTINEL, FlakyOnnxRuntime
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
 from trtpool.pool import ContextPool, auto_size
 from trtpool.runtimes.onnxruntime import OnnxRuntime
@@ -27,10 +27,10 @@ def tiny_dir(tmp_path_factory) -> Path:
     return version_dir
 
 
-def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, **params: str) -> parameters.PoolConfig:
     config = {"name": "tiny", "max_batch_size": 8,
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cpu")
+    return parameters.load(config, version_dir, "cpu")
 
 
 def run(runner: BatchRunner, requests):
@@ -132,7 +132,7 @@ def test_auto_size_uses_memory_fraction(tiny_dir):
 @pytest.mark.parametrize("kind, device_id, device", [("GPU", "0", "cuda:0"), ("GPU", "1", "cuda:1"),
                                                      ("CPU", "0", "cpu"), ("MODEL", "0", "cpu")])
 def test_each_instance_runs_on_the_device_triton_gives_it(kind, device_id, device):
-    assert pool_config.instance_device(kind, device_id) == device
+    assert parameters.instance_device(kind, device_id) == device
 
 
 def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
@@ -251,7 +251,7 @@ def test_an_output_sized_by_the_data_is_allocated_per_batch(tmp_path):
     path.parent.mkdir()
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     config = {"name": "nonzero", "max_batch_size": 0, "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
-    runtime = OnnxRuntime(pool_config.load(config, path.parent, "cpu"), path)
+    runtime = OnnxRuntime(parameters.load(config, path.parent, "cpu"), path)
     assert [(s.name, s.shape) for s in runtime.signature.outputs] == [("where", (-1, 2))]
     runner = BatchRunner(ContextPool(runtime, 1))
     inputs = [np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)]

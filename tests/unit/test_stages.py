@@ -15,7 +15,7 @@ import pytest
 
 from tests.harness.server import process_state
 from tests.unit.test_scheduler import RecordingResponder
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
@@ -228,12 +228,12 @@ def test_setup_gets_the_model_config_and_its_folder(tmp_path):
 
 def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
     def threads(**values: str) -> tuple[int | None, int]:
-        cfg = pool_config.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+        cfg = parameters.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
                                tmp_path, "cpu")
         return cfg.preprocess_threads, cfg.postprocess_threads
 
-    assert threads() == (None, pool_config.stage_threads())  # preprocess auto: decided with the faces
-    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
+    assert threads() == (None, parameters.stage_threads())  # preprocess auto: decided with the faces
+    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, parameters.stage_threads())
     with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
                                           r"number from 1 to 64"):
         threads(postprocess_threads="0")
@@ -337,7 +337,7 @@ def test_worker_processes_that_cannot_start_stop_the_load(tmp_path):
 
 def test_preprocess_processes_is_read_with_the_other_parameters(tmp_path):
     def processes(value: str) -> int:
-        cfg = pool_config.load({"name": "x", "parameters": {"preprocess_processes": {"string_value": value}}},
+        cfg = parameters.load({"name": "x", "parameters": {"preprocess_processes": {"string_value": value}}},
                                tmp_path, "cpu")
         return cfg.preprocess_processes
 
@@ -545,7 +545,7 @@ def test_auto_preprocess_threads_are_one_per_context_for_the_batch_face(tmp_path
     (tmp_path / "request").mkdir()
     request = batch_instance(tmp_path / "request", PROCESS, contexts="3", preprocess_threads="auto")
     try:
-        assert request.stage._pre._max_workers == pool_config.stage_threads()
+        assert request.stage._pre._max_workers == parameters.stage_threads()
     finally:
         request.close()
 
@@ -559,7 +559,7 @@ def test_preprocess_processes_with_the_batch_face_is_refused_by_name(tmp_path):
 
 def test_process_faces_takes_only_its_choices():
     with pytest.raises(ConfigError, match=r"parameter 'process_faces'.*auto, request, batch"):
-        pool_config.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")
+        parameters.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")
 
 
 class OnDevice:

@@ -24,7 +24,7 @@ from tests.doubles.cuda_double import GRAPH_BYTES_PER_NODE, FakeCudart, FakeDevi
 from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, linear_reference, masked_model, positive_model,
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.device_tensors import DeviceArray
@@ -45,10 +45,10 @@ LINEAR_IO = ([TensorInfo("x", "float32", (-1, K))],
              [TensorInfo("y", "float32", (-1, N)), TensorInfo("top", "int64", (-1,))])
 
 
-def make_cfg(version_dir: Path, device: str = "cuda:0", **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, device: str = "cuda:0", **params: str) -> parameters.PoolConfig:
     config = {"name": "linear", "max_batch_size": 16,
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, device)
+    return parameters.load(config, version_dir, device)
 
 
 def linear_engine(folder: Path, model=None, profiles=PROFILES, **options) -> Path:

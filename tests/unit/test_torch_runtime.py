@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trtpool import config as pool_config  # noqa: E402
+from trtpool import parameters  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
 from trtpool.gpu.host_upload import HostUploader  # noqa: E402
 from trtpool.pool import ContextPool  # noqa: E402
@@ -57,14 +57,14 @@ def examples(tmp_path_factory) -> dict[str, Path]:
 SEQUENCE_BUCKETS = "32,64,128"  # BERT masks its padding, and names its output axes after its inputs'
 
 
-def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> pool_config.PoolConfig:
+def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> parameters.PoolConfig:
     example = get_example(name)
     params.setdefault("profile", example.serving_profiles(**OPTIONS[name])[0])
     if name == "bert_base":
         params.setdefault("sequence_buckets", SEQUENCE_BUCKETS)
     config = {"name": name, "max_batch_size": example.max_batch_size(**OPTIONS[name]),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, path.parent, device)
+    return parameters.load(config, path.parent, device)
 
 
 def sample(name: str, batch: int, seed: int, seq_len: int | None = None) -> dict[str, np.ndarray]:
@@ -146,7 +146,7 @@ def test_a_dynamic_sequence_needs_a_profile(examples):
     import onnx
 
     config = {"name": "bert", "max_batch_size": 8}
-    cfg = pool_config.load(config, examples["bert_base"].parent, "cpu")
+    cfg = parameters.load(config, examples["bert_base"].parent, "cpu")
     with pytest.raises(ConfigError, match="parameter 'profile'"):
         read_signature(onnx.load(str(examples["bert_base"])), cfg)
 
@@ -583,7 +583,7 @@ def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
     path = nonzero_model(tmp_path / "1" / "model.onnx")
     config = {"name": "nonzero", "max_batch_size": 0,
               "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
-    runtime = TorchRuntime(pool_config.load(config, path.parent, "cuda:0"), path)
+    runtime = TorchRuntime(parameters.load(config, path.parent, "cuda:0"), path)
     context = runtime.create_context(0)
     try:
         for x in (np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)):

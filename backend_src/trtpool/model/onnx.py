@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError
 from trtpool.model.shapes import format_profile
 from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, check_range
+from trtpool.parameters import PoolConfig
 
 # A dimension as the file declares it: fixed (int), named (str), or unnamed (None or "").
 Dim = int | str | None

@@ -19,8 +19,8 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from trtpool.config import RUNTIME_ENTRY_POINTS, RUNTIMES, PoolConfig
 from trtpool.errors import ConfigError, EngineError
+from trtpool.parameters import RUNTIMES, RUNTIME_ENTRY_POINTS, PoolConfig
 from trtpool.runtimes.base import Runtime
 
 DEFAULT_FILES = {

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.gpu.buffers import HostBuffers, gather
 from trtpool.gpu.device_tensors import to_host
 from trtpool.model.onnx import DeclaredTensor, is_static, read_signature
 from trtpool.model.signature import BFLOAT16, STRING
 from trtpool.model.zipmap import drop_zipmaps
+from trtpool.parameters import PoolConfig
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
 

@@ -59,7 +59,6 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.buffers import HostBuffers
@@ -68,6 +67,7 @@ from trtpool.gpu.host_upload import HostUploader
 from trtpool.model.shapes import format_profile
 from trtpool.model.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
 from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
+from trtpool.parameters import PoolConfig
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 
 log = logging.getLogger("trtpool")

@@ -66,7 +66,6 @@ import onnx
 import torch
 from onnx import TensorProto
 
-from trtpool.config import PoolConfig
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.gpu import cuda
 from trtpool.gpu.buffers import HostBuffers
@@ -76,6 +75,7 @@ from trtpool.model import onnx as onnx_signature
 from trtpool.model.dtypes import is_tensor, not_a_tensor, type_text
 from trtpool.model.onnx import DeclaredTensor
 from trtpool.model.signature import Signature
+from trtpool.parameters import PoolConfig
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 
 log = logging.getLogger("trtpool")
