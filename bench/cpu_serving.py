@@ -28,7 +28,7 @@ from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import perf_analyzer  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
 from trtpool import parameters  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402

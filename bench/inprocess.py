@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import provenance, write_json  # noqa: E402
 from trtpool import parameters  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 

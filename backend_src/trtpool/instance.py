@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from trtpool import parameters
+from trtpool.engine.answer import Responder
+from trtpool.engine.batching import BatchObserver, BatchRunner
+from trtpool.engine.pool import ContextPool, auto_size
 from trtpool.errors import ConfigError
 from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.model.sidecar import read_sidecar
 from trtpool.model.signature import Signature, is_batched
-from trtpool.pool import ContextPool, auto_size
 from trtpool.process_file import ProcessFile, load_process_file
 from trtpool.process_pool import ProcessPreprocess
-from trtpool.responders import Responder
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
-from trtpool.serving import BatchObserver, BatchRunner
 from trtpool.stages import Stage, StageObserver, choose_faces
 
 log = logging.getLogger("trtpool")
@@ -168,8 +168,7 @@ class ModelInstance:
         context has taken another batch."""
         if self.stage is not None:
             requests, responders = self.stage.before(requests, responders, inline=inline)
-        self.runner.run(requests, lambda i, outputs: responders[i].send(outputs),
-                        lambda i, error: responders[i].fail(error), detach=True)
+        self.runner.run(requests, responders, detach=True)
 
     def close(self) -> None:
         if self.stage is not None:

@@ -35,7 +35,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from trtpool.pool import ContextStats, PoolStats
+from trtpool.engine.pool import ContextStats, PoolStats
 
 
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.

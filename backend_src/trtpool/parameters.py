@@ -73,7 +73,7 @@ ENGINE_HOST = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class Elasticity:
-    """An elastic pool's bounds and policy (trtpool.pool.ContextPool)."""
+    """An elastic pool's bounds and policy (trtpool.engine.pool.ContextPool)."""
 
     min_contexts: int = 1
     max_contexts: int | None = None  # None: contexts: auto's size (at least min_contexts)

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from trtpool.responders import Responder
+from trtpool.engine.answer import Responder
+from trtpool.engine.batching import BatchRunner, Item
 from trtpool.runtimes.base import ExecutionContext
-from trtpool.serving import BatchRunner, Item
 
 log = logging.getLogger("trtpool")
 
@@ -45,36 +45,30 @@ class Pipeline:
 
     def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
         """Start every request's batch; returns before they complete."""
-        def emit(index: int, outputs: dict[str, Any]) -> None:
-            responders[index].send(outputs)
-
-        def fail(index: int, error: Exception) -> None:
-            responders[index].fail(error)
-
         try:
-            for chunk in self.runner.planner.plan(self.runner.validate(requests, fail)):
-                context = self.runner.start(chunk, emit, fail)
+            for chunk in self.runner.planner.plan(self.runner.validate(requests, responders)):
+                context = self.runner.start(chunk)
                 if context is not None:
-                    self._completions.submit(self._finish, context, chunk, emit, fail, responders)
+                    self._completions.submit(self._finish, context, chunk)
         except Exception as exc:  # answered-once: requests already started keep their answers
             log.exception("starting pipelined batches")
             for responder in responders:
                 responder.fail(exc)
 
-    def _finish(self, context: ExecutionContext, chunk: list[Item], emit: Callable, fail: Callable,
-                responders: Sequence[Responder]) -> None:
+    def _finish(self, context: ExecutionContext, chunk: list[Item]) -> None:
         try:
             if self._senders is None:
-                self.runner.finish(context, chunk, emit, fail, detach=True)
+                self.runner.finish(context, chunk, detach=True)
             else:
                 sent: list[Future] = []
-                self.runner.finish(context, chunk, lambda i, outputs: sent.append(self._senders.submit(emit, i, outputs)),
-                                   fail, detach=True)
+                queued = [Item(_SentFrom(self._senders, sent, item.responder), item.tensors, item.shapes)
+                          for item in chunk]
+                self.runner.finish(context, queued, detach=True)
                 wait(sent)
         except BaseException as exc:
             log.exception("completing a pipelined batch")
             for item in chunk:
-                responders[item.index].fail(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                item.responder.fail(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
         finally:
             self._on_done()
 
@@ -82,3 +76,23 @@ class Pipeline:
         self._completions.shutdown(wait=True)
         if self._senders is not None:
             self._senders.shutdown(wait=True)
+
+
+class _SentFrom:
+    """A responder whose outputs are sent from the `senders` threads (each send's future kept in
+    `sent`, so that the completion thread waits for its batch's); failing and cancellation go
+    straight to the request's own responder."""
+
+    def __init__(self, senders: ThreadPoolExecutor, sent: list[Future], responder: Responder) -> None:
+        self._senders = senders
+        self._sent = sent
+        self.responder = responder
+
+    def send(self, outputs: dict[str, Any]) -> None:
+        self._sent.append(self._senders.submit(self.responder.send, outputs))
+
+    def fail(self, error: Exception) -> None:
+        self.responder.fail(error)
+
+    def cancelled(self) -> bool:
+        return self.responder.cancelled()

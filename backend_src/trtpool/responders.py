@@ -3,7 +3,7 @@ response sender, exactly once, with Triton's status code for the error class."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -12,14 +12,6 @@ from trtpool.errors import Cancelled, InvalidInput, Overloaded, Unavailable
 from trtpool.model.signature import BFLOAT16
 
 log = logging.getLogger("trtpool")
-
-
-class Responder(Protocol):
-    """Answers one request exactly once (the final response); never raises."""
-
-    def send(self, outputs: dict[str, np.ndarray]) -> None: ...
-    def fail(self, error: Exception) -> None: ...
-    def cancelled(self) -> bool: ...
 
 
 def triton_error(pb_utils: Any, error: Exception) -> Any:

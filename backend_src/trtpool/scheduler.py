@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtpool.engine.answer import Responder
+from trtpool.engine.batching import BatchRunner, Item, shape_key
 from trtpool.errors import Cancelled, ContextFailure, InvalidInput, Overloaded
 from trtpool.model.validate import accept
-from trtpool.responders import Responder
-from trtpool.serving import BatchRunner, Item, shape_key
 
 log = logging.getLogger("trtpool")
 
@@ -45,14 +45,16 @@ WATCHDOG_INTERVAL_S = 0.5
 
 @dataclass(eq=False)  # identity only: a request record is never compared
 class Waiting:
-    tensors: dict[str, Any]
-    shapes: dict[str, tuple[int, ...]]
-    responder: Responder
+    item: Item
     enqueued_ns: int = field(default_factory=time.monotonic_ns)
 
     @property
     def batch(self) -> int:
-        return next(iter(self.shapes.values()))[0]
+        return self.item.batch
+
+    @property
+    def responder(self) -> Responder:
+        return self.item.responder
 
 
 class Scheduler:
@@ -95,7 +97,7 @@ class Scheduler:
             else:
                 refusal = None
                 key = shape_key(shapes, signature.batched)
-                self._queues.setdefault(key, deque()).append(Waiting(tensors, shapes, responder))
+                self._queues.setdefault(key, deque()).append(Waiting(Item(responder, tensors, shapes)))
                 self._waiting += 1
                 self._ready.notify()
         if refusal is not None:
@@ -118,7 +120,7 @@ class Scheduler:
                 queue = self._queues[key]
                 if not batched:
                     return self._pop(key, 1)
-                limit = self.runner.planner.largest_batch(self._as_item(queue[0]))
+                limit = self.runner.planner.largest_batch(queue[0].item)
                 deadline = deadline if deadline is not None else time.monotonic() + self.batch_wait_s
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed or sum(w.batch for w in queue) >= limit:
@@ -140,12 +142,8 @@ class Scheduler:
             if count and size + waiting.batch > limit:
                 break
             count, size = count + 1, size + waiting.batch
-        candidates = [self._as_item(w) for w in list(queue)[:count]]
+        candidates = [w.item for w in list(queue)[:count]]
         return self._pop(key, self.runner.planner.fitting_head(candidates))
-
-    @staticmethod
-    def _as_item(waiting: Waiting) -> Item:
-        return Item(0, waiting.tensors, waiting.shapes)
 
     # --- workers ------------------------------------------------------------------
 
@@ -181,12 +179,8 @@ class Scheduler:
         if not live:
             return
         self._on_wait(sum(now - waiting.enqueued_ns for waiting in live))
-        self.runner.run_chunk(  # detached: another worker may take the context while this one answers
-            [Item(position, waiting.tensors, waiting.shapes) for position, waiting in enumerate(live)],
-            lambda i, outputs: live[i].responder.send(outputs),
-            lambda i, error: live[i].responder.fail(error),
-            detach=True,
-        )
+        # detached: another worker may take the context while this one answers
+        self.runner.run_chunk([waiting.item for waiting in live], detach=True)
         self._on_done()
 
     def _watch(self) -> None:

@@ -40,12 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from trtpool.engine.answer import Responder
 from trtpool.errors import InvalidInput, Overloaded, ProcessError, Refused
 from trtpool.gpu.device_tensors import keep_after_execute
 from trtpool.model.signature import TRITON_DTYPES, Signature
 from trtpool.model.validate import check_request
 from trtpool.process_file import ProcessFile, Refusable, Tensors
-from trtpool.responders import Responder
 
 log = logging.getLogger("trtpool")
 

@@ -12,9 +12,9 @@ import pytest
 
 from tests.doubles.flaky_runtime import SLOW, SLOW_SECONDS, FlakyOnnxRuntime
 from trtpool import parameters
-from trtpool.pool import ContextPool
+from trtpool.engine.batching import BatchRunner
+from trtpool.engine.pool import ContextPool
 from trtpool.scheduler import Scheduler
-from trtpool.serving import BatchRunner
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 

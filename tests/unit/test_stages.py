@@ -89,7 +89,7 @@ def test_each_request_is_answered_alone_whatever_its_process_functions_do(instan
     responders = [RecordingResponder(cancelled=False) for _ in requests]
     tensors, answering = instance.stage.before(requests, responders)
     assert len(tensors) == 4  # -1 refused, -2 returned the wrong type
-    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    instance.runner.run(tensors, answering, detach=True)
     outcomes = [r.outcome for r in answered(responders)]
 
     assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
@@ -147,8 +147,7 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
         requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([-1.0, 0.5])]
         responders = [RecordingResponder(cancelled=False) for _ in requests]
         tensors, answering = instance.stage.before(requests, responders)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         answered(responders)
         assert responders[0].outcome == "failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: SystemExit: 3"
         assert responders[1].outcome == "sent"
@@ -156,8 +155,7 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
         after = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.25, 0.75], start=2)]
         answers = [RecordingResponder(cancelled=False) for _ in after]
         tensors, answering = instance.stage.before(after, answers)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         for request, responder in zip(after, answered(answers)):
             assert responder.outcome == "sent"
             expected = tiny_reference(request["VALUES"].astype(np.float32))
@@ -265,8 +263,7 @@ def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
         requests = [{"VALUES": values(first, seed)} for seed, first in enumerate(firsts)]
         responders = [RecordingResponder(cancelled=False) for _ in requests]
         tensors, answering = instance.stage.before(requests, responders)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         outcomes = [r.outcome for r in answered(responders)]
         assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
                                "ValueError: first value is -1")
@@ -457,7 +454,7 @@ def batch_instance(tmp_path: Path, source: str = BATCH_PROCESS, **parameters: st
 def run_staged(instance: ModelInstance, requests: list[dict]) -> list[RecordingResponder]:
     responders = [RecordingResponder(cancelled=False) for _ in requests]
     tensors, answering = instance.stage.before(requests, responders)
-    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    instance.runner.run(tensors, answering, detach=True)
     return answered(responders)
 
 

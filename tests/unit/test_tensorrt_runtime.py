@@ -25,14 +25,15 @@ from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, li
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from trtpool import parameters
+from trtpool.engine.answer import Kept
+from trtpool.engine.batching import BatchRunner
+from trtpool.engine.pool import ContextPool
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.device_tensors import DeviceArray
 from trtpool.model.sidecar import TensorInfo
 from trtpool.model.signature import ShapeRange
-from trtpool.pool import ContextPool
 from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
-from trtpool.serving import BatchRunner
 
 K, N = 4, 3
 PROFILES = [{"x": ((1, K), (2, K), (4, K))}, {"x": ((5, K), (8, K), (16, K))}]  # small and large batches
@@ -448,16 +449,15 @@ def test_shapes_the_model_rejects_are_the_clients_error_and_keep_the_context(tmp
     runtime = masked_runtime(tmp_path / "1")
     pool = ContextPool(runtime, 1)
     runner = BatchRunner(pool)
-    results: dict[int, object] = {}
-    runner.run([masked_request(4, 5)], lambda i, out: results.__setitem__(i, out),
-               lambda i, err: results.__setitem__(i, err))
-    error = results[0]
+    refused = Kept()
+    runner.run([masked_request(4, 5)], [refused])
+    error = refused.error
     assert isinstance(error, InvalidInput)
     assert "the model rejected input shapes 'tokens' [2, 4], 'mask' [2, 5]" in str(error)
     assert "Incompatible dimensions" in str(error) and "infer_shapes error code: -1" in str(error)
-    runner.run([masked_request(4, 4)], lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-               lambda i, err: results.__setitem__(i, err))
-    np.testing.assert_array_equal(results[0]["total"], [4.0, 4.0])
+    served = Kept()
+    runner.run([masked_request(4, 4)], [served])
+    np.testing.assert_array_equal(served.outputs["total"], [4.0, 4.0])
     assert pool.stats.contexts[0].rebuilds == 0 and pool.stats.contexts[0].failures == 0
     runner.close()
     pool.close()
@@ -513,10 +513,9 @@ def test_failed_execution_raises_and_the_pool_rebuilds_the_context(runtime, fake
     x = batch(3)
 
     def serve() -> object:
-        results: dict[int, object] = {}
-        runner.run([{"x": x}], lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-                   lambda i, err: results.__setitem__(i, err))
-        return results[0]
+        kept = Kept()
+        runner.run([{"x": x}], [kept])
+        return kept.answer
 
     failure = serve()
     assert isinstance(failure, ContextFailure)
@@ -560,13 +559,12 @@ def test_pool_and_batch_runner_with_concurrent_contexts(runtime):
         for _ in range(10):
             requests = [{"x": rng.standard_normal((int(n), K)).astype(np.float32)}
                         for n in rng.integers(1, 7, size=int(rng.integers(1, 6)))]
-            results: dict[int, object] = {}
-            runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-                       lambda i, err: results.__setitem__(i, err))
+            kept = [Kept() for _ in requests]
+            runner.run(requests, kept)
             try:
-                for i, request in enumerate(requests):
-                    assert isinstance(results[i], dict), results[i]
-                    check(results[i], request["x"])
+                for answer, request in zip((k.answer for k in kept), requests):
+                    assert isinstance(answer, dict), answer
+                    check(answer, request["x"])
             except AssertionError as exc:
                 failures.append(exc)
 

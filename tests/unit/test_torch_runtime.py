@@ -19,13 +19,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trtpool import parameters  # noqa: E402
+from trtpool.engine.answer import Kept  # noqa: E402
+from trtpool.engine.batching import BatchRunner  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
 from trtpool.gpu.host_upload import HostUploader  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.torch import (  # noqa: E402
     TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
 )
-from trtpool.serving import BatchRunner  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2}
@@ -289,10 +290,9 @@ def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cud
 
 
 def run_requests(runner: BatchRunner, requests: list[dict[str, np.ndarray]]) -> list:
-    results: dict[int, object] = {}
-    runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-               lambda i, err: results.__setitem__(i, err))
-    return [results[i] for i in range(len(requests))]
+    kept = [Kept() for _ in requests]
+    runner.run(requests, kept)
+    return [k.answer for k in kept]
 
 
 @gpu

@@ -1,10 +1,10 @@
 """Requests -> validated batches -> contexts -> outputs split back per request.
 
-Triton-agnostic: the caller passes each request's input arrays and two
-callbacks. ``emit(i, outputs)`` receives request i's slice of the batch's host
-outputs, views of the context's buffers: use them within the call (build the
-response from them), since the context is handed to the next batch afterwards.
-``fail(i, error)`` receives the error for request i alone.
+Triton-agnostic: the caller passes each request's input arrays and its
+Responder (trtpool.engine.answer). ``send`` receives the request's slice of the
+batch's outputs; without ``detach`` they are views of the context's buffers, to
+be used within the call (build the response from them), since the context is
+handed to the next batch afterwards. ``fail`` receives that request's error alone.
 
 A batch runs in two steps, ``start`` (take a free context, submit the batch)
 and ``finish`` (wait, answer, give the context back), so that a pipelined
@@ -20,25 +20,24 @@ from typing import Any
 
 import numpy as np
 
+from trtpool.engine.pool import ContextPool
+from trtpool.engine.answer import Responder
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.gpu.buffers import split_points
 from trtpool.model.signature import Signature
 from trtpool.model.validate import accept
-from trtpool.pool import ContextPool
 from trtpool.runtimes.base import ExecutionContext, Parts
 
 log = logging.getLogger("trtpool")
 
-Emit = Callable[[int, dict[str, np.ndarray]], None]
-Fail = Callable[[int, Exception], None]
 BatchObserver = Callable[[int], None]
 
 
-@dataclass
+@dataclass(eq=False)  # identity only: an item's tensors cannot be compared
 class Item:
-    """One valid request: its position among the requests it came with, and its tensors."""
+    """One valid request: the responder that answers it, and its tensors."""
 
-    index: int
+    responder: Responder
     tensors: dict[str, Any]
     shapes: dict[str, tuple[int, ...]]
     batch: int = field(init=False)  # rows along the batch axis (of a batched model)
@@ -123,32 +122,32 @@ class BatchRunner:
         self._on_batch = on_batch or (lambda size: None)
         self._executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="trtpool-chunk")
 
-    def validate(self, requests: Sequence[dict[str, Any]], fail: Fail) -> list[Item]:
+    def validate(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> list[Item]:
         """The valid requests as items; each invalid one is failed with its reason."""
         items = []
-        for index, tensors in enumerate(requests):
+        for tensors, responder in zip(requests, responders):
             try:
-                items.append(Item(index, *accept(self.signature, tensors)))
+                items.append(Item(responder, *accept(self.signature, tensors)))
             except InvalidInput as exc:
-                fail(index, exc)
+                responder.fail(exc)
         return items
 
-    def run(self, requests: Sequence[dict[str, Any]], emit: Emit, fail: Fail, detach: bool = False) -> None:
-        """Run every request and answer each before returning (`detach`: see finish)."""
-        chunks = self.planner.plan(self.validate(requests, fail))
+    def run(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder], detach: bool = False) -> None:
+        """Run every request and answer each through its responder before returning (`detach`: see finish)."""
+        chunks = self.planner.plan(self.validate(requests, responders))
         if len(chunks) == 1:
-            self.run_chunk(chunks[0], emit, fail, detach)
+            self.run_chunk(chunks[0], detach)
         else:
             # Parts of one large batch run on several contexts at once.
-            for future in [self._executor.submit(self.run_chunk, c, emit, fail, detach) for c in chunks]:
+            for future in [self._executor.submit(self.run_chunk, c, detach) for c in chunks]:
                 future.result()
 
-    def run_chunk(self, chunk: list[Item], emit: Emit, fail: Fail, detach: bool = False) -> None:
-        context = self.start(chunk, emit, fail, detach)
+    def run_chunk(self, chunk: list[Item], detach: bool = False) -> None:
+        context = self.start(chunk, detach)
         if context is not None:
-            self.finish(context, chunk, emit, fail, detach)
+            self.finish(context, chunk, detach)
 
-    def start(self, chunk: list[Item], emit: Emit, fail: Fail, detach: bool = False) -> ExecutionContext | None:
+    def start(self, chunk: list[Item], detach: bool = False) -> ExecutionContext | None:
         """Take a free context (waiting for one) and submit the chunk to it. None when
         the submit failed: the chunk has then been answered already (retried requests
         answered as `finish` would, `detach` included)."""
@@ -158,19 +157,18 @@ class BatchRunner:
             context.submit(parts)
         except Exception as exc:
             self.pool.give(context, exc)
-            self._failed(chunk, exc, emit, fail, detach)
+            self._failed(chunk, exc, detach)
             return None
         except BaseException:  # the thread is ending: the context goes back, rebuilt, first
             self.pool.give(context, ContextFailure("a submit was interrupted"))
             raise
         return context
 
-    def finish(self, context: ExecutionContext, chunk: list[Item], emit: Emit, fail: Fail,
-               detach: bool = False) -> None:
+    def finish(self, context: ExecutionContext, chunk: list[Item], detach: bool = False) -> None:
         """Wait for the chunk's batch, answer its requests, give the context back.
 
         Answers are built from views of the context's buffers, so by default the
-        context is given back after the last emit. With `detach` the batch's
+        context is given back after the last send. With `detach` the batch's
         outputs are copied first (one copy per output) and the context goes back
         before any answer is sent: for callers whose answers are slow to send, or
         read only after the context may have taken another batch."""
@@ -186,19 +184,19 @@ class BatchRunner:
                 outputs = {name: np.array(array) if isinstance(array, np.ndarray) else array
                            for name, array in outputs.items()}
             else:
-                self._emit_all(chunk, outputs, emit, fail)
+                self._answer_all(chunk, outputs)
         except Exception as exc:
             failure = exc
         finally:
             self.pool.give(context, failure)
         if failure is not None:
-            self._failed(chunk, failure, emit, fail, detach)
+            self._failed(chunk, failure, detach)
         elif unstackable:
             log.warning("%s; the batch's %d requests run one at a time", unstackable, len(chunk))
             for item in chunk:
-                self.run_chunk([item], emit, fail, detach)
+                self.run_chunk([item], detach)
         elif detach:
-            self._emit_all(chunk, outputs, emit, fail)
+            self._answer_all(chunk, outputs)
 
     def _unstackable(self, chunk: list[Item], outputs: dict[str, np.ndarray]) -> str | None:
         """Why a batch of several requests cannot be cut back into them (an output whose
@@ -212,31 +210,31 @@ class BatchRunner:
                 return f"output '{name}' came out with shape {list(array.shape)} for a batch of {rows} rows"
         return None
 
-    def _failed(self, chunk: list[Item], error: Exception, emit: Emit, fail: Fail, detach: bool) -> None:
+    def _failed(self, chunk: list[Item], error: Exception, detach: bool) -> None:
         if isinstance(error, InvalidInput):
             for item in chunk:
-                fail(item.index, error)
+                item.responder.fail(error)
         elif len(chunk) > 1:
             # The pool has rebuilt the context. Retry each request alone so that
             # only a request that breaks a context gets the error.
             for item in chunk:
-                self.run_chunk([item], emit, fail, detach)
+                self.run_chunk([item], detach)
         else:
             message = error if isinstance(error, TrtpoolError) else f"{type(error).__name__}: {error}"
-            fail(chunk[0].index, ContextFailure(f"execution failed: {message}"))
+            chunk[0].responder.fail(ContextFailure(f"execution failed: {message}"))
 
-    def _emit_all(self, chunk: list[Item], outputs: dict[str, np.ndarray], emit: Emit, fail: Fail) -> None:
+    def _answer_all(self, chunk: list[Item], outputs: dict[str, np.ndarray]) -> None:
         if len(chunk) == 1:  # the outputs are the request's (scalars too)
             per_request = [outputs]
         else:
             per_request = [{name: out[start:stop] for name, out in outputs.items()}
                            for start, stop in split_points([i.batch for i in chunk])]
-        for item, answer in zip(chunk, per_request):
+        for position, (item, answer) in enumerate(zip(chunk, per_request)):
             try:
-                emit(item.index, answer)
+                item.responder.send(answer)
             except Exception as exc:  # a response that cannot be built fails alone
-                log.exception("building the response of request %d", item.index)
-                fail(item.index, exc)
+                log.exception("building the response of request %d of the batch", position)
+                item.responder.fail(exc)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
