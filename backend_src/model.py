@@ -17,12 +17,12 @@ from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, Pipe
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
-from trtpool.metrics import PoolMetrics
 from trtpool.model.config_pbtxt import auto_complete
 from trtpool.parameters import engine_host_on, instance_device, parameters_of
 from trtpool.process_file import engine_faces
-from trtpool.status_relay import tagging, untagging
-from trtpool.stub_check import check_numpy_handover
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.status_relay import tagging, untagging
+from trtpool.triton.stub_check import check_numpy_handover
 
 # ONNX Runtime (1.29 and later) starts telemetry in every process that creates a
 # session unless this is set before its first session (it is imported only when

@@ -16,8 +16,6 @@ import ctypes
 import threading
 from typing import Any
 
-import numpy as np
-
 from trtpool.gpu import cuda
 from trtpool.images import CropSpec, placement
 

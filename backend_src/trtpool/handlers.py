@@ -21,45 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import bfloat16
 from trtpool.errors import InvalidInput
-from trtpool.gpu.device_tensors import from_dlpack, keep_after_execute
+from trtpool.gpu.device_tensors import keep_after_execute
 from trtpool.host.client import HostClient
 from trtpool.instance import ModelInstance
-from trtpool.metrics import PoolMetrics
 from trtpool.model.validate import accept
 from trtpool.pipeline import Pipeline
-from trtpool.probes import PROBE_MARK, is_probe
-from trtpool.responders import ListResponder, SenderResponder, error_response, response
 from trtpool.scheduler import Scheduler
-from trtpool.stages import kept
-
-
-def request_tensors(request: Any) -> dict[str, Any]:
-    """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
-    return {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
-
-
-def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
-    """For a model with a process file: answer each probe with no outputs, untouched by user code
-    (trtpool.probes says why), and return the other requests."""
-    others = []
-    for request in requests:
-        if is_probe(request):
-            SenderResponder(pb_utils, request).send({})
-        else:
-            others.append(request)
-    return others
-
-
-def _host_array(tensor: Any) -> np.ndarray:
-    try:
-        return tensor.as_numpy()
-    except Exception as refused:  # the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")
-        try:
-            return bfloat16.from_triton(tensor)
-        except ValueError:  # not BF16 after all: the stub's own reason stands
-            raise refused from None
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.probes import PROBE_MARK, is_probe
+from trtpool.triton.requests import kept, request_tensors, without_probes
+from trtpool.triton.responders import ListResponder, SenderResponder, error_response, response
 
 
 class SyncHandler:
@@ -80,7 +52,7 @@ class SyncHandler:
         if stage is None or stage.faces.batch_post:
             served = []
             for index, request in enumerate(requests):
-                if stage is not None and is_probe(request):  # answered untouched by user code (trtpool.probes)
+                if stage is not None and is_probe(request):  # answered untouched by user code (trtpool.triton.probes)
                     responses[index] = response(self.pb, {})
                 else:
                     served.append(index)
@@ -203,7 +175,7 @@ class ForwardHandler:
         forwarded = self.pb.InferenceRequest(
             model_name=self.target, inputs=request.inputs(),
             requested_output_names=self.output_names,
-            parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.probes)
+            parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.triton.probes)
         )
         call = self._exchange(forwarded)
         try:

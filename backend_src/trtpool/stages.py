@@ -42,7 +42,6 @@ import numpy as np
 
 from trtpool.engine.answer import Responder
 from trtpool.errors import InvalidInput, Overloaded, ProcessError, Refused
-from trtpool.gpu.device_tensors import keep_after_execute
 from trtpool.model.signature import TRITON_DTYPES, Signature
 from trtpool.model.validate import check_request
 from trtpool.process_file import ProcessFile, Refusable, Tensors
@@ -74,14 +73,6 @@ def choose_faces(process: ProcessFile, wanted: str, device: str) -> Faces:
         return whole_batch is not None and (per_request is None or prefer_batch)
     return Faces(batch(process.preprocess, process.preprocess_batch),
                  batch(process.postprocess, process.postprocess_batch))
-
-
-def kept(requests: list[Tensors]) -> list[Tensors]:
-    """Requests' tensors in memory trtpool owns, for stages that read them after execute()
-    returns: GPU tensors copied (device_tensors.keep_after_execute), host arrays that view
-    the request's shared memory copied too (TYPE_STRING arrives as a new object array)."""
-    return [{name: np.array(t) if isinstance(t, np.ndarray) and t.dtype != np.object_ else t
-             for name, t in tensors.items()} for tensors in keep_after_execute(requests)]
 
 
 def _names(inputs: Tensors) -> str:

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import bfloat16
 from trtpool.errors import Cancelled, InvalidInput, Overloaded, Unavailable
 from trtpool.model.signature import BFLOAT16
+from trtpool.triton import bfloat16
 
 log = logging.getLogger("trtpool")
 
