@@ -19,7 +19,7 @@ from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete
 from trtpool.parameters import engine_host_on, instance_device, parameters_of
-from trtpool.process_file import engine_faces
+from trtpool.process.file import engine_faces
 from trtpool.triton.metrics import PoolMetrics
 from trtpool.triton.status_relay import tagging, untagging
 from trtpool.triton.stub_check import check_numpy_handover

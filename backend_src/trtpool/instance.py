@@ -15,11 +15,13 @@ from trtpool.errors import ConfigError
 from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
 from trtpool.model.sidecar import read_sidecar
 from trtpool.model.signature import Signature, is_batched
-from trtpool.process_file import ProcessFile, load_process_file
-from trtpool.process_pool import ProcessPreprocess
+from trtpool.process.faces import choose_faces
+from trtpool.process.file import ProcessFile, load_process_file
+from trtpool.process.observe import StageObserver
+from trtpool.process.stages import Stage
+from trtpool.process.workers import ProcessPreprocess
 from trtpool.runtimes import load_runtime, resolve
 from trtpool.runtimes.base import Runtime
-from trtpool.stages import Stage, StageObserver, choose_faces
 
 log = logging.getLogger("trtpool")
 

@@ -24,7 +24,7 @@
       { key: "preprocess_threads"  value: { string_value: "auto" } },  # process.py: threads running preprocess
       { key: "postprocess_threads" value: { string_value: "auto" } },  # process.py: threads running postprocess
       { key: "preprocess_processes" value: { string_value: "0" } },    # process.py: worker processes for preprocess
-      { key: "process_faces"   value: { string_value: "auto" } },      # process.py: auto | request | batch (stages.py)
+      { key: "process_faces"   value: { string_value: "auto" } },      # process.py: auto | request | batch (process/faces.py)
       { key: "engine_host"     value: { string_value: "auto" } },      # auto | on | off: one process owns the model (trtpool.host)
       { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }  # Triton's: GPU inputs stay on the GPU
     ]
@@ -56,7 +56,7 @@ KNOWN_KEYS = {
     "shrink_after_idle_seconds", "preprocess_threads", "postprocess_threads", "preprocess_processes",
     "process_faces", "engine_host",
 }
-PROCESS_FACES = ("auto", "request", "batch")  # trtpool.stages.choose_faces
+PROCESS_FACES = ("auto", "request", "batch")  # trtpool.process.faces.choose_faces
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
 # typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
@@ -106,7 +106,7 @@ class PoolConfig:
     preprocess_threads: int | None = None  # process.py's preprocess workers; None (auto): see instance.py
     postprocess_threads: int = 1  # process.py's postprocess workers (auto: stage_threads)
     preprocess_processes: int = 0  # worker processes running preprocess (0: on the pre threads)
-    process_faces: str = "auto"   # which of process.py's faces serve (trtpool.stages.choose_faces)
+    process_faces: str = "auto"   # which of process.py's faces serve (trtpool.process.faces.choose_faces)
     engine_host: str = "auto"     # auto | on | off (engine_host_on)
 
     @property

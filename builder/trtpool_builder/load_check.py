@@ -23,7 +23,7 @@ from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.model.sidecar import check_compatible, read_sidecar
 from trtpool.model.signature import Signature
-from trtpool.process_file import engine_faces
+from trtpool.process.file import engine_faces
 from trtpool.runtimes import resolve
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.gpu import gpu_status

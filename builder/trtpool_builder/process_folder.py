@@ -1,4 +1,4 @@
-"""A model folder's process file (trtpool.process_file): the user's Python file, the files it
+"""A model folder's process file (trtpool.process.file): the user's Python file, the files it
 reads, and the outside face config.pbtxt declares for the functions it defines.
 
     <repo>/<name>/1/process.py     the user's file, whatever its name was
@@ -14,7 +14,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError
-from trtpool.process_file import PROCESS_FILE, faces_of_file
+from trtpool.process.file import PROCESS_FILE, faces_of_file
 
 
 @dataclass(frozen=True)

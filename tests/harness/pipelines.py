@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from PIL import Image
 
 from tests.harness.repository import QUEUE_DELAY_US
-from trtpool.process_file import ProcessFile, load_process_file
+from trtpool.process.file import ProcessFile, load_process_file
 from trtpool_builder.example_repo import make_example_folder
 from trtpool_builder.model_folder import read_config, write_config
 

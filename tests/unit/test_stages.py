@@ -19,10 +19,10 @@ from trtpool import parameters
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
-from trtpool.process_file import ProcessFile, engine_faces, load_process_file
+from trtpool.process.faces import Faces, choose_faces
+from trtpool.process.file import ProcessFile, engine_faces, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool.scheduler import Scheduler
-from trtpool.stages import Faces, choose_faces
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -127,13 +127,13 @@ def test_postprocess_must_return_the_declared_outputs_in_their_types(tmp_path):
     try:
         with pytest.raises(ProcessError, match=r"postprocess\(\) returned output 'DOUBLED' as float64, "
                                                r"config.pbtxt declares TYPE_FP32"):
-            instance.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+            instance.stage.post.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
         missing = PROCESS.replace(', "DOUBLED": outputs["OUTPUT0"] * 2', "")
         (tmp_path / "1" / "process.py").write_text(missing)
         stage = ModelInstance(CONFIG, tmp_path / "1", "cpu")
         try:
             with pytest.raises(ProcessError, match=r"returned \['TOTAL'\], expected .*\['DOUBLED', 'TOTAL'\]"):
-                stage.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+                stage.stage.post.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
         finally:
             stage.close()
     finally:
@@ -219,7 +219,7 @@ def test_setup_gets_the_model_config_and_its_folder(tmp_path):
     instance = ModelInstance(CONFIG, version_dir, "cpu")
     try:
         with pytest.raises(InvalidInput):
-            instance.stage.preprocess({"VALUES": values(-1.0, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-1.0, 1)})
     finally:
         instance.close()
 
@@ -274,8 +274,8 @@ def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
             np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
 
         with pytest.raises(ProcessError, match=r"a preprocess worker process died .* started again: retry"):
-            instance.stage.preprocess({"VALUES": values(-4.0, 1)})
-        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-4.0, 1)})
+        after = instance.stage.pre.preprocess({"VALUES": values(0.5, 1)})
         np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
     finally:
         instance.close()
@@ -286,8 +286,8 @@ def test_an_exception_the_stub_cannot_unpickle_fails_its_request_and_not_the_poo
     try:
         pool = instance.pre_processes._pool
         with pytest.raises(InvalidInput, match=r"refused it: RuntimeError: TwoArguments: first value is -5"):
-            instance.stage.preprocess({"VALUES": values(-5.0, 1)})
-        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-5.0, 1)})
+        after = instance.stage.pre.preprocess({"VALUES": values(0.5, 1)})
         np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
         assert instance.pre_processes._pool is pool, "the pool was broken and made again"
     finally:
@@ -300,9 +300,9 @@ def test_postprocessing_handed_over_after_close_pre_is_still_answered(instance):
     instance.stage.close_pre()
     request = {"VALUES": values(0.5, 3)}
     responder = RecordingResponder(cancelled=False)
-    engine_inputs = instance.stage.preprocess(request)
+    engine_inputs = instance.stage.pre.preprocess(request)
     outputs = {"OUTPUT0": tiny_reference(engine_inputs["INPUT0"]).astype(np.float32)}
-    instance.stage.answering_all([responder], [request])[0].send(outputs)
+    instance.stage.post.answering([responder], [request])[0].send(outputs)
     answered([responder])
     np.testing.assert_allclose(responder.outputs["DOUBLED"], outputs["OUTPUT0"] * 2, rtol=1e-6)
 
@@ -316,7 +316,7 @@ def preprocess(inputs):
 '''
     instance = ModelInstance(PROCESSES, staged_folder(tmp_path, reporting), "cpu")
     try:
-        pids = {int(instance.stage.preprocess({"VALUES": values(0.5, s)})["INPUT0"][0, 0]) for s in range(8)}
+        pids = {int(instance.stage.pre.preprocess({"VALUES": values(0.5, s)})["INPUT0"][0, 0]) for s in range(8)}
         assert os.getpid() not in pids and 1 <= len(pids) <= 2
     finally:
         instance.close()
@@ -387,7 +387,7 @@ def test_worker_processes_end_when_their_parent_is_killed(tmp_path):
     version_dir = staged_folder(tmp_path)
     script = (f"import sys, json; sys.path[:0] = {sys.path!r}\n"
               "from pathlib import Path\n"
-              "from trtpool.process_pool import ProcessPreprocess\n"
+              "from trtpool.process.workers import ProcessPreprocess\n"
               f"pool = ProcessPreprocess(Path({str(version_dir)!r}), {CONFIG!r}, 2)\n"
               "print(json.dumps(list(pool._pool._processes)), flush=True)\n"
               "import time; time.sleep(60)\n")
@@ -507,7 +507,7 @@ def test_a_batch_face_returning_the_wrong_count_fails_those_requests_by_name(tmp
         # The call is made again per request (then it returns rightly): every request answered.
         assert [r.outcome for r in responders] == ["sent"] * 3
         assert calls_of(instance)[:4] == [(3, "cpu"), (1, "cpu"), (1, "cpu"), (1, "cpu")]
-        lone = instance.stage._call_batch_face([{"VALUES": values(0.5, 9)}] * 3)
+        lone = instance.stage.pre._call_batch_face([{"VALUES": values(0.5, 9)}] * 3)
         assert isinstance(lone, ProcessError) and re.search(says, str(lone)), lone
     finally:
         instance.close()

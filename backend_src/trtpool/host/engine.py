@@ -26,7 +26,7 @@ from typing import Any
 
 from trtpool.engine.answer import Responder
 from trtpool.errors import ContextFailure, Overloaded
-from trtpool.process_file import Tensors
+from trtpool.process.file import Tensors
 
 log = logging.getLogger("trtpool")
 

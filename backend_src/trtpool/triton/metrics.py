@@ -173,7 +173,7 @@ class PoolMetrics:
             self._request_wait_us += wait_ns // 1000
 
     def record_stage(self, stage: str, ns: int, ok: bool) -> None:
-        """One request's pre or post stage (trtpool.stages)."""
+        """One request's pre or post stage (trtpool.process.stages)."""
         with self._counts_lock:
             self._stage_ns[stage] += ns
             if not ok:

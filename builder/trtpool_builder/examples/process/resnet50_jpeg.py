@@ -6,7 +6,7 @@
 
 Standard ImageNet preprocessing (trtpool.images): shorter side resized to 256/224 of
 the crop, centre crop, RGB scaled to [0, 1] and normalized by ImageNet's mean and
-std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.choose_faces):
+std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.process.faces.choose_faces):
 
     GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
                   the device, resized, cropped and normalized there in one kernel launch
@@ -55,7 +55,7 @@ def setup(model_config: dict, folder: Path) -> None:
 
 
 def _decodes_on_a_gpu(model_config: dict) -> bool:
-    """Whether the model has GPU instances that serve preprocess_batch (trtpool.stages.choose_faces:
+    """Whether the model has GPU instances that serve preprocess_batch (trtpool.process.faces.choose_faces:
     unless process_faces asks for the per-request face)."""
     gpu = any(group.get("kind") == "KIND_GPU" for group in model_config.get("instance_group", []))
     faces = model_config.get("parameters", {}).get("process_faces", {}).get("string_value", "auto")

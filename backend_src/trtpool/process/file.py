@@ -22,7 +22,7 @@ instance's device ("cpu" or "cuda:N") and may return device tensors there (torch
 tensors, or any object with ``__cuda_array_interface__``), complete when it
 returns: the runtime copies them into its context's device buffers on the device,
 so decoded pixels never cross the host. Which faces serve is the parameter
-``process_faces`` (trtpool.stages.choose_faces): by default the batch faces on a
+``process_faces`` (trtpool.process.faces.choose_faces): by default the batch faces on a
 GPU instance and the per-request faces on a CPU one, each where the file has it.
 
 ``OUTPUTS_ON_DEVICE = True`` (read after ``setup``, which may set it) says that

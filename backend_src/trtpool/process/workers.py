@@ -6,7 +6,7 @@ decode and resize do, most of the Python around them does not: on the H200
 the stub served 0.63x of a Triton ensemble whose preprocessing model ran as 8
 processes. With N processes, each pre thread hands its request to one of N
 worker processes and waits for the engine inputs; the checks and the errors
-stay in the stub (trtpool.stages).
+stay in the stub (trtpool.process.preprocess).
 
 The workers are spawned (never forked: the stub holds CUDA and threads), each
 imports process.py from the model's folder and runs its ``setup`` once, as
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trtpool.errors import ConfigError, ProcessError
-from trtpool.process_file import ProcessFile, Tensors, load_process_file
+from trtpool.process.file import ProcessFile, Tensors, load_process_file
 
 log = logging.getLogger("trtpool")
 
