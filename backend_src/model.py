@@ -12,12 +12,15 @@ import triton_python_backend_utils as pb_utils
 
 from trtpool import parameters
 from trtpool.errors import TrtpoolError
-from trtpool.front import check_front, forward_timeout_s
-from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, PipelinedHandler, SyncHandler
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete
+from trtpool.modes.decoupled import DecoupledHandler
+from trtpool.modes.front import ForwardHandler, check_front, forward_timeout_s
+from trtpool.modes.hosted import HostHandler
+from trtpool.modes.pipelined import PipelinedHandler
+from trtpool.modes.sync import SyncHandler
 from trtpool.parameters import engine_host_on, instance_device, parameters_of
 from trtpool.process.file import engine_faces
 from trtpool.triton.metrics import PoolMetrics

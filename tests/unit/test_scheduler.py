@@ -14,7 +14,7 @@ from tests.doubles.flaky_runtime import SLOW, SLOW_SECONDS, FlakyOnnxRuntime
 from trtpool import parameters
 from trtpool.engine.batching import BatchRunner
 from trtpool.engine.pool import ContextPool
-from trtpool.scheduler import Scheduler
+from trtpool.modes.decoupled import Scheduler
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 

@@ -19,10 +19,10 @@ from trtpool import parameters
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
+from trtpool.modes.decoupled import Scheduler
 from trtpool.process.faces import Faces, choose_faces
 from trtpool.process.file import ProcessFile, engine_faces, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
-from trtpool.scheduler import Scheduler
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 

@@ -36,7 +36,12 @@ from typing import Any
 from trtpool.engine.answer import Responder
 from trtpool.engine.batching import BatchRunner, Item, shape_key
 from trtpool.errors import Cancelled, ContextFailure, InvalidInput, Overloaded
+from trtpool.gpu.device_tensors import keep_after_execute
+from trtpool.instance import ModelInstance
 from trtpool.model.validate import accept
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.requests import request_tensors, without_probes
+from trtpool.triton.responders import SenderResponder
 
 log = logging.getLogger("trtpool")
 
@@ -207,3 +212,31 @@ class Scheduler:
             waiting.responder.fail(Overloaded("the model is being unloaded; retry on another instance"))
         for worker in self.workers:
             worker.join(timeout=30)
+
+
+class DecoupledHandler:
+    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+        self.pb = pb_utils
+        self.stage = instance.stage
+        cfg = instance.cfg
+        self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us, cfg.cancel_check_after_us,
+                                   on_wait=metrics.record_queue_wait,
+                                   on_done=metrics.after_work,
+                                   on_worker_lost=metrics.record_worker_lost)
+
+    def __call__(self, requests: list[Any]) -> None:
+        """A plain call, not a coroutine: it only queues, and the stub's coroutine
+        path for decoupled models adds an event-loop hop per execute (and logs a
+        KeyError when the coroutine finishes before the stub has filed its future)."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
+        tensors = keep_after_execute([request_tensors(r) for r in requests])
+        for request, request_inputs in zip(requests, tensors):
+            responder = SenderResponder(self.pb, request)
+            if self.stage is None:
+                self.scheduler.submit(request_inputs, responder)
+            else:  # preprocessed on the stage's workers, then queued
+                self.stage.before_each(request_inputs, responder, self.scheduler.submit)
+
+    def close(self) -> None:
+        self.scheduler.close()

@@ -29,7 +29,11 @@ from typing import Any
 
 from trtpool.engine.answer import Responder
 from trtpool.engine.batching import BatchRunner, Item
+from trtpool.instance import ModelInstance
 from trtpool.runtimes.base import ExecutionContext
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.requests import kept, request_tensors, without_probes
+from trtpool.triton.responders import SenderResponder
 
 log = logging.getLogger("trtpool")
 
@@ -96,3 +100,29 @@ class _SentFrom:
 
     def cancelled(self) -> bool:
         return self.responder.cancelled()
+
+
+class PipelinedHandler:
+    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+        self.pb = pb_utils
+        self.stage = instance.stage
+        self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
+
+    def __call__(self, requests: list[Any]) -> None:
+        """Start the batch and return None: the requests are answered through their
+        response senders. Their tensors are copied into the contexts' own buffers
+        before this returns (Triton reuses them afterwards), except with a process
+        file: its preprocessing reads them after, as the decoupled workers do."""
+        if self.stage is not None:
+            requests = without_probes(self.pb, requests)
+        responders = [SenderResponder(self.pb, request) for request in requests]
+        tensors = [request_tensors(r) for r in requests]
+        if self.stage is None:
+            self.pipeline.submit(tensors, responders)
+        else:  # preprocessed on the stage's workers, which then start the batch
+            self.stage.before_then(kept(tensors), responders, self.pipeline.submit)
+
+    def close(self) -> None:
+        if self.stage is not None:  # the batches being preprocessed reach the pipeline first
+            self.stage.close_pre()
+        self.pipeline.close()  # its last batches' postprocessing ends when the instance closes the stage
