@@ -162,10 +162,10 @@ def _axis_weights(size_in: int, size_out: int, first: int, count: int) -> np.nda
 
 
 def crop_reference(decoded: np.ndarray, spec: Any) -> np.ndarray:
-    """What trtpool.crop_kernel computes from a decoded uint8 [H, W, 3] image, in float64 numpy:
+    """What trtpool.vision.crop_kernel computes from a decoded uint8 [H, W, 3] image, in float64 numpy:
     the draft's rounded block means, the antialiased resize of the crop's rows and columns,
     rounding to grey levels, normalization."""
-    from trtpool.images import placement
+    from trtpool.vision.images import placement
 
     height, width = decoded.shape[:2]
     scale, (wd, hd), (wr, hr), (left, top) = placement(spec, width, height)

@@ -12,9 +12,9 @@ import pytest
 from google.protobuf import json_format
 
 from tests.harness.pipelines import SMALL_RESNET, as_request, images, set_process_settings
-from trtpool.device_crops import DECODER_PACKAGES, decoder_unavailable
 from trtpool.errors import ConfigError
 from trtpool.process.file import load_process_file
+from trtpool.vision.device_crops import DECODER_PACKAGES, decoder_unavailable
 from trtpool_builder.example_repo import make_example_folder
 from trtpool_builder.model_folder import read_config
 
