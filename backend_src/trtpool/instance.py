@@ -13,14 +13,13 @@ from trtpool.engine.batching import BatchObserver, BatchRunner
 from trtpool.engine.pool import ContextPool, auto_size
 from trtpool.errors import ConfigError
 from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
-from trtpool.model.sidecar import read_sidecar
 from trtpool.model.signature import Signature, is_batched
 from trtpool.process.faces import choose_faces
 from trtpool.process.file import ProcessFile, load_process_file
 from trtpool.process.observe import StageObserver
 from trtpool.process.stages import Stage
 from trtpool.process.workers import ProcessPreprocess
-from trtpool.runtimes import load_runtime, resolve
+from trtpool.runtimes import load_runtime, offline_signature
 from trtpool.runtimes.base import Runtime
 
 log = logging.getLogger("trtpool")
@@ -36,21 +35,6 @@ AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
 HOSTED_CONTEXTS = AUTO_CONTEXTS["decoupled"]
 
 
-def _read_signature(cfg: parameters.PoolConfig) -> Signature:
-    name, path = resolve(cfg)
-    if name in ("tensorrt", "tensorrt_rtx"):
-        # auto-complete runs without a device: the engine's sidecar describes it.
-        return read_sidecar(path).signature()
-    if name == "torch":
-        # The torch runtime converts this ONNX file; ONNX Runtime reads its I/O on the CPU.
-        cfg = replace(cfg, runtime="onnxruntime")
-    runtime = load_runtime(cfg)
-    try:
-        return runtime.signature
-    finally:
-        runtime.close()
-
-
 def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     """The model's signature, for auto-completing a config that leaves fields out.
 
@@ -64,7 +48,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     if not provisional.get("max_batch_size") and not provisional.get("input"):
         cfg = parameters.load(provisional, version_dir, "cpu")
         try:
-            unbatched = _read_signature(cfg)
+            unbatched = offline_signature(cfg)
         except ConfigError:  # dynamic dimensions and no profile: only a batch axis explains them
             unbatched = None
         if unbatched is not None and not is_batched(unbatched.inputs, unbatched.outputs):
@@ -72,7 +56,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
         )
-    return _read_signature(parameters.load(provisional, version_dir, "cpu"))
+    return offline_signature(parameters.load(provisional, version_dir, "cpu"))
 
 
 def check_fits(runtime: Runtime, contexts: int, device: str) -> None:

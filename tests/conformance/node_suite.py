@@ -28,7 +28,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtpool.engine.answer import Kept
-from trtpool.model.signature import BFLOAT16
+from trtpool.model.dtypes import BFLOAT16
 from trtpool.runtimes.ort_values import bind_input, read_output
 from trtpool_builder.load_check import as_triton_hands_it
 from trtpool_builder.model_folder import ServingOptions, make_model_folder, read_config

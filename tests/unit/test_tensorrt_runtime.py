@@ -33,7 +33,8 @@ from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.device_tensors import DeviceArray
 from trtpool.model.sidecar import TensorInfo
 from trtpool.model.signature import ShapeRange
-from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
+from trtpool.runtimes.buckets import power_of_two_buckets
+from trtpool.runtimes.tensorrt import TensorRTRuntime
 
 K, N = 4, 3
 PROFILES = [{"x": ((1, K), (2, K), (4, K))}, {"x": ((5, K), (8, K), (16, K))}]  # small and large batches
@@ -170,10 +171,10 @@ def test_outputs_are_read_only_after_the_wait(runtime, monkeypatch):
 # ---- CUDA graphs ------------------------------------------------------------------------------
 
 def test_batch_buckets_cover_each_profile():
-    assert batch_buckets(1, 4) == (1, 2, 4)
-    assert batch_buckets(5, 16) == (5, 8, 16)
-    assert batch_buckets(1, 12) == (1, 2, 4, 8, 12)
-    assert batch_buckets(3, 3) == (3,)
+    assert power_of_two_buckets(1, 4) == (1, 2, 4)
+    assert power_of_two_buckets(5, 16) == (5, 8, 16)
+    assert power_of_two_buckets(1, 12) == (1, 2, 4, 8, 12)
+    assert power_of_two_buckets(3, 3) == (3,)
 
 
 def test_first_batch_of_a_bucket_warms_up_then_captures_later_ones_replay(runtime, fake, caplog):

@@ -24,9 +24,10 @@ from trtpool.engine.batching import BatchRunner  # noqa: E402
 from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
 from trtpool.gpu.host_upload import HostUploader  # noqa: E402
-from trtpool.runtimes.torch import (  # noqa: E402
-    TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
-)
+from trtpool.runtimes.buckets import bucket_of, clip_buckets, stepped_buckets  # noqa: E402
+from trtpool.runtimes.torch.convert import convert  # noqa: E402
+from trtpool.runtimes.torch.runtime import TorchRuntime  # noqa: E402
+from trtpool.runtimes.torch.signature import padded_axis_sources, read_signature  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2}
@@ -56,6 +57,10 @@ def examples(tmp_path_factory) -> dict[str, Path]:
 
 
 SEQUENCE_BUCKETS = "32,64,128"  # BERT masks its padding, and names its output axes after its inputs'
+
+
+def _profiles(cfg: parameters.PoolConfig) -> tuple:
+    return cfg.profiles, cfg.max_batch_size
 
 
 def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> parameters.PoolConfig:
@@ -101,13 +106,13 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 # --- CPU ------------------------------------------------------------------------
 
 def test_batch_buckets_pad_by_at_most_an_eighth_of_the_max():
-    assert batch_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    assert batch_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
-    assert batch_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
-    assert batch_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
-    assert batch_buckets(1) == (1,)
+    assert stepped_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert stepped_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert stepped_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
+    assert stepped_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
+    assert stepped_buckets(1) == (1,)
     for largest in range(1, 130):
-        buckets = batch_buckets(largest)
+        buckets = stepped_buckets(largest)
         assert buckets[-1] == largest and list(buckets) == sorted(set(buckets))
         assert all(bucket_of(n, buckets) - n <= max(1, largest // 8) for n in range(1, largest + 1))
 
@@ -124,7 +129,7 @@ def test_signature_and_padded_axes_come_from_the_onnx_file(examples):
     import onnx
 
     model = onnx.load(str(examples["bert_base"]))
-    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
+    signature = read_signature(model, *_profiles(make_cfg("bert_base", examples["bert_base"])))
     assert [(s.name, s.shape) for s in signature.inputs] == [("input_ids", (-1, -1)), ("attention_mask", (-1, -1))]
     assert [(s.name, s.shape) for s in signature.outputs] == [("last_hidden_state", (-1, -1, 128)),
                                                               ("pooler_output", (-1, 128))]
@@ -138,7 +143,7 @@ def test_sequence_buckets_need_outputs_named_after_inputs(examples):
 
     model = onnx.load(str(examples["bert_base"]))
     model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "unk__3"  # as tf2onnx names axes
-    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
+    signature = read_signature(model, *_profiles(make_cfg("bert_base", examples["bert_base"])))
     with pytest.raises(ConfigError, match="output 'last_hidden_state' dimension 1 .'unk__3'. is named after no input"):
         padded_axis_sources(model, signature)
 
@@ -149,7 +154,7 @@ def test_a_dynamic_sequence_needs_a_profile(examples):
     config = {"name": "bert", "max_batch_size": 8}
     cfg = parameters.load(config, examples["bert_base"].parent, "cpu")
     with pytest.raises(ConfigError, match="parameter 'profile'"):
-        read_signature(onnx.load(str(examples["bert_base"])), cfg)
+        read_signature(onnx.load(str(examples["bert_base"])), *_profiles(cfg))
 
 
 def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(examples):
@@ -159,7 +164,7 @@ def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(example
     with pytest.raises(ConfigError, match="model_file"):
         TorchRuntime(make_cfg("tiny", path, "cuda:0"), path.with_suffix(".pt"))
     with pytest.raises(ConfigError, match="fp32, fp16"):
-        TorchRuntime(make_cfg("tiny", path, "cuda:0"), path, precision="int8")
+        TorchRuntime(make_cfg("tiny", path, "cuda:0", precision="int8"), path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
@@ -198,7 +203,7 @@ def spatial_kernels(module: torch.nn.Module) -> list[torch.Tensor]:
 def test_fp16_convolutions_take_channels_last_weights(examples, name, precision, nhwc):
     import onnx
 
-    from trtpool.runtimes.torch import prefers_channels_last
+    from trtpool.runtimes.torch.convert import prefers_channels_last
 
     module = convert(onnx.load(str(examples[name])), "cpu", precision)
     assert prefers_channels_last(module, precision) == nhwc
@@ -285,8 +290,7 @@ def test_nonzero_converts_as_onnx_defines_it(tmp_path):
 # --- GPU ------------------------------------------------------------------------
 
 def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cuda:0") -> TorchRuntime:
-    cfg = make_cfg(name, examples[name], device)
-    return TorchRuntime(cfg, examples[name], precision=precision, sequence_buckets=cfg.sequence_buckets)
+    return TorchRuntime(make_cfg(name, examples[name], device, precision=precision), examples[name])
 
 
 def run_requests(runner: BatchRunner, requests: list[dict[str, np.ndarray]]) -> list:

@@ -20,13 +20,6 @@ def is_device(tensor: Any) -> bool:
     return not isinstance(tensor, np.ndarray)
 
 
-def dtype_of(tensor: Any) -> np.dtype:
-    """A numpy dtype for a numpy array or a torch tensor (torch.float32 -> float32)."""
-    if isinstance(tensor, np.ndarray):
-        return tensor.dtype
-    return np.dtype(str(tensor.dtype).removeprefix("torch."))
-
-
 def to_host(tensor: Any) -> np.ndarray:
     if isinstance(tensor, np.ndarray):
         return tensor

@@ -1,6 +1,8 @@
-"""An ONNX model's signature as trtpool serves it, shared by the runtimes that
-take an ONNX file (ONNX Runtime reads the I/O from its session, the torch
-runtime from the ONNX graph; both hand them here as names, dtypes and dims).
+"""An ONNX model's inputs and outputs, and its signature as trtpool serves it.
+
+graph_io reads a graph's inputs and outputs (the one reader, for the torch runtime and the
+builder); the runtimes that take an ONNX file hand them to read_signature as names, dtypes
+and dims (ONNX Runtime reads them from its session).
 
 An ONNX file carries no optimization profiles: they come from the config's
 `profile` parameter, or batch 1..max_batch_size when every other dimension is
@@ -12,17 +14,44 @@ each batch's output shapes after the run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trtpool.errors import ConfigError
+from trtpool.model.dtypes import TRITON_DTYPES, is_tensor, not_a_tensor, onnx_dtype, type_text
 from trtpool.model.shapes import format_profile
 from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, check_range
-from trtpool.parameters import PoolConfig
+
+if TYPE_CHECKING:
+    import onnx
 
 # A dimension as the file declares it: fixed (int), named (str), or unnamed (None or "").
 Dim = int | str | None
 DeclaredTensor = tuple[str, np.dtype, Sequence[Dim]]
+
+
+def declared_tensor(value: onnx.ValueInfoProto) -> DeclaredTensor:
+    """A graph input or output as the file declares it: fixed dimensions as ints, symbolic ones
+    by name ('' when unnamed); ConfigError for a value Triton cannot carry."""
+    if not is_tensor(value):
+        raise ConfigError(not_a_tensor(value))
+    tensor_type = value.type.tensor_type
+    dtype = onnx_dtype(tensor_type.elem_type)
+    if dtype not in TRITON_DTYPES:
+        carried = ", ".join(name.removeprefix("TYPE_") for name in TRITON_DTYPES.values())
+        raise ConfigError(f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which has no Triton "
+                          f"data type (Triton carries {carried})")
+    # A dim_value of 0 is a size (an empty tensor), not an unknown one.
+    dims = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in tensor_type.shape.dim)
+    return value.name, dtype, dims
+
+
+def graph_io(model: onnx.ModelProto) -> tuple[list[DeclaredTensor], list[DeclaredTensor]]:
+    """The graph's inputs (initializers are weights, not inputs) and outputs."""
+    initializers = {i.name for i in model.graph.initializer}
+    return ([declared_tensor(v) for v in model.graph.input if v.name not in initializers],
+            [declared_tensor(v) for v in model.graph.output])
 
 
 def tensor_spec(name: str, dtype: np.dtype, dims: Sequence[Dim]) -> TensorSpec:
@@ -61,23 +90,24 @@ def check_profile(ranges: dict[str, ShapeRange], inputs: Sequence[TensorSpec], m
 
 
 def read_signature(inputs: Sequence[DeclaredTensor], outputs: Sequence[DeclaredTensor],
-                   cfg: PoolConfig) -> Signature:
-    """The signature with the config's profiles, checked against the model's inputs."""
+                   profiles: Sequence[dict[str, ShapeRange]], max_batch_size: int) -> Signature:
+    """The signature with the config's profiles (parameter 'profile'; none: the default one) and
+    max_batch_size, checked against the model's inputs."""
     input_specs = tuple(tensor_spec(*declared) for declared in inputs)
     output_specs = tuple(tensor_spec(*declared) for declared in outputs)
-    profiles = cfg.profiles or (default_profile(input_specs, cfg.max_batch_size),)
+    profiles = profiles or (default_profile(input_specs, max_batch_size),)
     for ranges in profiles:
-        check_profile(ranges, input_specs, cfg.max_batch_size)
+        check_profile(ranges, input_specs, max_batch_size)
     for spec in output_specs:
-        if cfg.max_batch_size and (not spec.shape or spec.shape[0] != -1):
+        if max_batch_size and (not spec.shape or spec.shape[0] != -1):
             raise ConfigError(f"output '{spec.name}' has shape {list(spec.shape)} in the model: no batch dimension "
                               f"first, so the model cannot be served batched; set max_batch_size: 0 "
-                              f"(it is {cfg.max_batch_size})")
+                              f"(it is {max_batch_size})")
     return Signature(
         inputs=input_specs,
         outputs=output_specs,
         profiles=tuple(Profile(i, {s.name: r[s.name] for s in input_specs}) for i, r in enumerate(profiles)),
-        batched=cfg.max_batch_size > 0,
+        batched=max_batch_size > 0,
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from trtpool.errors import EngineError
 from trtpool.model.shapes import parse_profile
-from trtpool.model.signature import Profile, Signature, TensorSpec, is_batched
+from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 
 FORMAT = "trtpool-engine-sidecar"
 FORMAT_VERSION = 1
@@ -30,20 +30,13 @@ BUILD_COMMAND = "trtpool-build"
 
 
 @dataclass(frozen=True)
-class ShapeRangeInfo:
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class TensorInfo:
     """One engine I/O tensor; `ranges` has one entry per profile (-1: unknown)."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
-    ranges: tuple[ShapeRangeInfo, ...] = ()
+    ranges: tuple[ShapeRange, ...] = ()
 
     def spec(self) -> TensorSpec:
         return TensorSpec(self.name, np.dtype(self.dtype), self.shape)
@@ -109,7 +102,7 @@ def to_dict(sidecar: Sidecar) -> dict[str, Any]:
 def from_dict(data: dict[str, Any], engine: Path) -> Sidecar:
     def tensors(items: list[dict[str, Any]]) -> tuple[TensorInfo, ...]:
         return tuple(TensorInfo(t["name"], t["dtype"], tuple(t["shape"]),
-                                tuple(ShapeRangeInfo(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"]))
+                                tuple(ShapeRange(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"]))
                                       for r in t.get("ranges", ())))
                      for t in items)
 

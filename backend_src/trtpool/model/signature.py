@@ -10,35 +10,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from math import prod
 
-import ml_dtypes
 import numpy as np
 
 from trtpool.errors import ConfigError, InvalidInput
-
-# numpy has no bfloat16 of its own; ml_dtypes' is the one onnx and tritonclient use.
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-# Strings (Triton's BYTES, config.pbtxt's TYPE_STRING) are numpy object arrays of bytes.
-STRING = np.dtype(object)
-
-# Triton's data types by numpy dtype; also the names config.pbtxt uses. Every one
-# tritonserver 2.51 carries to and from a Python-based backend (a plain Python-backend
-# model echoes each: tests/conformance/test_triton_types.py).
-TRITON_DTYPES: dict[np.dtype, str] = {
-    np.dtype(np.bool_): "TYPE_BOOL",
-    np.dtype(np.uint8): "TYPE_UINT8",
-    np.dtype(np.uint16): "TYPE_UINT16",
-    np.dtype(np.uint32): "TYPE_UINT32",
-    np.dtype(np.uint64): "TYPE_UINT64",
-    np.dtype(np.int8): "TYPE_INT8",
-    np.dtype(np.int16): "TYPE_INT16",
-    np.dtype(np.int32): "TYPE_INT32",
-    np.dtype(np.int64): "TYPE_INT64",
-    np.dtype(np.float16): "TYPE_FP16",
-    np.dtype(np.float32): "TYPE_FP32",
-    np.dtype(np.float64): "TYPE_FP64",
-    BFLOAT16: "TYPE_BF16",
-    STRING: "TYPE_STRING",
-}
+from trtpool.model.dtypes import TRITON_DTYPES
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import InvalidInput
-from trtpool.gpu.device_tensors import dtype_of
-from trtpool.model.signature import TRITON_DTYPES, Signature
+from trtpool.model.dtypes import TRITON_DTYPES, dtype_of
+from trtpool.model.signature import Signature
 
 
 def _dtype_name(dtype: np.dtype) -> str:

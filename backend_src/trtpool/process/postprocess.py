@@ -15,14 +15,13 @@ import numpy as np
 
 from trtpool.engine.answer import Responder
 from trtpool.errors import ProcessError
-from trtpool.model.signature import TRITON_DTYPES
+from trtpool.model.dtypes import NUMPY_DTYPES
 from trtpool.process.answering import BatchPostprocessing, Postprocessing
 from trtpool.process.faces import Faces
 from trtpool.process.file import ProcessFile, Tensors
 from trtpool.process.observe import StageObserver, timed, why
 
 log = logging.getLogger("trtpool")
-_NUMPY_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
 
 Member = tuple[Responder, Tensors, Tensors]  # a request's responder, its engine outputs, its inputs
 
@@ -35,7 +34,7 @@ class Postprocessor:
         self.faces = faces
         self.declared_outputs = declared_outputs
         self._declared_names = sorted(declared_outputs)
-        self._output_dtypes = {name: _NUMPY_DTYPES.get(data_type) for name, data_type in declared_outputs.items()}
+        self._output_dtypes = {name: NUMPY_DTYPES.get(data_type) for name, data_type in declared_outputs.items()}
         self._observe = observe
         self._file = process.path.name
         self._post = ThreadPoolExecutor(threads, thread_name_prefix="trtpool-post")

@@ -23,19 +23,13 @@ import numpy as np
 from trtpool.errors import ConfigError, EngineError, InvalidInput
 from trtpool.gpu.buffers import HostBuffers, gather
 from trtpool.gpu.device_tensors import to_host
+from trtpool.model.dtypes import BFLOAT16, STRING, ort_dtype
 from trtpool.model.onnx import DeclaredTensor, is_static, read_signature
-from trtpool.model.signature import BFLOAT16, STRING
 from trtpool.model.zipmap import drop_zipmaps
 from trtpool.parameters import PoolConfig
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
 
-ORT_DTYPES = {
-    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-    "tensor(bfloat16)": BFLOAT16, "tensor(bool)": np.bool_, "tensor(string)": STRING,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
-    "tensor(uint64)": np.uint64, "tensor(uint32)": np.uint32, "tensor(uint16)": np.uint16, "tensor(uint8)": np.uint8,
-}
 log = logging.getLogger("trtpool")
 # ONNX Runtime's messages for failures of the machine, not of the request.
 RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
@@ -84,7 +78,8 @@ class OnnxRuntime(Runtime):
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
         self.signature = read_signature([self._declared(arg) for arg in self.session.get_inputs()],
-                                        [self._declared(arg) for arg in self.session.get_outputs()], cfg)
+                                        [self._declared(arg) for arg in self.session.get_outputs()],
+                                        cfg.profiles, cfg.max_batch_size)
         tensors = (*self.signature.inputs, *self.signature.outputs)
         # IOBinding takes no string tensors: a model with any runs through session.run.
         self.binds = not any(spec.dtype == STRING for spec in tensors)
@@ -99,9 +94,10 @@ class OnnxRuntime(Runtime):
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
-        if arg.type not in ORT_DTYPES:
+        dtype = ort_dtype(arg.type)
+        if dtype is None:
             raise ConfigError(f"tensor '{arg.name}' has type {arg.type}, which trtpool does not serve")
-        return arg.name, np.dtype(ORT_DTYPES[arg.type]), arg.shape
+        return arg.name, dtype, arg.shape
 
     def buffer_capacities(self) -> tuple[dict, dict]:
         """Elements per preallocated input, and per output whose shape is known before a run."""

@@ -49,7 +49,6 @@ busy context runs contexts concurrently.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from collections.abc import Sequence
@@ -64,30 +63,21 @@ from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.buffers import HostBuffers
 from trtpool.gpu.device_tensors import device_nbytes, device_pointer, is_device
 from trtpool.gpu.host_upload import HostUploader
+from trtpool.model.dtypes import TENSORRT_DTYPES
 from trtpool.model.shapes import format_profile
 from trtpool.model.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
 from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
 from trtpool.parameters import PoolConfig
-from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
+from trtpool.runtimes.base import Parts, Runtime, batch_shapes
+from trtpool.runtimes.buckets import bucket_of, power_of_two_buckets
+from trtpool.runtimes.stream_context import StreamContext
 
 log = logging.getLogger("trtpool")
 
-# trt.DataType member name -> numpy dtype. BF16, FP8, INT4, FP4 have no numpy
-# dtype that Triton's Python backend carries.
-NUMPY_DTYPES = {
-    "FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32,
-    "INT64": np.int64, "BOOL": np.bool_, "UINT8": np.uint8,
-}
 GRAPHS_PER_CONTEXT = 32  # captured shapes per context; beyond, new shapes run without a graph
 Capacities = dict[str, tuple[np.dtype, int]]
 Shapes = dict[str, tuple[int, ...]]
 GraphKey = tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]
-
-
-def batch_buckets(low: int, high: int) -> tuple[int, ...]:
-    """The batch sizes graphs are captured for in a profile taking batches low..high."""
-    powers = {1 << k for k in range(high.bit_length()) if low < 1 << k < high}
-    return tuple(sorted({low, high} | powers))
 
 
 class TensorRTRuntime(Runtime):
@@ -157,14 +147,14 @@ class TensorRTRuntime(Runtime):
 
     def _spec(self, name: str) -> TensorSpec:
         dtype = self.engine.get_tensor_dtype(name)
-        if dtype.name not in NUMPY_DTYPES:
+        if dtype.name not in TENSORRT_DTYPES:
             raise EngineError(
                 f"engine '{self.path}': tensor '{name}' has type {dtype.name}, which trtpool cannot "
-                f"pass through numpy; rebuild with {'/'.join(NUMPY_DTYPES)} I/O (cast at the graph's edges)")
+                f"pass through numpy; rebuild with {'/'.join(TENSORRT_DTYPES)} I/O (cast at the graph's edges)")
         if self.engine.is_shape_inference_io(name):
             raise EngineError(f"engine '{self.path}': tensor '{name}' is a shape tensor, which trtpool "
                               "does not serve")
-        return TensorSpec(name, np.dtype(NUMPY_DTYPES[dtype.name]), trt_api.dims(self.engine.get_tensor_shape(name)))
+        return TensorSpec(name, TENSORRT_DTYPES[dtype.name], trt_api.dims(self.engine.get_tensor_shape(name)))
 
     def _read_signature(self) -> Signature:
         engine, mode = self.engine, self.trt.TensorIOMode
@@ -225,7 +215,7 @@ class TensorRTRuntime(Runtime):
         signature = self.signature
         if not signature.batched:
             return {}
-        return {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
+        return {p.index: power_of_two_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
                 for p in signature.profiles}
 
     # ---- what contexts share ----------------------------------------------------------
@@ -235,8 +225,7 @@ class TensorRTRuntime(Runtime):
         when it may be captured."""
         if self.graphs_off is not None or not self._buckets:
             return shapes
-        buckets = self._buckets[profile.index]
-        bucket = buckets[bisect.bisect_left(buckets, next(iter(shapes.values()))[0])]
+        bucket = bucket_of(next(iter(shapes.values()))[0], self._buckets[profile.index])
         return {name: (bucket, *shape[1:]) for name, shape in shapes.items()}
 
     def stop_graphs(self, reason: str) -> None:
@@ -310,7 +299,7 @@ class DeviceOutput:
             self._device.close()
 
 
-class TensorRTContext(ExecutionContext):
+class TensorRTContext(StreamContext):
     """One IExecutionContext with its own stream, events, buffers and graphs on the runtime's GPU."""
 
     def __init__(self, runtime: TensorRTRuntime, index: int) -> None:
@@ -321,9 +310,7 @@ class TensorRTContext(ExecutionContext):
         self._inputs = {name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
                         for name, (dtype, count) in runtime.input_capacities.items()}
         self._outputs = {name: DeviceOutput(dtype, count) for name, (dtype, count) in runtime.output_capacities.items()}
-        self._stream = cuda.Stream()
-        self._done = cuda.Event()
-        self._inputs_taken = cuda.Event()
+        self._open_stream(cuda.Stream())
         self._context = runtime.new_trt_context()
         self._reported: Shapes = {}  # data-dependent outputs' shapes, as the allocator was told
         allocator = trt_api.output_allocator(runtime.trt, self._allocate_output, self._reported.__setitem__)
@@ -334,7 +321,6 @@ class TensorRTContext(ExecutionContext):
         self._shapes: Shapes | None = None  # input shapes set on the context
         self._settled: int | None = None   # the profile of the last ordinary run since it was selected
         self._graphs: dict[GraphKey, cuda.Graph] = {}
-        self._results: dict[str, np.ndarray] | None = None
         self._activations: cuda.DeviceBuffer | None = None  # sized to the largest shapes run so far
         self._activation_bytes = 0
 
@@ -361,19 +347,10 @@ class TensorRTContext(ExecutionContext):
         on_device = any(is_device(t) for tensors in parts.values() for t in tensors)
         for name, shape in shapes.items():
             self._upload(name, parts[name], shape, run_shapes[name])
-        if on_device:
-            self._inputs_taken.record(self._stream)
+        self._inputs_placed(on_device)
         self._run(profile.index, run_shapes)
         padded = run_shapes != shapes
-        self._results = self._download(output_shapes, next(iter(shapes.values()))[0] if padded else None)
-        self._done.record(self._stream)
-        if on_device:
-            self._inputs_taken.synchronize()  # the caller's GPU tensors may be reused once we return
-
-    def complete(self) -> dict[str, np.ndarray]:
-        self._done.synchronize()  # the one wait per batch
-        results, self._results = self._results, None
-        return results
+        self._queued(self._download(output_shapes, next(iter(shapes.values()))[0] if padded else None), on_device)
 
     # ---- the steps of a batch -----------------------------------------------------------
 
@@ -529,16 +506,12 @@ class TensorRTContext(ExecutionContext):
 
     def close(self) -> None:
         cuda.set_device(self._runtime.device)
-        try:
-            self._stream.synchronize()  # nothing may still read or write the buffers
-        except cuda.CudaError as exc:
-            log.warning("context %d: stream did not drain on close: %s", self.index, exc)
+        self._drain()
         self._drop_graphs()
         self._context = None
         for buffer in (*self._inputs.values(), *self._outputs.values()):
             buffer.close()
         if self._activations is not None:  # after the context that used it
             self._activations.close()
-        self._done.close()
-        self._inputs_taken.close()
+        self._close_events()
         self._stream.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.model.signature import BFLOAT16
+from trtpool.model.dtypes import BFLOAT16
 
 KDL_CPU = 1
 KDL_BFLOAT = 4

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import Cancelled, InvalidInput, Overloaded, Unavailable
-from trtpool.model.signature import BFLOAT16
+from trtpool.model.dtypes import BFLOAT16
 from trtpool.triton import bfloat16
 
 log = logging.getLogger("trtpool")
