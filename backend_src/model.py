@@ -22,7 +22,7 @@ from trtpool.modes.hosted import HostHandler
 from trtpool.modes.pipelined import PipelinedHandler
 from trtpool.modes.sync import SyncHandler
 from trtpool.parameters import engine_host_on, instance_device, parameters_of
-from trtpool.process.file import engine_faces
+from trtpool.process.file import engine_sections
 from trtpool.triton.metrics import PoolMetrics
 from trtpool.triton.status_relay import tagging, untagging
 from trtpool.triton.stub_check import check_numpy_handover
@@ -54,6 +54,7 @@ def _stub_version_dir() -> Path:
     """The model's version folder. auto_complete_config gets no path, but the
     Python backend starts its stub with <repo>/<model>/<version>/model.py as
     the first argument (tritonserver 2.51)."""
+    # tritonserver 2.51's stub has no pb_utils.get_model_dir() (checked), so the command line it is.
     with open("/proc/self/cmdline", "rb") as cmdline:
         return Path(cmdline.read().split(b"\0")[1].decode()).parent
 
@@ -67,7 +68,7 @@ def _auto_complete(auto_complete_model_config):
     if "forward_to" in parameters_of(config):
         return auto_complete_model_config  # a front declares its target's I/O
     version_dir = _stub_version_dir()
-    added = auto_complete(config, describe(config, version_dir), engine_faces(version_dir))
+    added = auto_complete(config, describe(config, version_dir), engine_sections(version_dir))
     if "max_batch_size" in added:
         auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
     if "dynamic_batching" in added:

@@ -24,11 +24,11 @@ from trtpool.runtimes.base import Runtime
 
 log = logging.getLogger("trtpool")
 
-# `contexts: auto` takes at most this many per mode, measured on an H200 with
-# batch-1 clients (BENCHMARKS.md, "Contexts by mode"): a sync instance has one batch
-# in flight (more contexts serve only a batch split above the largest profile);
-# pipelined gained 1.32-1.37x from a second context and nothing from a third and
-# fourth; decoupled 1.3-2.1x from four. Beyond these, contexts only cost memory.
+# `contexts: auto` takes at most this many per mode, measured on an H200 with batch-1 clients
+# (bench/results/h200/gpu_serving_contexts_resnet50.json, gpu_serving_contexts_bert_base.json):
+# a sync instance has one batch in flight (more contexts serve only a batch split above the
+# largest profile); pipelined gained from a second context and nothing from a third and fourth;
+# decoupled gained up to four. Beyond these, contexts only cost memory.
 AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
 # An engine host overlaps the batches of every instance on its contexts, as decoupled mode's
 # workers do within one instance.
@@ -82,7 +82,7 @@ class ModelInstance:
         process = load_process_file(version_dir, model_config)
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
-            check_agreement(model_config, self.runtime.signature, process.engine_faces if process else SECTIONS)
+            check_agreement(model_config, self.runtime.signature, process.engine_sections if process else SECTIONS)
             size = self._size()
             self.pool = ContextPool(self.runtime, size, self.cfg.elastic)
         except Exception:

@@ -146,8 +146,8 @@ def _whole_number(params: dict[str, str], key: str, default: int, maximum: int, 
 
 def stage_threads() -> int:
     """process.py's workers per stage when the config says auto: one per core, since Pillow's
-    decode and resize release the GIL (BENCHMARKS.md, "Decode library": on the shared 2-core
-    VM a second thread measured 0.5-1.9x, noise-bound), within the ceiling an explicit count has."""
+    decode and resize release the GIL (bench/results/decode_choice.json), within the ceiling an
+    explicit count has."""
     return max(1, min(MAX_CONTEXTS, len(os.sched_getaffinity(0))))
 
 

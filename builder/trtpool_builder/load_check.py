@@ -23,7 +23,7 @@ from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.model.sidecar import check_compatible, read_sidecar
 from trtpool.model.signature import Signature
-from trtpool.process.file import engine_faces
+from trtpool.process.file import engine_sections
 from trtpool.runtimes import resolve
 from trtpool_builder.engine_here import built_for, why_not_here
 from trtpool_builder.gpu import gpu_status
@@ -64,10 +64,10 @@ def _engine_checks(handed: dict[str, Any], engine: Path, faces: tuple[str, ...])
 
 def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...] | None = None) -> Loaded:
     """Load `version_dir` with `config` as the server would (auto-complete first, as model.py's
-    auto_complete_config does); raise what it would raise. `faces`: engine_faces(version_dir),
+    auto_complete_config does); raise what it would raise. `faces`: engine_sections(version_dir),
     where the caller has it already."""
     handed = as_triton_hands_it(config)
-    faces = engine_faces(version_dir) if faces is None else faces
+    faces = engine_sections(version_dir) if faces is None else faces
     handed.update(auto_complete(handed, describe(handed, version_dir), faces))
     runtime, path = resolve(parameters.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)

@@ -21,7 +21,7 @@ from trtpool.instance import ModelInstance
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.modes.decoupled import Scheduler
 from trtpool.process.faces import Faces, choose_faces
-from trtpool.process.file import ProcessFile, engine_faces, load_process_file
+from trtpool.process.file import ProcessFile, engine_sections, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
@@ -166,12 +166,12 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
 
 def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
     version_dir = staged_folder(tmp_path)
-    faces = engine_faces(version_dir)
+    faces = engine_sections(version_dir)
     assert faces == ()
     process = load_process_file(version_dir, CONFIG)
     signature = ModelInstance(CONFIG, version_dir, "cpu")
     try:
-        check_agreement(CONFIG, signature.runtime.signature, process.engine_faces)
+        check_agreement(CONFIG, signature.runtime.signature, process.engine_sections)
         with pytest.raises(ConfigError, match=r"input 'VALUES': not in the model, which has \['INPUT0'\]"):
             check_agreement(CONFIG, signature.runtime.signature)
         bare = {"name": "tiny_staged", "max_batch_size": 0}
@@ -180,7 +180,7 @@ def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
         only_post = "def postprocess(outputs, inputs):\n    return outputs\n"
         (version_dir / "process.py").write_text(only_post)
         added = auto_complete({**bare, "output": CONFIG["output"]}, signature.runtime.signature, ("input",))
-        assert [entry["name"] for entry in added["input"]] == ["INPUT0"] and engine_faces(version_dir) == ("input",)
+        assert [entry["name"] for entry in added["input"]] == ["INPUT0"] and engine_sections(version_dir) == ("input",)
     finally:
         signature.close()
 
@@ -195,7 +195,7 @@ def test_auto_complete_sees_the_functions_the_load_sees(tmp_path, source):
     version_dir = staged_folder(tmp_path, source)
     process = load_process_file(version_dir, CONFIG)
     assert process.postprocess is not None and process.preprocess is None
-    assert engine_faces(version_dir) == process.engine_faces == ("input",)
+    assert engine_sections(version_dir) == process.engine_sections == ("input",)
 
 
 @pytest.mark.parametrize("source, message", [
@@ -528,9 +528,9 @@ def test_choose_faces_follows_the_parameter_and_the_device(wanted, device, batch
 
 def test_batch_faces_are_engine_faces_read_without_running_the_file(tmp_path):
     version_dir = staged_folder(tmp_path, BATCH_PROCESS)
-    assert engine_faces(version_dir) == ()
+    assert engine_sections(version_dir) == ()
     (version_dir / "process.py").write_text("def postprocess_batch(outputs, batch):\n    return outputs\n")
-    assert engine_faces(version_dir) == ("input",)
+    assert engine_sections(version_dir) == ("input",)
 
 
 def test_auto_preprocess_threads_are_one_per_context_for_the_batch_face(tmp_path):

@@ -1,23 +1,9 @@
 """The context pool: sizing, fair hand-out, failure and rebuild, elasticity, statistics.
 
-An elastic pool (config.Elasticity) keeps between min_contexts and max_contexts
-contexts and decides alone when the count changes; it asks the runtime for
-``create_context`` and ``context.close()``, and nothing above it sees the count
-(``size``, the most contexts at once, is what callers size their threads by).
-
-    grow    when every context is busy and the oldest batch waiting for one has
-            waited grow_after_wait_us: a policy thread makes one more context
-            (its buffers and CUDA graphs) while the others serve, and it joins
-            the free contexts when ready; then the rule is looked at again
-    shrink  when a free context has not run for shrink_after_idle_s: it leaves
-            the free contexts (so nothing can take it) and is closed, its memory
-            released; a context running a batch is never touched
-
-Free contexts are handed out last in, first out: under light load the same
-few run and the rest idle, so that they can be closed. A context that cannot
-be made (less memory free than a context costs, a creation that fails) is
-logged and counted; the pool serves on with what it has and tries again after
-shrink_after_idle_s.
+Free contexts are handed out last in, first out; a context whose run fails is rebuilt while the
+others serve. An elastic pool (parameters.Elasticity) grows off the request path when batches
+wait and closes contexts that idle; nothing above the pool sees the count change.
+The policy in full: docs/design/context-pool.md.
 """
 from __future__ import annotations
 

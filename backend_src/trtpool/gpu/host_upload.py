@@ -1,20 +1,10 @@
 """Host request tensors into a context's device buffer, for the GPU runtimes.
 
-A batch's host parts (numpy views of the tensors Triton handed the stub) are
-copied once into the context's pinned staging buffer and from there to the
-device by DMA. Done as one gather then one copy, the two run one after the
-other on one core: a ResNet-50 batch of 32 (19 MB in fp32) is milliseconds of
-memcpy before the DMA even starts. Here the batch is cut into row slices:
-a few threads gather the slices at once (numpy copies without the GIL), and
-each slice's DMA is queued, in order, as soon as that slice is in place, so
-the copies to the device overlap the gather of the slices after them. A small
-batch (a few MB or less) goes in one piece on the caller's thread.
-
-The runtimes use the sliced uploader: on the H200 (2026-12-03 16:20 UTC,
-bench/results/h200/host_copies.json) a ResNet-50 batch of 32 host images
-reached the device in 1.07-1.32 ms sliced against 2.07-2.35 ms in one piece,
-and a whole batch through the torch runtime took 4.80-5.09 ms against
-5.92-6.16 ms. ONE_PIECE stays for that comparison (bench/host_copies.py).
+A batch's host parts are gathered into the context's pinned staging buffer and copied to the
+device: cut into row slices, a few threads gather at once while each slice's copy is queued as
+soon as it is in place; a small batch goes in one piece on the caller's thread. The runtimes use
+the sliced uploader (bench/results/h200/host_copies.json); ONE_PIECE stays as the baseline of
+bench/host_copies.py. docs/design/host-uploads.md.
 """
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
 """The TensorRT Python API as trtpool uses it, for TensorRT 10.x, 11.x and TensorRT-RTX 1.x.
 
-Everything that differs between those releases, and how each binding reports
-failure, is decided here, read from NVIDIA/TensorRT's python/src/infer/pyCore.cpp
-on the release/10.0 to release/11.1 branches (line numbers below are
-release/10.16's) and checked against the real bindings' signatures by
-tests/unit/test_doubles_faithful.py:
-
-- ``deserialize_cuda_engine`` and ``create_execution_context`` return None on
-  failure (the C++ null pointer);
-- ``set_input_shape``, ``set_tensor_address``, ``set_output_allocator`` and
-  ``execute_async_v3`` return False (the C++ bool as is: lines 113-116, 159-161);
-- ``set_optimization_profile_async`` raises RuntimeError("Error in set
-  optimization profile async.") and otherwise returns True (lines 346-352);
-- ``infer_shapes`` raises RuntimeError("infer_shapes error code: -1") when the
-  shapes cannot be inferred (lines 95-111).
-
-What went wrong is never in the exception: TensorRT says it to the logger, on
-the thread that made the call. ``call`` turns every failure into a trtpool
-error that carries those words.
+Everything that differs between those releases, and how each binding reports failure (None,
+False, or a RuntimeError whose reason only the logger hears), is decided here; ``call`` turns
+every failure into a trtpool error that carries TensorRT's own words. The bindings' behaviour,
+with its sources: docs/design/tensorrt-api.md.
 """
 from __future__ import annotations
 

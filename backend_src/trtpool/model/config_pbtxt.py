@@ -7,8 +7,8 @@ from trtpool.errors import ConfigError
 from trtpool.model.signature import Signature, TensorSpec
 
 DEFAULT_ONNX_MAX_BATCH = 16
-# The sections config.pbtxt shares with the model. A process file's preprocess gives
-# the model an outside face for its inputs, its postprocess one for its outputs.
+# The sections config.pbtxt shares with the model: the engine sections, unless a process file
+# stands in front of one (its preprocess before the inputs, its postprocess after the outputs).
 SECTIONS = ("input", "output")
 
 
@@ -43,13 +43,13 @@ def completion(signature: Signature) -> dict[str, Any]:
 
 
 def auto_complete(model_config: dict[str, Any], signature: Signature,
-                  engine_faces: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+                  engine_sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
     """The fields auto_complete_config adds to `model_config`: only those it leaves out.
 
     model.py applies them through Triton's setters; trtpool-model applies them to
     the dict before loading a folder, so that both load the same config. Only the
-    `engine_faces` sections can come from the model; the others (a process file's
-    outside face) must be declared."""
+    `engine_sections` sections can come from the model; the others (a process file's
+    side) must be declared."""
     filled = completion(signature)
     added: dict[str, Any] = {}
     if not model_config.get("max_batch_size") and filled["max_batch_size"]:
@@ -59,7 +59,7 @@ def auto_complete(model_config: dict[str, Any], signature: Signature,
     for section in SECTIONS:
         if model_config.get(section):
             continue
-        if section not in engine_faces:
+        if section not in engine_sections:
             raise ConfigError(f"{section}: config.pbtxt declares none, and with a process file the model's "
                               f"{section}s are what process.py takes or returns: declare them in config.pbtxt")
         added[section] = filled[section]
@@ -72,10 +72,10 @@ def _dims_agree(config: list[int], model: list[int]) -> bool:
 
 
 def check_agreement(model_config: dict[str, Any], signature: Signature,
-                    engine_faces: tuple[str, ...] = SECTIONS) -> None:
+                    engine_sections: tuple[str, ...] = SECTIONS) -> None:
     """Raise ConfigError naming the tensor, the field and both values on any mismatch.
 
-    Sections outside `engine_faces` are a process file's outside face: config.pbtxt
+    Sections outside `engine_sections` are a process file's side: config.pbtxt
     declares them, and what process.py does with them is checked per request."""
     configured = model_config.get("max_batch_size", 0)
     if signature.batched and configured > signature.max_batch_size:
@@ -87,7 +87,7 @@ def check_agreement(model_config: dict[str, Any], signature: Signature,
         raise ConfigError(f"max_batch_size: config.pbtxt says {configured}, the model has no batch dimension (0)")
     batched = configured > 0
     for section, specs in (("input", signature.inputs), ("output", signature.outputs)):
-        if section not in engine_faces:
+        if section not in engine_sections:
             continue
         by_name = {s.name: s for s in specs}
         for entry in model_config.get(section, []):

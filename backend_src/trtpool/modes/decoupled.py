@@ -1,27 +1,9 @@
 """The decoupled mode's queue and workers: several batches in flight per instance.
 
-In decoupled mode execute() only enqueues; one worker thread per context takes
-up to the engine's batch limit of waiting requests with the same shape
-(waiting at most ``batch_wait_us`` to fill the batch), runs them, and answers
-each request through its own responder.
-
-No request is ever left unanswered:
-- requests wait in one FIFO per shape key, and a batch is taken from the front
-  of one of them: nothing is searched for or compared, so no request record is
-  ever tested for equality (their tensors cannot be);
-- a worker's loop is supervised: an error anywhere in it fails the batch in
-  hand and the loop goes on; a worker thread that dies all the same (an
-  exception injected into it, say) fails its batch on the way out, and a
-  watchdog notices the dead thread, logs it, counts it and starts another.
-
-Cancellation: asking whether a request was cancelled is a round trip from the
-stub to the server (the Python backend's response sender), one per request,
-serial with everything else the stub does; asking every request cost a small
-model 3-11% of its decoupled throughput on the CPU (BENCHMARKS.md). So only
-requests that waited in the queue at least ``cancel_check_after_us`` are asked
-before they run: those sat in a backlog, where dropping cancelled work pays;
-one taken at once is run, as it would be had the client cancelled a moment
-later.
+execute() only enqueues; one worker per context takes up to a batch of waiting requests of one
+shape (waiting at most ``batch_wait_us``), runs it and answers each request through its
+responder. No request is ever left unanswered; requests that waited ``cancel_check_after_us``
+are asked whether they were cancelled. Why and how: docs/design/decoupled-mode.md.
 """
 from __future__ import annotations
 

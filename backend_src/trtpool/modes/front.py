@@ -1,20 +1,8 @@
-"""A unary front (parameter `forward_to`) checked when it loads: it must forward to
-a decoupled trtpool model, or no request it takes can ever be answered (one
-forwarding to itself waited on itself until the client gave up).
-
-What the stub can know at load: its own config, and its folder
-(args["model_repository"] is <repository>/<model>), so the folders beside it
-and their config.pbtxt. It cannot see other repositories given to
-tritonserver (--model-repository more than once). Nor can it ask whether
-the target has loaded: pb_utils.is_model_ready (the stub's one question about
-another model, 24.10) is refused while the server starts ("Server not ready",
-tests/ops/test_front_readiness_limit.py), and later it would race with the
-target's own load, Triton loading a repository's models in parallel. Hence the rule: the target lies in the
-same repository, and its config.pbtxt says backend "trtpool" and
-model_transaction_policy { decoupled: true }.
-
-The target's config.pbtxt is parsed with Triton's own schema, which tritonclient
-ships (the 'builder' extra installs tritonclient[grpc]).
+"""A unary front (parameter ``forward_to``): a decoupled trtpool model made callable by HTTP /infer
+and unary gRPC. check_front refuses at load a target that is not a decoupled trtpool model in the
+same repository; ForwardHandler forwards each request with BLS, each within
+``forward_timeout_seconds``, and returns its single response. Why the rule and the bound:
+docs/design/front.md.
 """
 from __future__ import annotations
 

@@ -1,24 +1,9 @@
 """The pipelined mode: several batches in flight per instance, for every client.
 
-Triton's Python backend runs one execute() at a time per instance. In sync
-mode execute() waits for its batch, so the server's work on the next batch
-(reading its inputs), the stub's work on this one (building responses) and
-the GPU never overlap. Here execute() only starts each batch on a free
-context and returns; a completion thread per context waits for the batch and
-answers each request through its response sender (allowed for non-decoupled
-models since tritonserver 2.38, so HTTP /infer and unary gRPC clients work).
-When every context is busy, execute() waits for one: Triton's queue then
-fills and its dynamic batcher makes larger batches.
-
-Each response sent is a round trip to the server process (the stub waits
-for the server to take it, with the GIL released), so a batch's outputs are
-copied out of its context, the context is given back at once for the next
-batch, and the responses are then sent from ``response_threads`` threads.
-A completion thread takes its next batch once its own responses are out,
-which bounds the responses waiting to be sent.
-
-Every request is answered exactly once, whatever fails: the responder ignores
-a second answer, and a completion that raises fails the batch it held.
+execute() starts each batch on a free context and returns; a completion thread per context
+waits for it and answers each request through its response sender, from ``response_threads``
+threads. Every request is answered exactly once, whatever fails. Why and how:
+docs/design/pipelined-mode.md.
 """
 from __future__ import annotations
 

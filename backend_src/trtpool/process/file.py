@@ -1,39 +1,14 @@
 """The user's process file: ``process.py`` in the model's version folder, beside the model file.
 
-    def setup(model_config: dict, folder: Path) -> None: ...           # optional, once per instance
-                                                                        # (and per preprocess_processes worker)
-    def preprocess(inputs: dict) -> dict: ...                           # optional: one request
-    def postprocess(outputs: dict, inputs: dict) -> dict: ...           # optional: one request
-    def preprocess_batch(batch: list[dict], device: str) -> list: ...   # optional: the whole batch
-    def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list: ...  # optional: the whole batch
-    OUTPUTS_ON_DEVICE = True                                            # optional: see below
+    def setup(model_config: dict, folder: Path) -> None: ...            # optional, once per instance
+    def preprocess(inputs: dict) -> dict: ...                            # one request
+    def postprocess(outputs: dict, inputs: dict) -> dict: ...            # one request
+    def preprocess_batch(batch: list[dict], device: str) -> list: ...    # the whole batch
+    def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list: ...
+    OUTPUTS_ON_DEVICE = True                                             # optional
 
-``preprocess`` takes one request's inputs as the client sent them (numpy
-arrays named as config.pbtxt declares them; TYPE_STRING arrives as an object
-array of bytes) and returns the engine's inputs for that request.
-``postprocess`` takes that request's slice of the engine's outputs plus its
-original inputs and returns the response's outputs. A batched model keeps the
-batch axis on both sides: a request of b rows gives and gets b rows.
-
-The batch faces take every request of the batch Triton's dynamic batcher formed
-in one call, and return one entry per request, in order: that request's tensors,
-or an exception that refuses that request alone. ``preprocess_batch`` learns the
-instance's device ("cpu" or "cuda:N") and may return device tensors there (torch
-tensors, or any object with ``__cuda_array_interface__``), complete when it
-returns: the runtime copies them into its context's device buffers on the device,
-so decoded pixels never cross the host. Which faces serve is the parameter
-``process_faces`` (trtpool.process.faces.choose_faces): by default the batch faces on a
-GPU instance and the per-request faces on a CPU one, each where the file has it.
-
-``OUTPUTS_ON_DEVICE = True`` (read after ``setup``, which may set it) says that
-``postprocess_batch`` takes the engine's outputs as device tensors: where the
-instance serves that face and its runtime can (the torch runtime on a GPU), the
-outputs stay on the device, the file's own copy, so a softmax and top-k there
-brings only the answer to the host; elsewhere they come as host arrays as
-always, so the file handles both (the log says which at load).
-
-The file is loaded from the model folder only, with the same trust as a
-Python-backend model's model.py: whoever may write the repository may run code.
+Loaded from the model folder only, with the trust of a Python-backend model's model.py.
+What each function takes and returns, and the faces: docs/design/process-file.md.
 """
 from __future__ import annotations
 
@@ -76,31 +51,31 @@ class ProcessFile:
         return self.postprocess is not None or self.postprocess_batch is not None
 
     @property
-    def engine_faces(self) -> tuple[str, ...]:
-        return _engine_faces(self.has_pre, self.has_post)
+    def engine_sections(self) -> tuple[str, ...]:
+        return _engine_sections(self.has_pre, self.has_post)
 
 
-def _engine_faces(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
+def _engine_sections(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
     """The config sections that are the engine's own: those no process function stands in front of."""
     return tuple(section for section, replaced in zip(SECTIONS, (preprocess, postprocess)) if not replaced)
 
 
-def engine_faces(version_dir: Path) -> tuple[str, ...]:
-    """The version folder's engine faces, read without running its process.py (auto-complete
+def engine_sections(version_dir: Path) -> tuple[str, ...]:
+    """The version folder's engine sections, read without running its process.py (auto-complete
     runs before the model loads)."""
     path = Path(version_dir) / PROCESS_FILE
-    return faces_of_file(path) if path.is_file() else SECTIONS
+    return sections_of_file(path) if path.is_file() else SECTIONS
 
 
-def faces_of_file(path: Path) -> tuple[str, ...]:
-    """Which faces a process file binds at its top level (a def, an assignment or an
-    import, as the loaded module's attributes will have them), as engine faces."""
+def sections_of_file(path: Path) -> tuple[str, ...]:
+    """The engine sections of a process file, from the faces it binds at its top level (a def,
+    an assignment or an import, as the loaded module's attributes will have them)."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError as exc:
         raise ConfigError(f"{path}: not valid Python: {exc}") from exc
     bound = set(itertools.chain.from_iterable(_bound_names(node) for node in tree.body))
-    return _engine_faces(bool({"preprocess", "preprocess_batch"} & bound),
+    return _engine_sections(bool({"preprocess", "preprocess_batch"} & bound),
                          bool({"postprocess", "postprocess_batch"} & bound))
 
 

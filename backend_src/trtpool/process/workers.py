@@ -1,21 +1,9 @@
 """process.py's ``preprocess`` in worker processes (parameter ``preprocess_processes``).
 
-Pre threads run preprocess in parallel only where it releases the GIL. Pillow's
-decode and resize do, most of the Python around them does not: on the H200
-(bench/results/h200/pipeline.json, 2026-12-03) JPEG preprocessing on threads in
-the stub served 0.63x of a Triton ensemble whose preprocessing model ran as 8
-processes. With N processes, each pre thread hands its request to one of N
-worker processes and waits for the engine inputs; the checks and the errors
-stay in the stub (trtpool.process.preprocess).
-
-The workers are spawned (never forked: the stub holds CUDA and threads), each
-imports process.py from the model's folder and runs its ``setup`` once, as
-the instance does. The stub's ``sys.executable`` is its own binary, not a
-Python, so the workers run the Python of the stub's environment. A worker that
-dies (a crash in native code) fails the requests it held (ProcessError: the
-server's fault, not the request's); the pool is then made anew for the
-requests after them. Workers end with their stub, also
-when it is killed.
+Each pre thread hands its request to one of N spawned workers, each of which imports process.py
+and runs its ``setup`` once; the checks and errors stay in the stub. A worker that dies fails the
+requests it held (ProcessError) and the pool is made anew. Why processes, and how they end with
+the stub: docs/design/preprocess-workers.md.
 """
 from __future__ import annotations
 

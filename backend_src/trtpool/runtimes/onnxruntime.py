@@ -70,8 +70,7 @@ class OnnxRuntime(Runtime):
         options.inter_op_num_threads = 1
         # Idle pool threads sleep instead of spinning: a server shares its cores with
         # Triton's threads, other instances and the stub; spinning threads took them
-        # (2 threads, ResNet-50-shaped at 64x64, 2-core VM under load: 13-24 items/s
-        # spinning against 36-38 sleeping at batch 1, 15-29 against 59-62 at batch 16).
+        # (measured beside bench/results/cpu_vs_naive.json: BENCHMARKS.md, the CPU serving record).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = _session(ort, path, options)

@@ -1,51 +1,10 @@
 """TensorRT engines (TensorRT 10.x, 11.x or TensorRT-RTX 1.x) served from a pool of execution contexts.
 
-One engine is deserialized once per model on its GPU; every context is an
-``IExecutionContext`` over it with its own CUDA stream, events, device I/O
-buffers and pinned host staging buffers, all allocated when the context is
-made. The weights exist once; each further context costs its I/O buffers and
-its activation memory, sized to the shapes it runs: contexts are made with
-``ExecutionContextAllocationStrategy.USER_MANAGED`` and given, through the
-``device_memory`` property, what ``update_device_memory_size_for_shapes``
-says the largest input shapes run so far need (a context that only runs
-small batches never holds the largest profile's activations; the default
-STATIC strategy would). When a batch needs more, the block is replaced and the
-graphs captured with the old one are dropped. trtpool.gpu.trt_api holds what
-differs between TensorRT releases and how each binding reports failure.
-
-Several contexts may use the same optimization profile at once: in
-TensorRT 10 the preview feature kPROFILE_SHARING_0806 (profiles shared
-across execution contexts) is on by default and can no longer be switched
-off, and ``trtexec --infStreams=N`` runs N contexts on one profile the same
-way. (Triton's own TensorRT backend instead loads a separate copy of the
-engine for each instance of a dynamic-shape model; trtpool does not.)
-
-Outputs: each profile's output shapes are learnt from the runtime itself (its
-``get_tensor_shape`` after ``set_input_shape`` at the profile's largest
-inputs) and the buffers sized for the largest; a batch whose outputs need more
-grows them. An output whose shape is still -1 there depends on the data
-(NonZero, NMS): TensorRT asks for its memory and reports its shape through an
-``IOutputAllocator`` during the run. Each batch's output shapes are the
-runtime's, read after the run.
-
-CUDA graphs (parameter ``cuda_graphs``, on by default), as Triton's TensorRT
-backend uses them (src/instance_state.cc, BuildCudaGraph): a batch is padded
-with zeros to a batch bucket of its profile (the profile's smallest batch, the
-powers of two above it, its largest) and its outputs cut back; the first batch
-of a bucket on a context runs ``execute_async_v3`` as usual (the warm-up, whose
-results are the batch's), then the same call is captured on the context's
-stream and later batches of the bucket replay it. A graph is replayed only
-with the context's profile and input shapes set to those it was captured with,
-and only after an ordinary run on that profile since the profile was selected:
-selecting a profile defers layer resource updates to the next
-``execute_async_v3`` (include/NvInferRuntime.h, setOptimizationProfileAsync),
-which a graph launch does not perform. Graphs stay off for models whose
-outputs depend on the data (TensorRT synchronizes inside such a run), and all
-later batches run without them once a capture fails. The device memory each
-graph costs is logged.
-
-``execute_async_v3`` releases the GIL, so the serving layer's thread per
-busy context runs contexts concurrently.
+One engine is deserialized once per model on its GPU; each context is an IExecutionContext over
+it with its own stream, events, device buffers and pinned staging (runtimes/stream_context.py),
+its activation memory sized to the shapes it has run, and CUDA graphs per batch bucket
+(parameter ``cuda_graphs``). Several contexts share an optimization profile. trtpool.gpu.trt_api
+holds what differs between TensorRT releases. How and why: docs/design/tensorrt-runtime.md.
 """
 from __future__ import annotations
 

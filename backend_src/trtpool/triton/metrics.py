@@ -1,33 +1,9 @@
 """trtpool's custom metrics on Triton's metrics endpoint (pb_utils.MetricFamily).
 
-    trtpool_context_busy_us_total{model,context}   time each context spent running
-    trtpool_context_runs_total{model,context}      batches each context ran
-    trtpool_context_failures_total{model,context}  runs that broke a context (rebuilt)
-    trtpool_queue_wait_us_total{model}             time batches waited for a free context
-    trtpool_batches_total{model,batch_size}        executed batches by size
-    trtpool_request_wait_us_total{model}           decoupled mode: time requests waited in trtpool's queue
-    trtpool_workers_lost_total{model}              decoupled mode: worker threads that died and were replaced
-    trtpool_contexts{model}                        contexts that exist now (gauge)
-    trtpool_contexts_min{model}                    the fewest the pool keeps: min_contexts (gauge)
-    trtpool_contexts_max{model}                    the most it may hold: max_contexts (gauge)
-    trtpool_contexts_grown_total{model}            contexts an elastic pool added under load
-    trtpool_contexts_shrunk_total{model}           idle contexts an elastic pool closed
-    trtpool_context_create_failures_total{model}   contexts an elastic pool could not make (out of memory ...)
-    trtpool_stage_us_total{model,stage}            with a process file: time per stage, pre | queue | engine | post
-    trtpool_stage_failures_total{model,stage}      with a process file: requests preprocess refused (pre) or
-                                                   postprocess failed (post)
-    trtpool_host_queue_depth{model}                engine host: requests waiting for a worker (gauge)
-    trtpool_host_merged_batches_total{model,messages}  engine host: batches by how many instances' batches they merged
-    trtpool_context_in_flight{model,context}       engine host: batches running on each context now (gauge)
-    trtpool_host_busy_share{model}                 engine host: share of the last interval with a batch running (gauge)
-
-With an engine host (trtpool.host) the counts are the host's: one instance, the one
-connected longest, fetches them every interval and publishes them.
-
-Every metric update is a round trip from the stub to the server process, so
-the counters are kept here and handed to Triton in one flush: every
-``metrics_interval_ms`` on a background thread (off the request path), after
-every batch when that is 0, and once more when the model unloads.
+Counters are kept here and handed to Triton in one flush every ``metrics_interval_ms`` (every
+batch when 0, and once more at unload): each update is a round trip from the stub to the
+server. With an engine host the counts are the host's, published by one instance.
+Every metric and its labels: docs/design/metrics.md.
 """
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """Triton status codes carried across a front's BLS hop.
 
-A decoupled model answers a bad request with INVALID_ARG and a full queue with
-UNAVAILABLE (responders.triton_error). A unary front forwards with BLS, and
-the Python backend of tritonserver 2.51 (r24.10) hands the front the target's
-error message but not its code: InferResponseComplete (src/request_executor.cc:90)
-turns the response's TRITONSERVER_Error into a PythonBackendException that
-keeps only the message (THROW_IF_TRITON_ERROR, src/pb_utils.h:78-86) and makes
-a PbError from it (request_executor.cc:152), whose code defaults to INTERNAL
-(src/pb_error.h:45). Every error would reach a unary client as HTTP 500.
-
-So the code travels in the message: a decoupled trtpool model's errors other
-than INTERNAL end in " [status <CODE>]" (streaming clients see that too), and
-a front turns such an error back into one with that code, minus the tag.
-Both sides are views of pb_utils with one attribute replaced; the handlers
-take them in its place.
+tritonserver 2.51's Python backend hands a front its target's error message but not its code, so
+a decoupled trtpool model's errors other than INTERNAL end in " [status <CODE>]" (tagging), and a
+front turns such an error back into one with that code (untagging). Both are views of pb_utils
+with one attribute replaced. Where the code is lost: docs/design/status-relay.md.
 """
 from __future__ import annotations
 

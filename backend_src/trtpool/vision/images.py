@@ -1,23 +1,10 @@
-"""Encoded images -> an image model's normalized square crops, ImageNet style: the
-shorter side resized to ``resize``, the centre ``crop`` x ``crop`` taken, RGB / 255
-normalized by ``mean`` and ``std``, channels first (float32 [3, crop, crop]).
+"""Encoded images -> an image model's normalized square crops, ImageNet style (float32 [3, crop, crop]).
 
-    cpu_crop(data, spec)     one file on the CPU with Pillow (the per-request faces, and the
-                             GPU path's files nvJPEG does not take)
-    sort_files, decode_chunks, placement
-                             what the GPU path (trtpool.vision.device_crops) decides on the host
+    cpu_crop(data, spec)                   one file on the CPU with Pillow
+    sort_files, decode_chunks, placement   what the GPU path (trtpool.vision.device_crops) decides on the host
 
-Every file is first read from its header alone (Pillow opens lazily): a file that is no
-image, or whose decoded pixels would pass ``max_decoded_bytes``, is refused alone
-(ImageRefused, with the reason). EXIF orientation is ignored on both paths, as Pillow's
-``open`` ignores it.
-
-The GPU path follows the CPU path: libjpeg (Pillow's draft mode) decodes a large JPEG
-at a reduced DCT scale (1/2, 1/4 or 1/8: the smallest still at least ``resize`` on
-both sides); nvJPEG decodes it whole and the GPU path averages the same 2x2, 4x4 or
-8x8 blocks; both then resize with an antialiased bilinear filter. What remains are
-the decoders' own differences (IDCT rounding, chroma upsampling) and rounding
-between passes: BENCHMARKS.md, "GPU decode", has them measured.
+Every file is read from its header first; one that is no image, or too large decoded, is refused
+alone (ImageRefused). How the GPU path follows the CPU one: docs/design/image-crops.md.
 """
 from __future__ import annotations
 

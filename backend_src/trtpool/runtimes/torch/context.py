@@ -97,7 +97,7 @@ class TorchContext(StreamContext):
 
     def prepare(self, shapes: Shapes) -> None:
         """Capture the bucket of these input shapes now, without counting it among the
-        buckets in use (which contexts made later capture): a measurement's probe."""
+        buckets in use (which contexts made later capture): for a measurement."""
         self._bucket(shapes, in_use=False)
 
     def _bucket(self, shapes: Shapes, in_use: bool = True) -> Bucket:

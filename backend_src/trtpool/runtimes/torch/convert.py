@@ -66,8 +66,8 @@ class NonZero(torch.nn.Module):
 
 def prefers_channels_last(module: torch.nn.Module, precision: str) -> bool:
     """Whether the module runs faster with its 4-D weights laid out NHWC (channels_last):
-    fp16 2-D convolutions, which cuDNN runs on tensor cores in that layout (ResNet-50 224,
-    batch 32 on the H200: 1.40x, bench/results/h200/torch_layout.json). Inputs stay NCHW,
+    fp16 2-D convolutions, which cuDNN runs on tensor cores in that layout (ResNet-50 on the
+    H200: bench/results/h200/torch_layout.json). Inputs stay NCHW,
     as the ONNX file declares them; the first convolution converts its input."""
     return precision == "fp16" and any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
 

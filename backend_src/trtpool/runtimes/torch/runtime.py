@@ -62,8 +62,8 @@ class TorchRuntime(Runtime):
         if precision == "fp32":
             _use_ieee_fp32()
         self.module = convert(model, self.device, precision)
-        # The fp32 copies the conversion made stay reserved (BERT-base: 290 of 516 MiB,
-        # bench/results/h200/memory_breakdown_bert_base.json): hand them back.
+        # The fp32 copies the conversion made stay reserved (most of the weights' memory for
+        # BERT-base: bench/results/h200/memory_breakdown_bert_base.json): hand them back.
         torch.cuda.empty_cache()
         self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.capture_lock = threading.Lock()  # one capture at a time in the process
@@ -154,11 +154,11 @@ class TorchRuntime(Runtime):
             self.make_current()
             torch.cuda.empty_cache()  # capture empties the cache: start from an empty one
             before = torch.cuda.memory_reserved(self.device)
-            probe = self.create_context(-1)
-            probe.prepare({s.name: self.signature.max_shape(s.name) for s in self.signature.inputs})
+            measured = self.create_context(-1)
+            measured.prepare({s.name: self.signature.max_shape(s.name) for s in self.signature.inputs})
             self._context_bytes = torch.cuda.memory_reserved(self.device) - before
-            probe.close()
-            del probe
+            measured.close()
+            del measured
             torch.cuda.empty_cache()
         return self._context_bytes
 
