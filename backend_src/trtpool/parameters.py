@@ -6,15 +6,15 @@
       { key: "contexts"        value: { string_value: "auto" } },   # N (1 to 64, what fits in memory), or auto: sized from free memory
       { key: "min_contexts"    value: { string_value: "1" } },      # elastic pool: contexts kept at the quietest
       { key: "max_contexts"    value: { string_value: "4" } },      # elastic pool: at most (default: auto's size)
-      { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see pool.py
-      { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see pool.py
+      { key: "grow_after_wait_microseconds" value: { string_value: "500" } },   # elastic: see engine/pool.py
+      { key: "shrink_after_idle_seconds" value: { string_value: "60" } },       # elastic: see engine/pool.py
       { key: "memory_fraction" value: { string_value: "0.5" } },    # share of free memory contexts: auto may use
       { key: "mode"            value: { string_value: "sync" } },   # sync | pipelined | decoupled
       { key: "profile"         value: { string_value: "..." } },    # shape ranges (trtpool.model.shapes); ';' between profiles
       { key: "max_queue_size"  value: { string_value: "256" } },    # decoupled: requests waiting beyond this are refused
       { key: "batch_wait_microseconds" value: { string_value: "500" } }, # decoupled: wait to fill a batch (500);
                                                                    # engine host: wait for other instances' (0)
-      { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see scheduler.py
+      { key: "cancel_check_after_microseconds" value: { string_value: "10000" } }, # decoupled: see modes/decoupled.py
       { key: "response_threads" value: { string_value: "1" } },     # pipelined: threads sending one batch's responses
       { key: "forward_to"      value: { string_value: "bert_base" } }, # a unary front for a decoupled model
       { key: "precision"       value: { string_value: "fp32" } },      # torch runtime: fp32 | fp16
