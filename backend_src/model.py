@@ -10,19 +10,22 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from trtpool import config as pool_config
-from trtpool.config import engine_host_on, instance_device, parameters_of
+from trtpool import parameters
 from trtpool.errors import TrtpoolError
-from trtpool.front import check_front, forward_timeout_s
-from trtpool.handlers import DecoupledHandler, ForwardHandler, HostHandler, PipelinedHandler, SyncHandler
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance, describe
-from trtpool.metrics import PoolMetrics
-from trtpool.model_config import auto_complete
-from trtpool.process_file import engine_faces
-from trtpool.status_relay import tagging, untagging
-from trtpool.stub_check import check_numpy_handover
+from trtpool.model.config_pbtxt import auto_complete
+from trtpool.modes.decoupled import DecoupledHandler
+from trtpool.modes.front import ForwardHandler, check_front, forward_timeout_s
+from trtpool.modes.hosted import HostHandler
+from trtpool.modes.pipelined import PipelinedHandler
+from trtpool.modes.sync import SyncHandler
+from trtpool.parameters import engine_host_on, instance_device, parameters_of
+from trtpool.process.file import engine_sections
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.status_relay import tagging, untagging
+from trtpool.triton.stub_check import check_numpy_handover
 
 # ONNX Runtime (1.29 and later) starts telemetry in every process that creates a
 # session unless this is set before its first session (it is imported only when
@@ -51,6 +54,7 @@ def _stub_version_dir() -> Path:
     """The model's version folder. auto_complete_config gets no path, but the
     Python backend starts its stub with <repo>/<model>/<version>/model.py as
     the first argument (tritonserver 2.51)."""
+    # tritonserver 2.51's stub has no pb_utils.get_model_dir() (checked), so the command line it is.
     with open("/proc/self/cmdline", "rb") as cmdline:
         return Path(cmdline.read().split(b"\0")[1].decode()).parent
 
@@ -64,7 +68,7 @@ def _auto_complete(auto_complete_model_config):
     if "forward_to" in parameters_of(config):
         return auto_complete_model_config  # a front declares its target's I/O
     version_dir = _stub_version_dir()
-    added = auto_complete(config, describe(config, version_dir), engine_faces(version_dir))
+    added = auto_complete(config, describe(config, version_dir), engine_sections(version_dir))
     if "max_batch_size" in added:
         auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
     if "dynamic_batching" in added:
@@ -116,7 +120,7 @@ class TritonPythonModel:
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
-        cfg = pool_config.load(model_config, version_dir, device)
+        cfg = parameters.load(model_config, version_dir, device)
         if engine_host_on(cfg):  # a thin instance: the model lives in its engine host (trtpool.host)
             client = HostClient(Launcher({"model_config": model_config, "version_dir": str(version_dir),
                                           "device": device, "server_pid": os.getppid()}))

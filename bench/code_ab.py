@@ -62,24 +62,22 @@ def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace, s
 def time_runner(model_dir: Path, runs: int = 4000) -> float:
     """Microseconds per BatchRunner.run of 16 batch-1 requests (trtpool from the working directory)."""
     sys.path.insert(0, os.getcwd())
-    from trtpool import config as pool_config
-    from trtpool.pool import ContextPool
+    from trtpool import parameters
+    from trtpool.engine.answer import Kept
+    from trtpool.engine.batching import BatchRunner
+    from trtpool.engine.pool import ContextPool
     from trtpool.runtimes.onnxruntime import OnnxRuntime
-    from trtpool.serving import BatchRunner
 
-    cfg = pool_config.load({"name": "model", "max_batch_size": 64, "parameters": {
+    cfg = parameters.load({"name": "model", "max_batch_size": 64, "parameters": {
         "profile": {"string_value": "INPUT0=1x16:16x16:64x16"}}}, model_dir, "cpu")
     runner = BatchRunner(ContextPool(OnnxRuntime(cfg, model_dir / "model.onnx"), 1))
     requests = [{"INPUT0": np.full((1, 16), i, np.float32)} for i in range(16)]
 
-    def emit(index: int, outputs: dict) -> dict:
-        return {name: np.array(array) for name, array in outputs.items()}  # what a response costs, roughly
-
-    for _ in range(runs // 20):
-        runner.run(requests, emit, lambda index, error: None, detach=True)
+    for _ in range(runs // 20):  # a Kept responder copies the outputs: what a response costs, roughly
+        runner.run(requests, [Kept() for _ in requests], detach=True)
     start = time.perf_counter()
     for _ in range(runs):
-        runner.run(requests, emit, lambda index, error: None, detach=True)
+        runner.run(requests, [Kept() for _ in requests], detach=True)
     return (time.perf_counter() - start) / runs * 1e6
 
 
@@ -91,7 +89,7 @@ def timed_in(workdir: Path, model_dir: Path) -> float:
 
 def imported_from(workdir: Path) -> str:
     """Where a Python started in `workdir` (as the stub is) finds trtpool."""
-    found = subprocess.run([sys.executable, "-c", "import trtpool.serving as s; print(s.__file__)"],
+    found = subprocess.run([sys.executable, "-c", "import trtpool.engine.batching as s; print(s.__file__)"],
                            cwd=workdir, capture_output=True, text=True, check=True)
     return found.stdout.strip()
 

@@ -27,8 +27,8 @@ from bench.inprocess import items_per_s, timed, warm_up  # noqa: E402
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import perf_analyzer  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
-from trtpool import config as pool_config  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
+from trtpool import parameters  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> None:
             # The runtime as that model's config builds it (threads per context follow the mode).
             config = json_format.MessageToDict(read_config(repo / MODELS[kind]), preserving_proto_field_name=True)
             config["max_batch_size"] = int(config["max_batch_size"])
-            runtime = load_runtime(pool_config.load(config, repo / MODELS[kind] / "1", "cpu"))
+            runtime = load_runtime(parameters.load(config, repo / MODELS[kind] / "1", "cpu"))
             # sync: one batch in flight per instance -> one worker; the others: one per context.
             workers = 1 if kind == "sync" else args.contexts
             batch = max(1, round(saturated[kind]["mean_batch"]))

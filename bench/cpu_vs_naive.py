@@ -29,7 +29,7 @@ from bench.cpu_serving import MODELS, build_repository, inprocess_throughput  # 
 from bench.paired import alternate, arguments, compared  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
-from trtpool import config as pool_config  # noqa: E402
+from trtpool import parameters  # noqa: E402
 from trtpool.runtimes import load_runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import read_config  # noqa: E402
@@ -65,7 +65,7 @@ def batching_ceiling(repo: Path, onnx: Path, image_size: int, seconds: float) ->
     example = get_example("resnet50")
     trtpool = {}
     for batch in (1, 4, 8, 16):
-        runtime = load_runtime(pool_config.load(config, repo / MODELS["sync"] / "1", "cpu"))
+        runtime = load_runtime(parameters.load(config, repo / MODELS["sync"] / "1", "cpu"))
         inputs = example.sample_inputs(batch, image_size=image_size)
         trtpool[batch] = round(inprocess_throughput(runtime, 1, inputs, seconds)["items_per_s"], 1)
         runtime.close()

@@ -5,7 +5,7 @@ decoded by torchvision's nvJPEG, in batches of 32 and 64, each step timed alone:
     table            host time to build the crop kernel's table (Python: layout, placement)
     kernel           GPU time of trtpool's crop kernel on the decoded batch
     kernel_previous  the same for another version of the kernel (--previous: a crop_kernel.py file,
-                     e.g. `git show REV:backend_src/trtpool/crop_kernel.py`)
+                     e.g. `git show REV:backend_src/trtpool/vision/crop_kernel.py`)
     torch_resize     GPU time of the crop with torch ops, a pass per image size (gpu_decode's baseline)
 
 Microseconds per image, the median of --runs; and the largest distance, in grey levels, of each
@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 from bench.gpu_decode import torch_crop_pass  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
 from tests.harness.pipelines import crop_reference, images  # noqa: E402
-from trtpool import cuda  # noqa: E402
-from trtpool.crop_kernel import CropKernel  # noqa: E402
-from trtpool.device_crops import DeviceCrops  # noqa: E402
-from trtpool.images import CropSpec  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
+from trtpool.vision.crop_kernel import CropKernel  # noqa: E402
+from trtpool.vision.device_crops import DeviceCrops  # noqa: E402
+from trtpool.vision.images import CropSpec  # noqa: E402
 
 
 def kernel_source(path: Path) -> str:

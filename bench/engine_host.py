@@ -39,7 +39,7 @@ from bench import gpu_memory  # noqa: E402
 from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
 from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
-from tests.harness.pipelines import add_mode, as_request, images, set_process_settings  # noqa: E402
+from tests.harness.pipelines import add_mode, as_request, images  # noqa: E402
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402

@@ -1,5 +1,5 @@
 """The GPU decoder, chosen by measurement: JPEG files of mixed sizes to ImageNet crops on one
-GPU, each way trtpool.device_crops offers, against Pillow on one CPU core, in one run.
+GPU, each way trtpool.vision.device_crops offers, against Pillow on one CPU core, in one run.
 
     torchvision       torchvision.io.decode_jpeg on the device (nvJPEG, CUDA back-end)
     nvimgcodec        nvImageCodec with every back-end it has (the hardware JPEG decoders first)
@@ -10,7 +10,7 @@ GPU, each way trtpool.device_crops offers, against Pillow on one CPU core, in on
                       whole image, crop and normalize: the baseline the kernel replaced
 
 For each: images/s of the decode alone and of the whole crop (header check, decode, draft
-reduction, resize, crop, normalize: trtpool.device_crops.DeviceCrops, whose crop kernel makes
+reduction, resize, crop, normalize: trtpool.vision.device_crops.DeviceCrops, whose crop kernel makes
 the batch's crops in one launch) at batches of 1, 8, 32 and 64, with 1 and 4 threads calling at
 once (the stage's batch workers do); and per file how far its crop lies from the CPU path's
 (grey levels: mean, 99th percentile, max). Each way runs in a process of its own, so a decoder
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.pipelines import images  # noqa: E402
-from trtpool import cuda  # noqa: E402
-from trtpool.device_crops import DeviceCrops, Decoder  # noqa: E402
-from trtpool.images import CropSpec, cpu_crop, placement, sort_files  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
+from trtpool.vision.device_crops import Decoder, DeviceCrops  # noqa: E402
+from trtpool.vision.images import CropSpec, cpu_crop, placement, sort_files  # noqa: E402
 
 WAYS = {"torchvision": ("torchvision", ()), "nvimgcodec": ("nvimgcodec", ()),
         "nvimgcodec_hw": ("nvimgcodec", ("HW_GPU_ONLY",)), "nvimgcodec_cuda": ("nvimgcodec", ("GPU_ONLY",)),

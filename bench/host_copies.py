@@ -1,6 +1,6 @@
 """Where a host-input batch's time goes in the torch runtime (issue 23), one context:
 
-  upload     trtpool.host_upload alone, a batch of host parts into a device buffer
+  upload     trtpool.gpu.host_upload alone, a batch of host parts into a device buffer
              on a stream of its own: the host's time in upload() (the gather and
              the queueing) and, by CUDA events recorded before and after it on
              that stream, when the last byte reached the device
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
-from trtpool import cuda  # noqa: E402
-from trtpool.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
+from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads  # noqa: E402
 from trtpool.runtimes.base import Parts  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 

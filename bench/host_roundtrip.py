@@ -35,8 +35,8 @@ SPEC = "spec.json"
 def prepare(folder: Path) -> None:
     """The tiny example (16 floats in, 4 out) as a version folder, and the spec a host is started with."""
     from tests.harness.repository import add_example
-    from trtpool_builder.load_check import as_triton_hands_it
-    from trtpool_builder.model_folder import read_config
+    from trtpool_builder.folder.load_check import as_triton_hands_it
+    from trtpool_builder.folder.model_folder import read_config
 
     with tempfile.TemporaryDirectory() as scratch:
         model = add_example(Path(scratch) / "repo", Path(scratch) / "onnx", "tiny", "tiny", contexts="1")

@@ -34,8 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import provenance, write_json  # noqa: E402
-from trtpool import config as pool_config  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
+from trtpool import parameters  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
@@ -78,13 +78,15 @@ def load(args: argparse.Namespace, contexts: int) -> Runtime:
     example = get_example(args.model)
     params = {"runtime": args.runtime, "model_file": args.onnx.name, "contexts": str(contexts),
               "profile": example.serving_profiles(**example_options(args))[0]}
+    if args.runtime == "torch":
+        params["precision"] = args.precision
     config = {"name": args.model, "max_batch_size": example.max_batch_size(),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
     device = args.device if args.runtime == "torch" else "cpu"
-    cfg = pool_config.load(config, args.onnx.parent, device)
+    cfg = parameters.load(config, args.onnx.parent, device)
     if args.runtime == "torch":
-        from trtpool.runtimes.torch import TorchRuntime
-        return TorchRuntime(cfg, args.onnx, precision=args.precision)  # exact sequence lengths: one --seq-len
+        from trtpool.runtimes.torch.runtime import TorchRuntime
+        return TorchRuntime(cfg, args.onnx)  # exact sequence lengths (no sequence_buckets): one --seq-len
     from trtpool.runtimes.onnxruntime import OnnxRuntime
     return OnnxRuntime(cfg, args.onnx)
 

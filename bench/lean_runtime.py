@@ -32,10 +32,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from trtpool import config as pool_config
-from trtpool import cuda, trt_api
+from trtpool import parameters
 from trtpool.errors import EngineError, TrtpoolError
-from trtpool.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
+from trtpool.gpu import cuda, trt_api
+from trtpool.model.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
 
 Check = dict[str, Any]
 
@@ -132,7 +132,7 @@ def engine_folder(root: Path, name: str, data: bytes, trt: ModuleType) -> Path:
 def engine_check(path: Path) -> tuple[bool, str]:
     from trtpool.runtimes.tensorrt import TensorRTRuntime
 
-    cfg = pool_config.load({"name": path.parent.parent.name, "max_batch_size": 8,
+    cfg = parameters.load({"name": path.parent.parent.name, "max_batch_size": 8,
                             "parameters": {"runtime": {"string_value": "tensorrt"}}}, path.parent, "cuda:0")
     try:
         runtime = TensorRTRuntime(cfg, path, module_name="tensorrt")

@@ -23,7 +23,7 @@ With ``--gpu-variants`` (the torch runtime on a GPU: bench/gpu/h200.sh stage
 of mixed sizes, at each concurrency, over five models on the one server:
 
     gpu_inprocess_* (a) resnet50_jpeg on the GPU: preprocess_batch decodes the dynamic
-                    batch with nvJPEG on the device (trtpool.device_crops), postprocess_batch
+                    batch with nvJPEG on the device (trtpool.vision.device_crops), postprocess_batch
                     takes the softmax and top-5 there; in several arrangements (pipelined,
                     sync with 1-6 instances, nvImageCodec's decoder), the best reported as
                     gpu_inprocess_infer_per_s

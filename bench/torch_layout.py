@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "backend_src"), str(ROOT / "builder")]
 
 from bench.record import provenance, write_json  # noqa: E402
-from trtpool.runtimes.torch import convert  # noqa: E402
+from trtpool.runtimes.torch.convert import convert  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
 # name: (channels_last weights, channels_last input, cuDNN autotuner)

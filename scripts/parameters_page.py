@@ -1,4 +1,4 @@
-"""Write docs/reference/parameters.md from trtpool.config.PARAMETERS, the one table of the model
+"""Write docs/reference/parameters.md from trtpool.parameters.PARAMETERS, the one table of the model
 parameters, so that the page says what the code reads; --check only compares (exit 1 if the
 page differs), as tests/unit/test_docs.py does."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trtpool.config import PARAMETERS, Parameter
+from trtpool.parameters import PARAMETERS, Parameter
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reference" / "parameters.md"
@@ -22,7 +22,7 @@ unset or empty one takes its default; a key not listed here is refused when the 
 naming the closest one. [configuration.md](../configuration.md) says more about several of
 them.
 
-This page is generated from `PARAMETERS` in backend_src/trtpool/config.py, which also reads
+This page is generated from `PARAMETERS` in backend_src/trtpool/parameters.py, which also reads
 and refuses the values: after changing the table, run `{COMMAND}`.
 
 | parameter | accepts | default | what it does |
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         args.page.write_text(page())
         return 0
     if not args.page.is_file() or args.page.read_text() != page():
-        print(f"{args.page} is not what trtpool.config.PARAMETERS gives: run {COMMAND}", file=sys.stderr)
+        print(f"{args.page} is not what trtpool.parameters.PARAMETERS gives: run {COMMAND}", file=sys.stderr)
         return 1
     return 0
 

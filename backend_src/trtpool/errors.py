@@ -21,7 +21,7 @@ class InvalidInput(TrtpoolError):
 class Refused(TrtpoolError):
     """A process file refuses one request for a reason the client can fix (a file that is no
     image, text that is not UTF-8). Its message names what it refuses (Refused.element); the
-    client gets it once, after who refused it, without a class name (trtpool.stages)."""
+    client gets it once, after who refused it, without a class name (trtpool.process.preprocess)."""
 
     @classmethod
     def element(cls, name: str, index: int, reason: object) -> Refused:

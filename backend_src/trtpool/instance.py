@@ -7,46 +7,32 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trtpool import config as pool_config
+from trtpool import parameters
+from trtpool.engine.answer import Responder
+from trtpool.engine.batching import BatchObserver, BatchRunner
+from trtpool.engine.pool import ContextPool, auto_size
 from trtpool.errors import ConfigError
-from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
-from trtpool.pool import ContextPool, auto_size
-from trtpool.process_file import ProcessFile, load_process_file
-from trtpool.process_pool import ProcessPreprocess
-from trtpool.responders import Responder
-from trtpool.runtimes import load_runtime, resolve
+from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH, SECTIONS, check_agreement
+from trtpool.model.signature import Signature, is_batched
+from trtpool.process.faces import choose_faces
+from trtpool.process.file import ProcessFile, load_process_file
+from trtpool.process.observe import StageObserver
+from trtpool.process.stages import Stage
+from trtpool.process.workers import ProcessPreprocess
+from trtpool.runtimes import load_runtime, offline_signature
 from trtpool.runtimes.base import Runtime
-from trtpool.serving import BatchObserver, BatchRunner
-from trtpool.sidecar import read_sidecar
-from trtpool.signature import Signature, is_batched
-from trtpool.stages import Stage, StageObserver, choose_faces
 
 log = logging.getLogger("trtpool")
 
-# `contexts: auto` takes at most this many per mode, measured on an H200 with
-# batch-1 clients (BENCHMARKS.md, "Contexts by mode"): a sync instance has one batch
-# in flight (more contexts serve only a batch split above the largest profile);
-# pipelined gained 1.32-1.37x from a second context and nothing from a third and
-# fourth; decoupled 1.3-2.1x from four. Beyond these, contexts only cost memory.
+# `contexts: auto` takes at most this many per mode, measured on an H200 with batch-1 clients
+# (bench/results/h200/gpu_serving_contexts_resnet50.json, gpu_serving_contexts_bert_base.json):
+# a sync instance has one batch in flight (more contexts serve only a batch split above the
+# largest profile); pipelined gained from a second context and nothing from a third and fourth;
+# decoupled gained up to four. Beyond these, contexts only cost memory.
 AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
 # An engine host overlaps the batches of every instance on its contexts, as decoupled mode's
 # workers do within one instance.
 HOSTED_CONTEXTS = AUTO_CONTEXTS["decoupled"]
-
-
-def _read_signature(cfg: pool_config.PoolConfig) -> Signature:
-    name, path = resolve(cfg)
-    if name in ("tensorrt", "tensorrt_rtx"):
-        # auto-complete runs without a device: the engine's sidecar describes it.
-        return read_sidecar(path).signature()
-    if name == "torch":
-        # The torch runtime converts this ONNX file; ONNX Runtime reads its I/O on the CPU.
-        cfg = replace(cfg, runtime="onnxruntime")
-    runtime = load_runtime(cfg)
-    try:
-        return runtime.signature
-    finally:
-        runtime.close()
 
 
 def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
@@ -60,9 +46,9 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
     first dimensions (else a default), since an ONNX file carries none."""
     provisional = dict(model_config)
     if not provisional.get("max_batch_size") and not provisional.get("input"):
-        cfg = pool_config.load(provisional, version_dir, "cpu")
+        cfg = parameters.load(provisional, version_dir, "cpu")
         try:
-            unbatched = _read_signature(cfg)
+            unbatched = offline_signature(cfg)
         except ConfigError:  # dynamic dimensions and no profile: only a batch axis explains them
             unbatched = None
         if unbatched is not None and not is_batched(unbatched.inputs, unbatched.outputs):
@@ -70,7 +56,7 @@ def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:
         provisional["max_batch_size"] = max(
             (r.max[0] for p in cfg.profiles for r in p.values() if r.max), default=DEFAULT_ONNX_MAX_BATCH
         )
-    return _read_signature(pool_config.load(provisional, version_dir, "cpu"))
+    return offline_signature(parameters.load(provisional, version_dir, "cpu"))
 
 
 def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
@@ -91,12 +77,12 @@ class ModelInstance:
                  on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None,
                  hosted: bool = False) -> None:
         """`hosted`: loaded in an engine host (trtpool.host), which serves every instance's batches."""
-        self.cfg = pool_config.load(model_config, version_dir, device)
+        self.cfg = parameters.load(model_config, version_dir, device)
         self.hosted = hosted
         process = load_process_file(version_dir, model_config)
         self.runtime: Runtime = load_runtime(self.cfg)
         try:
-            check_agreement(model_config, self.runtime.signature, process.engine_faces if process else SECTIONS)
+            check_agreement(model_config, self.runtime.signature, process.engine_sections if process else SECTIONS)
             size = self._size()
             self.pool = ContextPool(self.runtime, size, self.cfg.elastic)
         except Exception:
@@ -126,7 +112,7 @@ class ModelInstance:
         only contend for the stub's GIL, measured on the H200, BENCHMARKS.md "GPU pipeline")."""
         faces = choose_faces(process, self.cfg.process_faces, self.cfg.device)
         pre_threads = self.cfg.preprocess_threads or (self.pool.size if faces.batch_pre else
-                                                      pool_config.stage_threads())
+                                                      parameters.stage_threads())
         if faces.batch_pre and self.cfg.preprocess_processes:
             raise ConfigError(f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
                               f"run preprocess(inputs), but this instance serves {process.path.name}'s "
@@ -168,8 +154,7 @@ class ModelInstance:
         context has taken another batch."""
         if self.stage is not None:
             requests, responders = self.stage.before(requests, responders, inline=inline)
-        self.runner.run(requests, lambda i, outputs: responders[i].send(outputs),
-                        lambda i, error: responders[i].fail(error), detach=True)
+        self.runner.run(requests, responders, detach=True)
 
     def close(self) -> None:
         if self.stage is not None:

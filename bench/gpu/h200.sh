@@ -117,7 +117,7 @@
 #             (c), (d) and (e) with 6 instances, 256 and 64 clients -> pipeline_wide.json
 #   crop-timing  bench/crop_timing.py: per image, the decode's GPU and host time, the table's host time, the crop
 #             kernel's GPU time beside the previous kernel's (.probe/crop_kernel_previous.py, carried: before the
-#             call, here, git show REV:backend_src/trtpool/crop_kernel.py > .probe/crop_kernel_previous.py) and the
+#             call, here, git show REV:backend_src/trtpool/vision/crop_kernel.py > .probe/crop_kernel_previous.py) and the
 #             torch resize's, batches of 32 and 64 -> crop_timing.json
 #   lean-runtime  bench/lean_runtime.py (issue 37, item 14(a)): trtpool's TensorRT load path against TensorRT's
 #             real lean runtime 11.4, not the double, with the image's python3 (no setup, no other wheels): the

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trtpool.errors import TrtpoolError
-from trtpool.trt_api import MODULES
+from trtpool.gpu.trt_api import MODULES
 from trtpool_builder.graph.profiles import BATCHES
 from trtpool_builder.precision.accuracy import DEFAULT_MAX_ERROR
 from trtpool_builder.precision.convert import PRECISIONS
@@ -89,7 +89,7 @@ def build_main(argv: Sequence[str] | None = None) -> int:
 
 
 def model_parser() -> argparse.ArgumentParser:
-    from trtpool.config import MODES, PARAMETERS, RUNTIMES
+    from trtpool.parameters import MODES, PARAMETERS, RUNTIMES
     from trtpool_builder.folder.model_folder import INSTANCE_KINDS, ServingOptions
 
     d = ServingOptions()

@@ -15,7 +15,7 @@ stub answered; only the Python backend's own dead-stub errors and silence
 count as dead.
 
 Each probe carries the request parameter trtpool_probe=true: a model with a process file answers it
-without running the file's code (trtpool.probes), so probes are no stage failures.
+without running the file's code (trtpool.triton.probes), so probes are no stage failures.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from trtpool.errors import ConfigError
-from trtpool.probes import PROBE_MARK
-from trtpool.shapes import parse_profile
+from trtpool.model.shapes import parse_profile
+from trtpool.triton.probes import PROBE_MARK
 
 # What python_backend r24.10 answers for an instance whose stub is gone
 # (src/stub_launcher.cc ReceiveMessageFromStub, src/python_be.cc SendMessageToStub).

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtpool.errors import ConfigError
-from trtpool.sidecar import RTX_DEFAULT_TARGETS, format_command, read_sidecar
-from trtpool_builder.cli import build_parser
+from trtpool.model.sidecar import RTX_DEFAULT_TARGETS, format_command, read_sidecar
 from trtpool_builder.engine.build import BuildOptions, build_engine
+from trtpool_builder.cli import build_parser
 from trtpool_builder.errors import BuildError
 from trtpool_builder.examples import EXAMPLES
 from trtpool_builder.graph.onnx_io import file_sha256

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtpool.sidecar import read_sidecar
+from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.installed import is_importable
 from trtpool_builder.precision.fp16_safety import shape_arithmetic

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from trtpool.signature import ShapeRange, Profile, TensorSpec
+from trtpool.model.signature import ShapeRange, Profile, TensorSpec
 from trtpool_builder.precision.fp16_safety import keep_in_fp32
 from trtpool_builder.precision.samples import sample_feeds
 from trtpool_builder.precision.tensor_probe import name_nodes

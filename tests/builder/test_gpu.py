@@ -1,10 +1,10 @@
-"""The builder's GPU probe: trtpool.cuda's device, or CUDA's words for why there is none."""
+"""The builder's GPU probe: trtpool.gpu.cuda's device, or CUDA's words for why there is none."""
 from __future__ import annotations
 
 import pytest
 
 from tests.doubles.cuda_double import FakeCudart, FakeDevice
-from trtpool import cuda
+from trtpool.gpu import cuda
 from trtpool_builder.engine.gpu import current_gpu, gpu_status
 
 

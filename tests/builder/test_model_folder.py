@@ -8,7 +8,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError, EngineError
-from trtpool.sidecar import read_sidecar
+from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.examples import EXAMPLES
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder

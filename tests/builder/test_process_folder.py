@@ -43,11 +43,11 @@ def test_the_folder_carries_the_file_its_files_and_the_outside_face(tiny_onnx, p
     instance = ModelInstance(config, version_dir, "cpu")  # loads as the server would
     try:
         x = np.random.default_rng(0).standard_normal((1, 16))
-        engine = instance.stage.preprocess({"VALUES": x})
+        engine = instance.stage.pre.preprocess({"VALUES": x})
         # The engine's face stays the model's own.
         assert [s.name for s in instance.runtime.signature.inputs] == ["INPUT0"]
         assert engine["INPUT0"].dtype == np.float32
-        answer = instance.stage.postprocess({"OUTPUT0": tiny_reference(engine["INPUT0"]).astype(np.float32)},
+        answer = instance.stage.post.postprocess({"OUTPUT0": tiny_reference(engine["INPUT0"]).astype(np.float32)},
                                             {"VALUES": x})
         np.testing.assert_allclose(answer["DOUBLED"], 2 * tiny_reference(x.astype(np.float32)), rtol=1e-5, atol=1e-5)
     finally:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from trtpool.errors import ConfigError
-from trtpool.signature import ShapeRange, TensorSpec, is_batched
+from trtpool.model.signature import ShapeRange, TensorSpec, is_batched
 from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
 
 IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
@@ -65,7 +65,7 @@ def test_batched_only_when_every_tensor_has_a_dynamic_first_dim() -> None:
 def test_a_scalar_input_round_trips_through_the_profile_text() -> None:
     """silero VAD's sample rate is an int64 scalar: its (filled-in) range must survive the text form
     that the sidecar and config.pbtxt carry."""
-    from trtpool.shapes import format_profile, parse_profile
+    from trtpool.model.shapes import format_profile, parse_profile
 
     audio = TensorSpec("input", np.dtype(np.float32), (-1, 512))
     rate = TensorSpec("sr", np.dtype(np.int64), ())

@@ -10,12 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtpool.shapes import parse_profile
-from trtpool.sidecar import read_sidecar
-from trtpool.signature import Profile
+from trtpool.model.shapes import parse_profile
+from trtpool.model.sidecar import read_sidecar
+from trtpool.model.signature import Profile
 from trtpool_builder.engine.build import BuildOptions, build_engine
-from trtpool_builder.errors import BuildError
 from trtpool_builder.graph.dim_names import rename_dims
+from trtpool_builder.errors import BuildError
 from trtpool_builder.graph.onnx_io import file_sha256
 from trtpool_builder.installed import is_importable
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtpool.errors import ConfigError
-from trtpool.signature import TensorSpec
+from trtpool.model.signature import TensorSpec
 from trtpool_builder.folder.accuracy_run import run_accuracy
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
 from trtpool_builder.precision.samples import load_samples

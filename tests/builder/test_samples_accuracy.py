@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import parse_profile
-from trtpool.signature import Profile, TensorSpec
+from trtpool.model.shapes import parse_profile
+from trtpool.model.signature import Profile, TensorSpec
 from trtpool_builder.precision.accuracy import compare, output_error
 from trtpool_builder.precision.samples import batches, load_samples, random_samples
 

@@ -27,8 +27,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from trtpool.engine.answer import Kept
+from trtpool.model.dtypes import BFLOAT16
 from trtpool.runtimes.ort_values import bind_input, read_output
-from trtpool.signature import BFLOAT16
 from trtpool_builder.folder.load_check import as_triton_hands_it
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 
@@ -222,7 +223,7 @@ def dynamic_variant(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def profile_text(inputs: dict[str, np.ndarray]) -> str:
-    """The test's own shapes as one fixed profile (trtpool.shapes text)."""
+    """The test's own shapes as one fixed profile (trtpool.model.shapes text)."""
     return ",".join(f"{name}={'x'.join(map(str, array.shape))}" for name, array in inputs.items())
 
 
@@ -265,17 +266,15 @@ def run_in_trtpool(case: NodeCase, model: onnx.ModelProto, workdir: Path) -> Out
         instance = ModelInstance(config, folder / "1", "cpu")
     except Exception as exc:  # noqa: BLE001 - a refusal is the outcome being measured
         return Outcome(False, f"load: {type(exc).__name__}: {str(exc)[:400]}")
-    answers: dict[str, Any] = {}
+    kept = Kept()
     try:
-        instance.runner.run([as_triton_hands_it_over(config, case.inputs)],
-                            lambda _, outputs: answers.update(outputs),
-                            lambda _, error: answers.update(error=error), detach=True)
+        instance.runner.run([as_triton_hands_it_over(config, case.inputs)], [kept], detach=True)
     finally:
         instance.close()
-    if "error" in answers:
-        error = answers["error"]
+    if kept.error is not None:
+        error = kept.error
         return Outcome(False, f"request: {type(error).__name__}: {str(error)[:400]}")
-    why = mismatch(case.outputs, answers)
+    why = mismatch(case.outputs, kept.outputs)
     return Outcome(why is None, why or "")
 
 

@@ -16,6 +16,7 @@ from onnx.external_data_helper import set_external_data
 
 from tests.conformance.node_suite import mismatch
 from tests.conformance.row_scalars import PROFILE, row_scalar_model
+from trtpool.engine.answer import Kept
 from trtpool.errors import ConfigError
 from trtpool.instance import ModelInstance
 from trtpool_builder.engine.build import BuildOptions, build_engine
@@ -27,14 +28,13 @@ from trtpool_builder.installed import is_importable
 def _serve_in_process(folder: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One request through the folder as the server loads it."""
     instance = ModelInstance(as_triton_hands_it(read_config(folder)), folder / "1", "cpu")
-    answers: dict = {}
+    kept = Kept()
     try:
-        instance.runner.run([inputs], lambda _, outputs: answers.update(outputs),
-                            lambda _, error: answers.update(error=error), detach=True)
+        instance.runner.run([inputs], [kept], detach=True)
     finally:
         instance.close()
-    assert "error" not in answers, answers.get("error")
-    return answers
+    assert kept.error is None, kept.error
+    return kept.outputs
 
 
 def _graph_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.conformance.node_suite import NodeCase, collect, dynamic_variant, mismatch, quiet_onnxruntime
-from trtpool.signature import TRITON_DTYPES
+from trtpool.model.dtypes import TRITON_DTYPES
 from trtpool_builder.folder.load_check import as_triton_hands_it
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.harness.python_model import python_model, tensor
-from trtpool.signature import TRITON_DTYPES
+from trtpool.model.dtypes import TRITON_DTYPES
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 TYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,

@@ -4,7 +4,7 @@ One entry per model: where it comes from (package==version and the member
 path inside its wheel, pinned by SHA-256; or an export done during set-up
 with the package's own converter), the exporter, what it covers, how to make
 valid inputs at several shapes, the profiles to serve and build it with
-(trtpool.shapes text, ';' between profiles), and the tolerance for comparing
+(trtpool.model.shapes text, ';' between profiles), and the tolerance for comparing
 answers with ONNX Runtime in-process. `tensorrt` says why TensorRT-RTX
 cannot build a model, where it cannot.
 
@@ -46,7 +46,7 @@ class CorpusModel:
     exporter: str
     license: str
     covers: tuple[str, ...]
-    profiles: str                    # trtpool.shapes text, ';' between profiles
+    profiles: str                    # trtpool.model.shapes text, ';' between profiles
     shapes: tuple[Shapes, ...]       # input shapes the tests run, within the profiles
     make_inputs: Generator
     output_shapes: OutputShapes

@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from tests.corpus.manifest import CORPUS, CorpusModel
-from trtpool.sidecar import read_sidecar
-from trtpool.signature import is_batched
+from trtpool.model.sidecar import read_sidecar
+from trtpool.model.signature import is_batched
 from trtpool_builder.engine.build import BuildOptions, build_engine
 from trtpool_builder.errors import BuildError
 from trtpool_builder.folder.model_folder import make_model_folder, read_config

@@ -1,7 +1,7 @@
 """FakeCudart: a test double of ``cuda.bindings.runtime``. It proves nothing about CUDA.
 
-Installed in place of the real module (``trtpool.cuda._cudart``) so that
-trtpool.cuda, and everything above it, runs on a machine without a GPU. Its
+Installed in place of the real module (``trtpool.gpu.cuda._cudart``) so that
+trtpool.gpu.cuda, and everything above it, runs on a machine without a GPU. Its
 call names, parameter names and enum values are checked against the installed
 cuda-python by tests/unit/test_doubles_faithful.py; the behaviour below follows
 the CUDA runtime documentation (cuda.bindings.runtime's docstrings quote it):

@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from trtpool.shapes import format_profile
-from trtpool.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
-from trtpool.signature import ShapeRange
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import Precision, Sidecar, Target, TensorInfo, write_sidecar
+from trtpool.model.signature import ShapeRange
 
 GPU_NAME = "NVIDIA GeForce RTX 4090 (double)"
 Profiles = list[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.device_tensors import to_host
+from trtpool.gpu.device_tensors import to_host
 from trtpool.runtimes.onnxruntime import OnnxContext, OnnxRuntime
 
 SENTINEL = 1.0e30

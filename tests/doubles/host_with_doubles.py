@@ -10,7 +10,7 @@ import sys
 from tests.doubles.cuda_double import FakeCudart, FakeDevice
 from tests.doubles.engines import GPU_NAME
 from tests.doubles.tensorrt_double import make_module
-from trtpool import cuda
+from trtpool.gpu import cuda
 from trtpool.host import server
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ class _Module:
         self.name = name
         self.release = tuple(int(p) for p in version.split(".")[:2])
         self.plugins_registered = False
-        # TensorRT's lean runtime (trtpool.trt_api.LEAN_MODULES): no init_libnvinfer_plugins, checks
+        # TensorRT's lean runtime (trtpool.gpu.trt_api.LEAN_MODULES): no init_libnvinfer_plugins, checks
         # CUDA when a Runtime is made, and deserializes version-compatible engines only.
         self.lean = name in ("tensorrt_lean", "tensorrt_lean_bindings")
 

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.harness.clients import LARGE_TOLERANCE, TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
-from trtpool.model_config import DEFAULT_ONNX_MAX_BATCH
+from trtpool.model.config_pbtxt import DEFAULT_ONNX_MAX_BATCH
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 

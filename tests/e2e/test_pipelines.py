@@ -180,7 +180,7 @@ def test_the_stages_are_timed_on_the_metrics_endpoint(pipelines):
 
 @pytest.mark.parametrize("model", ["resnet50_jpeg_batch", "resnet50_jpeg_batch_sync"])
 def test_probes_reach_the_batch_faces_without_counting_as_refusals(pipelines, model):
-    """The watchdog's probe (trtpool.probes) is answered by a model that serves the batch faces,
+    """The watchdog's probe (trtpool.triton.probes) is answered by a model that serves the batch faces,
     sync mode's returned responses included, and runs no user code: no refusal is counted."""
     from trtpool_ops.probe import probe_model
 

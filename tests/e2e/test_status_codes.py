@@ -9,7 +9,7 @@
 through sync, pipelined, decoupled (gRPC streaming, with the `triton_grpc_error`
 header that makes Triton 24.08+ end a stream with the error's code; without it a
 stream error carries a message only) and the unary front (BLS to the decoupled
-model: trtpool.status_relay carries the code across).
+model: trtpool.triton.status_relay carries the code across).
 
 The model: Y = Reshape(X, [0, 2, 8]) with profile X = 1x1..64x32. ONNX Runtime
 computes n = 16 only; n = 12 is inside the profile but rejected while running;

@@ -1,4 +1,4 @@
-"""JPEG in, labels out on the GPU: trtpool.device_crops against the CPU path, and the
+"""JPEG in, labels out on the GPU: trtpool.vision.device_crops against the CPU path, and the
 resnet50_jpeg example served on a GPU instance (the torch runtime, fp32: its batch faces
 decode on the device) against the CPU reference loop (process.py's per-request faces around
 ONNX Runtime fp32).
@@ -44,9 +44,9 @@ from tests.harness.pipelines import (  # noqa: E402
     set_process_settings,
 )
 from tests.harness.pipelines import crop_reference  # noqa: E402
-from trtpool import cuda  # noqa: E402
-from trtpool.device_crops import DeviceCrops, decoder_unavailable  # noqa: E402
-from trtpool.images import CropSpec, cpu_crop, sort_files  # noqa: E402
+from trtpool.gpu import cuda  # noqa: E402
+from trtpool.vision.device_crops import DeviceCrops, decoder_unavailable  # noqa: E402
+from trtpool.vision.images import CropSpec, cpu_crop, sort_files  # noqa: E402
 from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
 from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 

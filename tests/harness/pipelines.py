@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from PIL import Image
 
 from tests.harness.repository import QUEUE_DELAY_US
-from trtpool.process_file import ProcessFile, load_process_file
+from trtpool.process.file import ProcessFile, load_process_file
 from trtpool_builder.examples.repo import make_example_folder
 from trtpool_builder.folder.model_folder import read_config, write_config
 
@@ -162,10 +162,10 @@ def _axis_weights(size_in: int, size_out: int, first: int, count: int) -> np.nda
 
 
 def crop_reference(decoded: np.ndarray, spec: Any) -> np.ndarray:
-    """What trtpool.crop_kernel computes from a decoded uint8 [H, W, 3] image, in float64 numpy:
+    """What trtpool.vision.crop_kernel computes from a decoded uint8 [H, W, 3] image, in float64 numpy:
     the draft's rounded block means, the antialiased resize of the crop's rows and columns,
     rounding to grey levels, normalization."""
-    from trtpool.images import placement
+    from trtpool.vision.images import placement
 
     height, width = decoded.shape[:2]
     scale, (wd, hd), (wr, hr), (left, top) = placement(spec, width, height)

@@ -19,7 +19,7 @@ from tests.doubles.tensorrt_double import engine_bytes
 from tests.harness.repository import set_parameters
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
-from trtpool.sidecar import TensorInfo
+from trtpool.model.sidecar import TensorInfo
 from trtpool_builder.folder.load_check import as_triton_hands_it
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 

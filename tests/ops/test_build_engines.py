@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from tests.harness.repository import add_example
-from trtpool.shapes import format_profile
-from trtpool.sidecar import read_sidecar
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.folder.model_folder import read_config
 
 ROOT = Path(__file__).resolve().parents[2]

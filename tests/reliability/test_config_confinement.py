@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import REGISTERED_NAME, FlakyOnnxRuntime
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError
 from trtpool.runtimes import confined, load_runtime, registered_runtime, resolve
 from trtpool_builder.examples import write_example
@@ -18,9 +18,9 @@ from trtpool_builder.examples.tiny import tiny_reference
 DOUBLES = Path(__file__).resolve().parents[1] / "doubles"
 
 
-def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, **params: str) -> parameters.PoolConfig:
     config = {"name": "tiny", "max_batch_size": 8, "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cpu")
+    return parameters.load(config, version_dir, "cpu")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""trtpool.front.check_front in-process: the cases a real server cannot show side by
+"""trtpool.modes.front.check_front in-process: the cases a real server cannot show side by
 side (test_refused_at_load shows the others through tritonserver)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trtpool.errors import ConfigError
-from trtpool.front import DEFAULT_FORWARD_TIMEOUT_S, check_front, forward_timeout_s
+from trtpool.modes.front import DEFAULT_FORWARD_TIMEOUT_S, check_front, forward_timeout_s
 
 DECOUPLED = 'backend: "trtpool"\nmodel_transaction_policy { decoupled: true }\n'
 

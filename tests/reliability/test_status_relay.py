@@ -1,4 +1,4 @@
-"""trtpool.status_relay in-process, against a stand-in for pb_utils with the
+"""trtpool.triton.status_relay in-process, against a stand-in for pb_utils with the
 same TritonError surface as the 24.10 stub (pb_stub.cc: TritonError(message,
 code=INTERNAL), .code(), .message(), class-level codes). test_status_codes
 proves the relay through a real server and BLS."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from trtpool.errors import InvalidInput, Overloaded
-from trtpool.responders import error_response, triton_error
-from trtpool.status_relay import tagging, untagged, untagging
+from trtpool.triton.responders import error_response, triton_error
+from trtpool.triton.status_relay import tagging, untagged, untagging
 
 
 class FakeTritonError:

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError, EngineError
 from trtpool.instance import ModelInstance
 from trtpool.runtimes import resolve
 from trtpool_builder.examples import write_example
 
 
-def load(version_dir: Path, decoupled: bool = False, **params: str) -> pool_config.PoolConfig:
+def load(version_dir: Path, decoupled: bool = False, **params: str) -> parameters.PoolConfig:
     config = {"name": "tiny", "max_batch_size": 8, "model_transaction_policy": {"decoupled": decoupled},
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cpu")
+    return parameters.load(config, version_dir, "cpu")
 
 
 # Parameters are validated before any file is read.

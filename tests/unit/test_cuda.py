@@ -1,4 +1,4 @@
-"""trtpool.cuda: against the real cuda-python here (no GPU: clear errors, no crash),
+"""trtpool.gpu.cuda: against the real cuda-python here (no GPU: clear errors, no crash),
 against the CUDA double (tests/doubles/cuda_double.py, which proves nothing
 about CUDA) for its own logic, and on a real GPU where there is one."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.doubles.cuda_double import FakeCudart, FakeDevice, cudaError_t
-from trtpool import cuda
 from trtpool.errors import ConfigError, TrtpoolError
+from trtpool.gpu import cuda
 
 HAS_GPU = cuda.device_count() > 0
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU and driver (cuda.device_count() == 0)")
@@ -134,7 +134,7 @@ def test_pinned_memory_lives_as_long_as_any_view(fake):
 
 
 def test_pinned_allocator_feeds_host_buffers(fake):
-    from trtpool.buffers import HostBuffers
+    from trtpool.gpu.buffers import HostBuffers
 
     buffers = HostBuffers({"x": (np.float16, 8), "empty": (np.float32, 0)}, cuda.pinned_allocator)
     assert buffers.flat("x").dtype == np.float16 and buffers.flat("x").size == 8

@@ -1,4 +1,4 @@
-"""trtpool.cuda's stream capture and graphs: over the CUDA double (tests/doubles/cuda_double.py,
+"""trtpool.gpu.cuda's stream capture and graphs: over the CUDA double (tests/doubles/cuda_double.py,
 which proves nothing about CUDA), and on a real GPU where there is one."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.doubles.cuda_double import GRAPH_BYTES_PER_NODE, FakeCudart
-from trtpool import cuda
+from trtpool.gpu import cuda
 
 HAS_GPU = cuda.device_count() > 0
 

@@ -12,11 +12,11 @@ import pytest
 from google.protobuf import json_format
 
 from tests.harness.pipelines import SMALL_RESNET, as_request, images, set_process_settings
-from trtpool.device_crops import DECODER_PACKAGES, decoder_unavailable
 from trtpool.errors import ConfigError
-from trtpool.process_file import load_process_file
+from trtpool.process.file import load_process_file
 from trtpool_builder.examples.repo import make_example_folder
 from trtpool_builder.folder.model_folder import read_config
+from trtpool.vision.device_crops import DECODER_PACKAGES, decoder_unavailable
 
 GPU_GROUP = {"name": "resnet50_jpeg", "kind": "KIND_GPU", "count": 1, "gpus": [0]}
 CPU_GROUP = {"name": "resnet50_jpeg", "kind": "KIND_CPU", "count": 1}

@@ -80,8 +80,8 @@ def _documented_keys(page: Path) -> set[str]:
 def test_every_parameter_trtpool_accepts_is_in_the_reference_page():
     """docs/reference/parameters.md lists each config.pbtxt parameter key the backend accepts
     (config.KNOWN_KEYS) and no other; docs/configuration.md links to it and names no other keys."""
-    from trtpool.config import KNOWN_KEYS
-    from trtpool.front import FRONT_PARAMETERS
+    from trtpool.parameters import KNOWN_KEYS
+    from trtpool.modes.front import FRONT_PARAMETERS
 
     assert _documented_keys(ROOT / "docs" / "reference" / "parameters.md") == KNOWN_KEYS
     configuration = ROOT / "docs" / "configuration.md"
@@ -98,7 +98,7 @@ def _page_check(page: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_parameters_page_is_what_the_table_generates(tmp_path: Path):
-    """The committed page is what trtpool.config.PARAMETERS gives, and a page that differs is caught."""
+    """The committed page is what trtpool.parameters.PARAMETERS gives, and a page that differs is caught."""
     page = ROOT / "docs" / "reference" / "parameters.md"
     done = _page_check(page)
     assert done.returncode == 0, done.stderr

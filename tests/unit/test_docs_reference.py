@@ -17,7 +17,7 @@ METRIC = re.compile(r"trtpool_[a-z_]+")
 def _backend_metrics() -> set[str]:
     """The metric names the backend's metrics module hands to Triton's MetricFamily: every string
     in it that is a whole metric name (its docstring's list is one string, not counted)."""
-    source = Path(importlib.util.find_spec("trtpool.metrics").origin).read_text()
+    source = Path(importlib.util.find_spec("trtpool.triton.metrics").origin).read_text()
     return {node.value for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and METRIC.fullmatch(node.value)}
 

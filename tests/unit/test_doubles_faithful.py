@@ -41,7 +41,7 @@ from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.engines import masked_model
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from tests.harness.binding_surface import installed_surface, surface, wheel_surface
-from trtpool import trt_api
+from trtpool.gpu import trt_api
 
 WHEELS = os.environ.get("TRTPOOL_TENSORRT_WHEELS", "")
 LEAN_SITE = Path(os.environ.get("TRTPOOL_TENSORRT_LEAN", Path(__file__).resolve().parents[2] / ".triton" / "tensorrt-lean"

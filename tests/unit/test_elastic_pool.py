@@ -20,11 +20,12 @@ import pytest
 from tests.doubles.flaky_runtime import FAIL_CREATE_FILE, FlakyOnnxRuntime
 from tests.unit.test_serving import make_cfg
 from tests.unit.test_tensorrt_runtime import batch, check, engine_path, fake, load, run, trt  # noqa: F401 (fixtures)
-from trtpool.config import Elasticity
+from trtpool.engine.answer import Kept
+from trtpool.engine.batching import BatchRunner
+from trtpool.engine.pool import ContextPool
 from trtpool.errors import ConfigError
-from trtpool.pool import ContextPool
+from trtpool.parameters import Elasticity
 from trtpool.runtimes.onnxruntime import OnnxRuntime
-from trtpool.serving import BatchRunner
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -110,10 +111,10 @@ def test_concurrent_load_grows_the_pool_and_every_answer_is_right(tiny_dir):
         rng, answered = np.random.default_rng(seed), 0
         while not stop.is_set():
             x = rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32)
-            out: dict = {}
-            runner.run([{"INPUT0": x}], lambda i, o: out.update({k: v.copy() for k, v in o.items()}),
-                       lambda i, e: out.update(error=e))
-            np.testing.assert_allclose(out["OUTPUT0"], tiny_reference(x), **TOLERANCE)
+            kept = Kept()
+            runner.run([{"INPUT0": x}], [kept])
+            assert kept.error is None, kept.error
+            np.testing.assert_allclose(kept.outputs["OUTPUT0"], tiny_reference(x), **TOLERANCE)
             answered += 1
         return answered
 

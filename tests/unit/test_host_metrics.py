@@ -1,8 +1,8 @@
-"""An engine host's totals published by one instance at a time (trtpool.metrics.PoolMetrics._adopt),
+"""An engine host's totals published by one instance at a time (trtpool.triton.metrics.PoolMetrics._adopt),
 with a metric family that, as Triton's does, shares a series between instances by name and labels."""
 from __future__ import annotations
 
-from trtpool.metrics import PoolMetrics
+from trtpool.triton.metrics import PoolMetrics
 
 
 class Family:

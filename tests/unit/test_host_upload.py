@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.doubles.cuda_double import FakeCudart
-from trtpool import cuda
-from trtpool.host_upload import HostUploader, row_slices
+from trtpool.gpu import cuda
+from trtpool.gpu.host_upload import HostUploader, row_slices
 
 
 @pytest.fixture

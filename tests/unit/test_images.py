@@ -1,4 +1,4 @@
-"""trtpool.images on the CPU: the header check, the refusals, the crop kernel's table rows,
+"""trtpool.vision.images on the CPU: the header check, the refusals, the crop kernel's table rows,
 and that the GPU path's draft-mode reduction picks the same scale as Pillow's own JPEG draft
 (the GPU path itself runs in tests/gpu/test_gpu_pipeline.py)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.harness.pipelines import awkward_images, bad_images, crop_reference, encoded, picture
-from trtpool.images import CropSpec, ImageRefused, cpu_crop, read_header
+from trtpool.vision.images import CropSpec, ImageRefused, cpu_crop, read_header
 
 SPEC = CropSpec.imagenet(224)
 
@@ -76,7 +76,7 @@ def test_the_kernel_table_reads_the_layout_the_decoder_names():
     """A decoded image 3 pixels wide is [3, H, 3] planar or [H, 3, 3] interleaved: the decoder's
     word decides, not the shape (strides in bytes, as the CUDA array interface gives them, None
     where the image is C-contiguous)."""
-    from trtpool.crop_kernel import FIELDS, interface_memory, table_row
+    from trtpool.vision.crop_kernel import FIELDS, interface_memory, table_row
 
     planar = interface_memory({"shape": (3, 300, 3), "data": (1000, False), "strides": None})
     interleaved = interface_memory({"shape": (300, 3, 3), "data": (2000, False), "strides": (9, 3, 1)})

@@ -1,4 +1,4 @@
-"""The one parameter table (trtpool.config.PARAMETERS): the defaults it states are what a model
+"""The one parameter table (trtpool.parameters.PARAMETERS): the defaults it states are what a model
 gets when the key is left out, and postprocess_threads' default is the one load always gave."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trtpool import config as pool_config
-from trtpool.config import PARAMETERS, PoolConfig
+from trtpool import parameters
+from trtpool.parameters import PARAMETERS, PoolConfig
 
 # Keys whose presence itself changes the config, so that writing the default is not leaving it out.
 PRESENCE_MATTERS = {
@@ -20,7 +20,7 @@ PRESENCE_MATTERS = {
 
 
 def _load(tmp_path: Path, **values: str) -> PoolConfig:
-    return pool_config.load({"name": "m", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+    return parameters.load({"name": "m", "parameters": {k: {"string_value": v} for k, v in values.items()}},
                             tmp_path, "cpu")
 
 
@@ -43,7 +43,7 @@ def test_writing_the_default_is_leaving_the_key_out(tmp_path: Path, key: str):
 
 def test_the_elastic_defaults_are_the_tables(tmp_path: Path):
     elastic = _load(tmp_path, max_contexts="4").elastic
-    assert elastic == pool_config.Elasticity(1, 4, 500, 60.0)
+    assert elastic == parameters.Elasticity(1, 4, 500, 60.0)
     assert (elastic.min_contexts, elastic.grow_after_wait_us, elastic.shrink_after_idle_s) == tuple(
         PARAMETERS[key].kind.read(key, PARAMETERS[key].default)
         for key in ("min_contexts", "grow_after_wait_microseconds", "shrink_after_idle_seconds"))

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import SLOW, SLOW_SECONDS, FlakyOnnxRuntime
-from trtpool import config as pool_config
-from trtpool.pool import ContextPool
-from trtpool.scheduler import Scheduler
-from trtpool.serving import BatchRunner
+from trtpool import parameters
+from trtpool.engine.batching import BatchRunner
+from trtpool.engine.pool import ContextPool
+from trtpool.modes.decoupled import Scheduler
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -47,7 +47,7 @@ def scheduler(tmp_path: Path):
     version_dir = tmp_path / "1"
     version_dir.mkdir()
     write_example("tiny", version_dir / "model.onnx")
-    cfg = pool_config.load({"name": "tiny", "max_batch_size": 8, "parameters": {}}, version_dir, "cpu")
+    cfg = parameters.load({"name": "tiny", "max_batch_size": 8, "parameters": {}}, version_dir, "cpu")
     runtime = FlakyOnnxRuntime(cfg, version_dir / "model.onnx")
     pool = ContextPool(runtime, 1)
     # Requests that waited 0.3 s or more are asked; the slow batch holds the one context for 1 s.
@@ -85,7 +85,7 @@ def make_scheduler(tmp_path: Path, profile: str, contexts: int = 1, on_worker_lo
     version_dir.mkdir(exist_ok=True)
     write_example("tiny", version_dir / "model.onnx")
     config = {"name": "tiny", "max_batch_size": 64, "parameters": {"profile": {"string_value": profile}}}
-    cfg = pool_config.load(config, version_dir, "cpu")
+    cfg = parameters.load(config, version_dir, "cpu")
     pool = ContextPool(FlakyOnnxRuntime(cfg, version_dir / "model.onnx"), contexts)
     return Scheduler(BatchRunner(pool), max_queue=256, batch_wait_us=0, cancel_check_after_us=10**9,
                      on_worker_lost=on_worker_lost)

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import SENTINEL, FlakyOnnxRuntime
-from trtpool import config as pool_config
+from trtpool import parameters
+from trtpool.engine.answer import Kept
+from trtpool.engine.batching import BatchRunner, Item
+from trtpool.engine.pool import ContextPool, auto_size
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
-from trtpool.pool import ContextPool, auto_size
 from trtpool.runtimes.onnxruntime import OnnxRuntime
-from trtpool.serving import BatchRunner, Item
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -27,17 +28,16 @@ def tiny_dir(tmp_path_factory) -> Path:
     return version_dir
 
 
-def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, **params: str) -> parameters.PoolConfig:
     config = {"name": "tiny", "max_batch_size": 8,
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cpu")
+    return parameters.load(config, version_dir, "cpu")
 
 
 def run(runner: BatchRunner, requests):
-    results: dict[int, object] = {}
-    runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-               lambda i, err: results.__setitem__(i, err))
-    return [results[i] for i in range(len(requests))]
+    kept = [Kept() for _ in requests]
+    runner.run(requests, kept)
+    return [k.answer for k in kept]
 
 
 def test_batch_matches_float64_reference_and_splits_per_request(tiny_dir):
@@ -55,7 +55,7 @@ def test_batch_above_profile_is_split_across_contexts(tiny_dir):
     runner = BatchRunner(pool)
     rng = np.random.default_rng(2)
     requests = [{"INPUT0": rng.standard_normal((2, 16)).astype(np.float32)} for _ in range(5)]
-    planned = runner.planner.plan([Item(i, {}, {"INPUT0": (2, 16)}) for i in range(5)])
+    planned = runner.planner.plan([Item(Kept(), {}, {"INPUT0": (2, 16)}) for _ in range(5)])
     assert [sum(i.batch for i in chunk) for chunk in planned] == [4, 4, 2]
     results = run(runner, requests)
     for request, result in zip(requests, results):
@@ -132,7 +132,7 @@ def test_auto_size_uses_memory_fraction(tiny_dir):
 @pytest.mark.parametrize("kind, device_id, device", [("GPU", "0", "cuda:0"), ("GPU", "1", "cuda:1"),
                                                      ("CPU", "0", "cpu"), ("MODEL", "0", "cpu")])
 def test_each_instance_runs_on_the_device_triton_gives_it(kind, device_id, device):
-    assert pool_config.instance_device(kind, device_id) == device
+    assert parameters.instance_device(kind, device_id) == device
 
 
 def test_config_errors_name_parameter_and_accepted_values(tiny_dir):
@@ -218,9 +218,10 @@ TWO_PROFILES = "INPUT0=1x16:2x16:4x16;INPUT0=8x16:16x16:64x16"  # disjoint, as t
 def test_batches_are_planned_for_the_profile_that_admits_them(tiny_dir, batches, planned):
     runtime = OnnxRuntime(make_cfg(tiny_dir, profile=TWO_PROFILES), tiny_dir / "model.onnx")
     runner = BatchRunner(ContextPool(runtime, 1))
-    chunks = runner.planner.plan([Item(i, {}, {"INPUT0": (n, 16)}) for i, n in enumerate(batches)])
+    responders = [Kept() for _ in batches]
+    chunks = runner.planner.plan([Item(r, {}, {"INPUT0": (n, 16)}) for r, n in zip(responders, batches)])
     assert [sum(item.batch for item in chunk) for chunk in chunks] == planned
-    assert [item.index for chunk in chunks for item in chunk] == list(range(len(batches)))  # order kept
+    assert [item.responder for chunk in chunks for item in chunk] == responders  # order kept
     rng = np.random.default_rng(4)
     requests = [{"INPUT0": rng.standard_normal((n, 16)).astype(np.float32)} for n in batches]
     for request, result in zip(requests, run(runner, requests)):
@@ -251,7 +252,7 @@ def test_an_output_sized_by_the_data_is_allocated_per_batch(tmp_path):
     path.parent.mkdir()
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     config = {"name": "nonzero", "max_batch_size": 0, "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
-    runtime = OnnxRuntime(pool_config.load(config, path.parent, "cpu"), path)
+    runtime = OnnxRuntime(parameters.load(config, path.parent, "cpu"), path)
     assert [(s.name, s.shape) for s in runtime.signature.outputs] == [("where", (-1, 2))]
     runner = BatchRunner(ContextPool(runtime, 1))
     inputs = [np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)]

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from trtpool.errors import EngineError
-from trtpool.sidecar import (
-    Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, check_compatible, format_command,
-    read_sidecar, sidecar_path, write_sidecar,
+from trtpool.model.sidecar import (
+    Precision, Sidecar, Target, TensorInfo, check_compatible, format_command, read_sidecar, sidecar_path,
+    write_sidecar,
 )
+from trtpool.model.signature import ShapeRange
 
 OPTIONS = {
     "onnx": "/models/tiny.onnx",
@@ -27,7 +28,7 @@ OPTIONS = {
 
 
 def make_sidecar(module: str = "tensorrt_rtx", **target: object) -> Sidecar:
-    ranges = (ShapeRangeInfo((1, 16), (8, 16), (64, 16)),)
+    ranges = (ShapeRange((1, 16), (8, 16), (64, 16)),)
     return Sidecar(
         engine="tiny.plan",
         module=module,
@@ -37,7 +38,7 @@ def make_sidecar(module: str = "tensorrt_rtx", **target: object) -> Sidecar:
         profiles=("INPUT0=1x16:8x16:64x16",),
         inputs=(TensorInfo("INPUT0", "float32", (-1, 16), ranges),),
         outputs=(TensorInfo("OUTPUT0", "float32", (-1, 4),
-                            (ShapeRangeInfo((1, 4), (8, 4), (64, 4)),)),),
+                            (ShapeRange((1, 4), (8, 4), (64, 4)),)),),
         onnx_path="/models/tiny.onnx",
         onnx_sha256="ab" * 32,
         build_options=dict(OPTIONS, trt_module=module),

@@ -15,14 +15,14 @@ import pytest
 
 from tests.harness.server import process_state
 from tests.unit.test_scheduler import RecordingResponder
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
-from trtpool.model_config import auto_complete, check_agreement
-from trtpool.process_file import ProcessFile, engine_faces, load_process_file
+from trtpool.model.config_pbtxt import auto_complete, check_agreement
+from trtpool.modes.decoupled import Scheduler
+from trtpool.process.faces import Faces, choose_faces
+from trtpool.process.file import ProcessFile, engine_sections, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
-from trtpool.scheduler import Scheduler
-from trtpool.stages import Faces, choose_faces
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
 
@@ -89,7 +89,7 @@ def test_each_request_is_answered_alone_whatever_its_process_functions_do(instan
     responders = [RecordingResponder(cancelled=False) for _ in requests]
     tensors, answering = instance.stage.before(requests, responders)
     assert len(tensors) == 4  # -1 refused, -2 returned the wrong type
-    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    instance.runner.run(tensors, answering, detach=True)
     outcomes = [r.outcome for r in answered(responders)]
 
     assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
@@ -127,13 +127,13 @@ def test_postprocess_must_return_the_declared_outputs_in_their_types(tmp_path):
     try:
         with pytest.raises(ProcessError, match=r"postprocess\(\) returned output 'DOUBLED' as float64, "
                                                r"config.pbtxt declares TYPE_FP32"):
-            instance.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+            instance.stage.post.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
         missing = PROCESS.replace(', "DOUBLED": outputs["OUTPUT0"] * 2', "")
         (tmp_path / "1" / "process.py").write_text(missing)
         stage = ModelInstance(CONFIG, tmp_path / "1", "cpu")
         try:
             with pytest.raises(ProcessError, match=r"returned \['TOTAL'\], expected .*\['DOUBLED', 'TOTAL'\]"):
-                stage.stage.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
+                stage.stage.post.postprocess({"OUTPUT0": np.ones((1, 4), np.float32)}, {"VALUES": values(0, 0)})
         finally:
             stage.close()
     finally:
@@ -147,8 +147,7 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
         requests = [{"VALUES": values(first, seed)} for seed, first in enumerate([-1.0, 0.5])]
         responders = [RecordingResponder(cancelled=False) for _ in requests]
         tensors, answering = instance.stage.before(requests, responders)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         answered(responders)
         assert responders[0].outcome == "failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: SystemExit: 3"
         assert responders[1].outcome == "sent"
@@ -156,8 +155,7 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
         after = [{"VALUES": values(first, seed)} for seed, first in enumerate([0.25, 0.75], start=2)]
         answers = [RecordingResponder(cancelled=False) for _ in after]
         tensors, answering = instance.stage.before(after, answers)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         for request, responder in zip(after, answered(answers)):
             assert responder.outcome == "sent"
             expected = tiny_reference(request["VALUES"].astype(np.float32))
@@ -168,12 +166,12 @@ def test_a_preprocess_that_exits_fails_its_request_and_the_workers_go_on(tmp_pat
 
 def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
     version_dir = staged_folder(tmp_path)
-    faces = engine_faces(version_dir)
+    faces = engine_sections(version_dir)
     assert faces == ()
     process = load_process_file(version_dir, CONFIG)
     signature = ModelInstance(CONFIG, version_dir, "cpu")
     try:
-        check_agreement(CONFIG, signature.runtime.signature, process.engine_faces)
+        check_agreement(CONFIG, signature.runtime.signature, process.engine_sections)
         with pytest.raises(ConfigError, match=r"input 'VALUES': not in the model, which has \['INPUT0'\]"):
             check_agreement(CONFIG, signature.runtime.signature)
         bare = {"name": "tiny_staged", "max_batch_size": 0}
@@ -182,7 +180,7 @@ def test_the_outside_face_is_accepted_only_with_a_process_file(tmp_path):
         only_post = "def postprocess(outputs, inputs):\n    return outputs\n"
         (version_dir / "process.py").write_text(only_post)
         added = auto_complete({**bare, "output": CONFIG["output"]}, signature.runtime.signature, ("input",))
-        assert [entry["name"] for entry in added["input"]] == ["INPUT0"] and engine_faces(version_dir) == ("input",)
+        assert [entry["name"] for entry in added["input"]] == ["INPUT0"] and engine_sections(version_dir) == ("input",)
     finally:
         signature.close()
 
@@ -197,7 +195,7 @@ def test_auto_complete_sees_the_functions_the_load_sees(tmp_path, source):
     version_dir = staged_folder(tmp_path, source)
     process = load_process_file(version_dir, CONFIG)
     assert process.postprocess is not None and process.preprocess is None
-    assert engine_faces(version_dir) == process.engine_faces == ("input",)
+    assert engine_sections(version_dir) == process.engine_sections == ("input",)
 
 
 @pytest.mark.parametrize("source, message", [
@@ -221,19 +219,19 @@ def test_setup_gets_the_model_config_and_its_folder(tmp_path):
     instance = ModelInstance(CONFIG, version_dir, "cpu")
     try:
         with pytest.raises(InvalidInput):
-            instance.stage.preprocess({"VALUES": values(-1.0, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-1.0, 1)})
     finally:
         instance.close()
 
 
 def test_stage_threads_are_read_with_the_other_parameters(tmp_path):
     def threads(**values: str) -> tuple[int | None, int]:
-        cfg = pool_config.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
+        cfg = parameters.load({"name": "x", "parameters": {k: {"string_value": v} for k, v in values.items()}},
                                tmp_path, "cpu")
         return cfg.preprocess_threads, cfg.postprocess_threads
 
-    assert threads() == (None, pool_config.stage_threads())  # preprocess auto: decided with the faces
-    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, pool_config.stage_threads())
+    assert threads() == (None, parameters.stage_threads())  # preprocess auto: decided with the faces
+    assert threads(preprocess_threads="3", postprocess_threads="auto") == (3, parameters.stage_threads())
     with pytest.raises(ConfigError, match=r"parameter 'postprocess_threads': 0 is too small; expected a whole "
                                           r"number from 1 to 64"):
         threads(postprocess_threads="0")
@@ -265,8 +263,7 @@ def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
         requests = [{"VALUES": values(first, seed)} for seed, first in enumerate(firsts)]
         responders = [RecordingResponder(cancelled=False) for _ in requests]
         tensors, answering = instance.stage.before(requests, responders)
-        instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e),
-                            detach=True)
+        instance.runner.run(tensors, answering, detach=True)
         outcomes = [r.outcome for r in answered(responders)]
         assert outcomes[1] == ("failed: InvalidInput: input 'VALUES': process.py preprocess() refused it: "
                                "ValueError: first value is -1")
@@ -277,8 +274,8 @@ def test_preprocess_in_worker_processes_answers_as_on_threads(tmp_path):
             np.testing.assert_allclose(responders[index].outputs["DOUBLED"], expected * 2, rtol=1e-5, atol=1e-5)
 
         with pytest.raises(ProcessError, match=r"a preprocess worker process died .* started again: retry"):
-            instance.stage.preprocess({"VALUES": values(-4.0, 1)})
-        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-4.0, 1)})
+        after = instance.stage.pre.preprocess({"VALUES": values(0.5, 1)})
         np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
     finally:
         instance.close()
@@ -289,8 +286,8 @@ def test_an_exception_the_stub_cannot_unpickle_fails_its_request_and_not_the_poo
     try:
         pool = instance.pre_processes._pool
         with pytest.raises(InvalidInput, match=r"refused it: RuntimeError: TwoArguments: first value is -5"):
-            instance.stage.preprocess({"VALUES": values(-5.0, 1)})
-        after = instance.stage.preprocess({"VALUES": values(0.5, 1)})
+            instance.stage.pre.preprocess({"VALUES": values(-5.0, 1)})
+        after = instance.stage.pre.preprocess({"VALUES": values(0.5, 1)})
         np.testing.assert_array_equal(after["INPUT0"], values(0.5, 1).astype(np.float32))
         assert instance.pre_processes._pool is pool, "the pool was broken and made again"
     finally:
@@ -303,9 +300,9 @@ def test_postprocessing_handed_over_after_close_pre_is_still_answered(instance):
     instance.stage.close_pre()
     request = {"VALUES": values(0.5, 3)}
     responder = RecordingResponder(cancelled=False)
-    engine_inputs = instance.stage.preprocess(request)
+    engine_inputs = instance.stage.pre.preprocess(request)
     outputs = {"OUTPUT0": tiny_reference(engine_inputs["INPUT0"]).astype(np.float32)}
-    instance.stage.answering_all([responder], [request])[0].send(outputs)
+    instance.stage.post.answering([responder], [request])[0].send(outputs)
     answered([responder])
     np.testing.assert_allclose(responder.outputs["DOUBLED"], outputs["OUTPUT0"] * 2, rtol=1e-6)
 
@@ -319,7 +316,7 @@ def preprocess(inputs):
 '''
     instance = ModelInstance(PROCESSES, staged_folder(tmp_path, reporting), "cpu")
     try:
-        pids = {int(instance.stage.preprocess({"VALUES": values(0.5, s)})["INPUT0"][0, 0]) for s in range(8)}
+        pids = {int(instance.stage.pre.preprocess({"VALUES": values(0.5, s)})["INPUT0"][0, 0]) for s in range(8)}
         assert os.getpid() not in pids and 1 <= len(pids) <= 2
     finally:
         instance.close()
@@ -337,7 +334,7 @@ def test_worker_processes_that_cannot_start_stop_the_load(tmp_path):
 
 def test_preprocess_processes_is_read_with_the_other_parameters(tmp_path):
     def processes(value: str) -> int:
-        cfg = pool_config.load({"name": "x", "parameters": {"preprocess_processes": {"string_value": value}}},
+        cfg = parameters.load({"name": "x", "parameters": {"preprocess_processes": {"string_value": value}}},
                                tmp_path, "cpu")
         return cfg.preprocess_processes
 
@@ -390,7 +387,7 @@ def test_worker_processes_end_when_their_parent_is_killed(tmp_path):
     version_dir = staged_folder(tmp_path)
     script = (f"import sys, json; sys.path[:0] = {sys.path!r}\n"
               "from pathlib import Path\n"
-              "from trtpool.process_pool import ProcessPreprocess\n"
+              "from trtpool.process.workers import ProcessPreprocess\n"
               f"pool = ProcessPreprocess(Path({str(version_dir)!r}), {CONFIG!r}, 2)\n"
               "print(json.dumps(list(pool._pool._processes)), flush=True)\n"
               "import time; time.sleep(60)\n")
@@ -457,7 +454,7 @@ def batch_instance(tmp_path: Path, source: str = BATCH_PROCESS, **parameters: st
 def run_staged(instance: ModelInstance, requests: list[dict]) -> list[RecordingResponder]:
     responders = [RecordingResponder(cancelled=False) for _ in requests]
     tensors, answering = instance.stage.before(requests, responders)
-    instance.runner.run(tensors, lambda i, o: answering[i].send(o), lambda i, e: answering[i].fail(e), detach=True)
+    instance.runner.run(tensors, answering, detach=True)
     return answered(responders)
 
 
@@ -510,7 +507,7 @@ def test_a_batch_face_returning_the_wrong_count_fails_those_requests_by_name(tmp
         # The call is made again per request (then it returns rightly): every request answered.
         assert [r.outcome for r in responders] == ["sent"] * 3
         assert calls_of(instance)[:4] == [(3, "cpu"), (1, "cpu"), (1, "cpu"), (1, "cpu")]
-        lone = instance.stage._call_batch_face([{"VALUES": values(0.5, 9)}] * 3)
+        lone = instance.stage.pre._call_batch_face([{"VALUES": values(0.5, 9)}] * 3)
         assert isinstance(lone, ProcessError) and re.search(says, str(lone)), lone
     finally:
         instance.close()
@@ -531,9 +528,9 @@ def test_choose_faces_follows_the_parameter_and_the_device(wanted, device, batch
 
 def test_batch_faces_are_engine_faces_read_without_running_the_file(tmp_path):
     version_dir = staged_folder(tmp_path, BATCH_PROCESS)
-    assert engine_faces(version_dir) == ()
+    assert engine_sections(version_dir) == ()
     (version_dir / "process.py").write_text("def postprocess_batch(outputs, batch):\n    return outputs\n")
-    assert engine_faces(version_dir) == ("input",)
+    assert engine_sections(version_dir) == ("input",)
 
 
 def test_auto_preprocess_threads_are_one_per_context_for_the_batch_face(tmp_path):
@@ -545,7 +542,7 @@ def test_auto_preprocess_threads_are_one_per_context_for_the_batch_face(tmp_path
     (tmp_path / "request").mkdir()
     request = batch_instance(tmp_path / "request", PROCESS, contexts="3", preprocess_threads="auto")
     try:
-        assert request.stage._pre._max_workers == pool_config.stage_threads()
+        assert request.stage._pre._max_workers == parameters.stage_threads()
     finally:
         request.close()
 
@@ -559,7 +556,7 @@ def test_preprocess_processes_with_the_batch_face_is_refused_by_name(tmp_path):
 
 def test_process_faces_takes_only_its_choices():
     with pytest.raises(ConfigError, match=r"parameter 'process_faces'.*auto, request, batch"):
-        pool_config.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")
+        parameters.load({**CONFIG, "parameters": {"process_faces": {"string_value": "gpu"}}}, Path("."), "cpu")
 
 
 class OnDevice:

@@ -22,8 +22,8 @@ from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.tensorrt_double import make_module
 from tests.unit.test_doubles_faithful import LEAN_SITE, NO_LEAN
 from tests.unit.test_tensorrt_runtime import GPU, batch, check, linear_engine, make_cfg, run
-from trtpool import cuda, trt_api
 from trtpool.errors import EngineError
+from trtpool.gpu import cuda, trt_api
 from trtpool.runtimes.tensorrt import TensorRTRuntime
 from trtpool_builder.installed import is_importable
 
@@ -83,8 +83,8 @@ def test_without_a_gpu_the_lean_double_cannot_make_a_runtime_either(monkeypatch)
 
 
 REAL_RUNTIME = """
-from trtpool import trt_api
 from trtpool.errors import EngineError
+from trtpool.gpu import trt_api
 import tensorrt_lean_bindings as lean
 assert isinstance(trt_api.process_logger(lean), lean.ILogger)
 trt_api.register_plugins(lean)

@@ -24,11 +24,11 @@ import pytest
 from tests.doubles.cuda_double import FakeCudart, FakeDevice
 from tests.doubles.engines import write_engine
 from tests.doubles.tensorrt_double import engine_bytes, make_module
-from trtpool import config as pool_config
-from trtpool import cuda, trt_api
+from trtpool import parameters
 from trtpool.errors import EngineError, InvalidInput
+from trtpool.gpu import cuda, trt_api
+from trtpool.model.sidecar import TensorInfo
 from trtpool.runtimes.tensorrt import TensorRTRuntime
-from trtpool.sidecar import TensorInfo
 
 rtx = pytest.importorskip("tensorrt_rtx")
 no_gpu = pytest.mark.skipif(cuda.device_count() > 0, reason="checks behaviour on a machine without a GPU")
@@ -37,10 +37,10 @@ CAPABILITY = f"{GPU.major}.{GPU.minor}"
 NUMPY_NAMES = {"FLOAT": "float32", "INT64": "int64", "INT32": "int32", "HALF": "float16"}
 
 
-def make_cfg(version_dir: Path, **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, **params: str) -> parameters.PoolConfig:
     config = {"name": "real", "max_batch_size": 0,
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, "cuda:0")
+    return parameters.load(config, version_dir, "cuda:0")
 
 
 def build_real_engine(onnx_path: Path, profiles: list[dict[str, tuple]]) -> dict[str, Any]:

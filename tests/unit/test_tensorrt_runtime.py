@@ -24,15 +24,17 @@ from tests.doubles.cuda_double import GRAPH_BYTES_PER_NODE, FakeCudart, FakeDevi
 from tests.doubles.engines import (GPU_NAME, column_sums_model, linear_model, linear_reference, masked_model, positive_model,
                                    profile_text, write_engine)
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
-from trtpool import config as pool_config
-from trtpool import cuda, trt_api
+from trtpool import parameters
+from trtpool.engine.answer import Kept
+from trtpool.engine.batching import BatchRunner
+from trtpool.engine.pool import ContextPool
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
-from trtpool.crop_kernel import DeviceArray
-from trtpool.pool import ContextPool
-from trtpool.runtimes.tensorrt import TensorRTRuntime, batch_buckets
-from trtpool.serving import BatchRunner
-from trtpool.sidecar import TensorInfo
-from trtpool.signature import ShapeRange
+from trtpool.gpu import cuda, trt_api
+from trtpool.gpu.device_tensors import DeviceArray
+from trtpool.model.sidecar import TensorInfo
+from trtpool.model.signature import ShapeRange
+from trtpool.runtimes.buckets import power_of_two_buckets
+from trtpool.runtimes.tensorrt import TensorRTRuntime
 
 K, N = 4, 3
 PROFILES = [{"x": ((1, K), (2, K), (4, K))}, {"x": ((5, K), (8, K), (16, K))}]  # small and large batches
@@ -45,10 +47,10 @@ LINEAR_IO = ([TensorInfo("x", "float32", (-1, K))],
              [TensorInfo("y", "float32", (-1, N)), TensorInfo("top", "int64", (-1,))])
 
 
-def make_cfg(version_dir: Path, device: str = "cuda:0", **params: str) -> pool_config.PoolConfig:
+def make_cfg(version_dir: Path, device: str = "cuda:0", **params: str) -> parameters.PoolConfig:
     config = {"name": "linear", "max_batch_size": 16,
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, version_dir, device)
+    return parameters.load(config, version_dir, device)
 
 
 def linear_engine(folder: Path, model=None, profiles=PROFILES, **options) -> Path:
@@ -60,7 +62,7 @@ def linear_engine(folder: Path, model=None, profiles=PROFILES, **options) -> Pat
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeCudart:
-    """The CUDA double in place of cuda.bindings.runtime, for trtpool.cuda."""
+    """The CUDA double in place of cuda.bindings.runtime, for trtpool.gpu.cuda."""
     double = FakeCudart((GPU,))
     monkeypatch.setattr(cuda, "_cudart", double)
     return double
@@ -169,10 +171,10 @@ def test_outputs_are_read_only_after_the_wait(runtime, monkeypatch):
 # ---- CUDA graphs ------------------------------------------------------------------------------
 
 def test_batch_buckets_cover_each_profile():
-    assert batch_buckets(1, 4) == (1, 2, 4)
-    assert batch_buckets(5, 16) == (5, 8, 16)
-    assert batch_buckets(1, 12) == (1, 2, 4, 8, 12)
-    assert batch_buckets(3, 3) == (3,)
+    assert power_of_two_buckets(1, 4) == (1, 2, 4)
+    assert power_of_two_buckets(5, 16) == (5, 8, 16)
+    assert power_of_two_buckets(1, 12) == (1, 2, 4, 8, 12)
+    assert power_of_two_buckets(3, 3) == (3,)
 
 
 def test_first_batch_of_a_bucket_warms_up_then_captures_later_ones_replay(runtime, fake, caplog):
@@ -348,7 +350,7 @@ def test_device_inputs_are_copied_on_the_device_and_taken_before_submit_returns(
 
 
 def test_device_arrays_without_torch_are_taken_by_the_cuda_array_interface(runtime, fake):
-    """A process file's preprocess_batch may hand over trtpool.crop_kernel.DeviceArray rows
+    """A process file's preprocess_batch may hand over trtpool.gpu.device_tensors.DeviceArray rows
     (no torch): slices of one device batch, copied into the context's buffer on the device."""
     context = runtime.create_context(0)
     whole = batch(3)
@@ -448,16 +450,15 @@ def test_shapes_the_model_rejects_are_the_clients_error_and_keep_the_context(tmp
     runtime = masked_runtime(tmp_path / "1")
     pool = ContextPool(runtime, 1)
     runner = BatchRunner(pool)
-    results: dict[int, object] = {}
-    runner.run([masked_request(4, 5)], lambda i, out: results.__setitem__(i, out),
-               lambda i, err: results.__setitem__(i, err))
-    error = results[0]
+    refused = Kept()
+    runner.run([masked_request(4, 5)], [refused])
+    error = refused.error
     assert isinstance(error, InvalidInput)
     assert "the model rejected input shapes 'tokens' [2, 4], 'mask' [2, 5]" in str(error)
     assert "Incompatible dimensions" in str(error) and "infer_shapes error code: -1" in str(error)
-    runner.run([masked_request(4, 4)], lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-               lambda i, err: results.__setitem__(i, err))
-    np.testing.assert_array_equal(results[0]["total"], [4.0, 4.0])
+    served = Kept()
+    runner.run([masked_request(4, 4)], [served])
+    np.testing.assert_array_equal(served.outputs["total"], [4.0, 4.0])
     assert pool.stats.contexts[0].rebuilds == 0 and pool.stats.contexts[0].failures == 0
     runner.close()
     pool.close()
@@ -513,10 +514,9 @@ def test_failed_execution_raises_and_the_pool_rebuilds_the_context(runtime, fake
     x = batch(3)
 
     def serve() -> object:
-        results: dict[int, object] = {}
-        runner.run([{"x": x}], lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-                   lambda i, err: results.__setitem__(i, err))
-        return results[0]
+        kept = Kept()
+        runner.run([{"x": x}], [kept])
+        return kept.answer
 
     failure = serve()
     assert isinstance(failure, ContextFailure)
@@ -560,13 +560,12 @@ def test_pool_and_batch_runner_with_concurrent_contexts(runtime):
         for _ in range(10):
             requests = [{"x": rng.standard_normal((int(n), K)).astype(np.float32)}
                         for n in rng.integers(1, 7, size=int(rng.integers(1, 6)))]
-            results: dict[int, object] = {}
-            runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-                       lambda i, err: results.__setitem__(i, err))
+            kept = [Kept() for _ in requests]
+            runner.run(requests, kept)
             try:
-                for i, request in enumerate(requests):
-                    assert isinstance(results[i], dict), results[i]
-                    check(results[i], request["x"])
+                for answer, request in zip((k.answer for k in kept), requests):
+                    assert isinstance(answer, dict), answer
+                    check(answer, request["x"])
             except AssertionError as exc:
                 failures.append(exc)
 

@@ -18,14 +18,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trtpool import config as pool_config  # noqa: E402
+from trtpool import parameters  # noqa: E402
+from trtpool.engine.answer import Kept  # noqa: E402
+from trtpool.engine.batching import BatchRunner  # noqa: E402
+from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
-from trtpool.host_upload import HostUploader  # noqa: E402
-from trtpool.pool import ContextPool  # noqa: E402
-from trtpool.runtimes.torch import (  # noqa: E402
-    TorchRuntime, batch_buckets, bucket_of, clip_buckets, convert, padded_axis_sources, read_signature,
-)
-from trtpool.serving import BatchRunner  # noqa: E402
+from trtpool.gpu.host_upload import HostUploader  # noqa: E402
+from trtpool.runtimes.buckets import bucket_of, clip_buckets, stepped_buckets  # noqa: E402
+from trtpool.runtimes.torch.convert import convert  # noqa: E402
+from trtpool.runtimes.torch.runtime import TorchRuntime  # noqa: E402
+from trtpool.runtimes.torch.signature import padded_axis_sources, read_signature  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 
 TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2}
@@ -57,14 +59,18 @@ def examples(tmp_path_factory) -> dict[str, Path]:
 SEQUENCE_BUCKETS = "32,64,128"  # BERT masks its padding, and names its output axes after its inputs'
 
 
-def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> pool_config.PoolConfig:
+def _profiles(cfg: parameters.PoolConfig) -> tuple:
+    return cfg.profiles, cfg.max_batch_size
+
+
+def make_cfg(name: str, path: Path, device: str = "cpu", **params: str) -> parameters.PoolConfig:
     example = get_example(name)
     params.setdefault("profile", example.serving_profiles(**OPTIONS[name])[0])
     if name == "bert_base":
         params.setdefault("sequence_buckets", SEQUENCE_BUCKETS)
     config = {"name": name, "max_batch_size": example.max_batch_size(**OPTIONS[name]),
               "parameters": {k: {"string_value": v} for k, v in params.items()}}
-    return pool_config.load(config, path.parent, device)
+    return parameters.load(config, path.parent, device)
 
 
 def sample(name: str, batch: int, seed: int, seq_len: int | None = None) -> dict[str, np.ndarray]:
@@ -100,13 +106,13 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 # --- CPU ------------------------------------------------------------------------
 
 def test_batch_buckets_pad_by_at_most_an_eighth_of_the_max():
-    assert batch_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    assert batch_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
-    assert batch_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
-    assert batch_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
-    assert batch_buckets(1) == (1,)
+    assert stepped_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert stepped_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert stepped_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
+    assert stepped_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
+    assert stepped_buckets(1) == (1,)
     for largest in range(1, 130):
-        buckets = batch_buckets(largest)
+        buckets = stepped_buckets(largest)
         assert buckets[-1] == largest and list(buckets) == sorted(set(buckets))
         assert all(bucket_of(n, buckets) - n <= max(1, largest // 8) for n in range(1, largest + 1))
 
@@ -123,7 +129,7 @@ def test_signature_and_padded_axes_come_from_the_onnx_file(examples):
     import onnx
 
     model = onnx.load(str(examples["bert_base"]))
-    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
+    signature = read_signature(model, *_profiles(make_cfg("bert_base", examples["bert_base"])))
     assert [(s.name, s.shape) for s in signature.inputs] == [("input_ids", (-1, -1)), ("attention_mask", (-1, -1))]
     assert [(s.name, s.shape) for s in signature.outputs] == [("last_hidden_state", (-1, -1, 128)),
                                                               ("pooler_output", (-1, 128))]
@@ -137,7 +143,7 @@ def test_sequence_buckets_need_outputs_named_after_inputs(examples):
 
     model = onnx.load(str(examples["bert_base"]))
     model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "unk__3"  # as tf2onnx names axes
-    signature = read_signature(model, make_cfg("bert_base", examples["bert_base"]))
+    signature = read_signature(model, *_profiles(make_cfg("bert_base", examples["bert_base"])))
     with pytest.raises(ConfigError, match="output 'last_hidden_state' dimension 1 .'unk__3'. is named after no input"):
         padded_axis_sources(model, signature)
 
@@ -146,9 +152,9 @@ def test_a_dynamic_sequence_needs_a_profile(examples):
     import onnx
 
     config = {"name": "bert", "max_batch_size": 8}
-    cfg = pool_config.load(config, examples["bert_base"].parent, "cpu")
+    cfg = parameters.load(config, examples["bert_base"].parent, "cpu")
     with pytest.raises(ConfigError, match="parameter 'profile'"):
-        read_signature(onnx.load(str(examples["bert_base"])), cfg)
+        read_signature(onnx.load(str(examples["bert_base"])), *_profiles(cfg))
 
 
 def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(examples):
@@ -158,7 +164,7 @@ def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(example
     with pytest.raises(ConfigError, match="model_file"):
         TorchRuntime(make_cfg("tiny", path, "cuda:0"), path.with_suffix(".pt"))
     with pytest.raises(ConfigError, match="fp32, fp16"):
-        TorchRuntime(make_cfg("tiny", path, "cuda:0"), path, precision="int8")
+        TorchRuntime(make_cfg("tiny", path, "cuda:0", precision="int8"), path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
@@ -197,7 +203,7 @@ def spatial_kernels(module: torch.nn.Module) -> list[torch.Tensor]:
 def test_fp16_convolutions_take_channels_last_weights(examples, name, precision, nhwc):
     import onnx
 
-    from trtpool.runtimes.torch import prefers_channels_last
+    from trtpool.runtimes.torch.convert import prefers_channels_last
 
     module = convert(onnx.load(str(examples[name])), "cpu", precision)
     assert prefers_channels_last(module, precision) == nhwc
@@ -284,15 +290,13 @@ def test_nonzero_converts_as_onnx_defines_it(tmp_path):
 # --- GPU ------------------------------------------------------------------------
 
 def gpu_runtime(examples, name: str, precision: str = "fp32", device: str = "cuda:0") -> TorchRuntime:
-    cfg = make_cfg(name, examples[name], device)
-    return TorchRuntime(cfg, examples[name], precision=precision, sequence_buckets=cfg.sequence_buckets)
+    return TorchRuntime(make_cfg(name, examples[name], device, precision=precision), examples[name])
 
 
 def run_requests(runner: BatchRunner, requests: list[dict[str, np.ndarray]]) -> list:
-    results: dict[int, object] = {}
-    runner.run(requests, lambda i, out: results.__setitem__(i, {k: v.copy() for k, v in out.items()}),
-               lambda i, err: results.__setitem__(i, err))
-    return [results[i] for i in range(len(requests))]
+    kept = [Kept() for _ in requests]
+    runner.run(requests, kept)
+    return [k.answer for k in kept]
 
 
 @gpu
@@ -583,7 +587,7 @@ def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
     path = nonzero_model(tmp_path / "1" / "model.onnx")
     config = {"name": "nonzero", "max_batch_size": 0,
               "parameters": {"profile": {"string_value": "x=1x4:4x4:8x4"}}}
-    runtime = TorchRuntime(pool_config.load(config, path.parent, "cuda:0"), path)
+    runtime = TorchRuntime(parameters.load(config, path.parent, "cuda:0"), path)
     context = runtime.create_context(0)
     try:
         for x in (np.eye(4, dtype=np.float32)[:3], np.zeros((2, 4), np.float32), np.ones((5, 4), np.float32)):
@@ -598,7 +602,7 @@ def test_gpu_model_that_cannot_be_captured_runs_eagerly(examples, tmp_path):
 def test_gpu_request_tensors_are_copied_before_execute_returns():
     """Decoupled mode reads request tensors after execute(); the Python backend
     reuses their GPU buffers by then, so keep_after_execute copies them."""
-    from trtpool.device_tensors import keep_after_execute
+    from trtpool.gpu.device_tensors import keep_after_execute
 
     host = np.arange(6, dtype=np.int64).reshape(1, 6)
     on_gpu = torch.arange(6, dtype=torch.int64, device="cuda:0").reshape(1, 6)

@@ -1,4 +1,4 @@
-"""trtpool.trt_api over the TensorRT double (module selection, the process logger, the
+"""trtpool.gpu.trt_api over the TensorRT double (module selection, the process logger, the
 translation of each binding's failure, feature detection), and model.py's log levels.
 What the real tensorrt_rtx module confirms is in test_tensorrt_real_module.py."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.tensorrt_double import make_module
-from trtpool import trt_api
 from trtpool.errors import ContextFailure, EngineError, InvalidInput
+from trtpool.gpu import trt_api
 
 ROOT = Path(__file__).resolve().parents[2]
 

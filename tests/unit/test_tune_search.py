@@ -13,8 +13,8 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool import config as pool_config
 from trtpool_builder.folder.model_folder import read_config
+from trtpool import parameters
 from trtpool_ops.tune import gpu_memory
 from trtpool_ops.tune.cli import build_space, parser, stop_on_signal, write_front
 from trtpool_ops.tune.runner import BudgetSpent, Runner
@@ -244,7 +244,7 @@ def test_a_decoupled_point_without_queue_delay_waits_the_schedulers_least():
     base = mc.ModelConfig(name="tiny", backend="trtpool", max_batch_size=8)
     config = render(base, Candidate("decoupled", 1, (("queue_delay_us", "0"),)))
     assert config.dynamic_batching.max_queue_delay_microseconds == 0
-    loaded = pool_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True),
+    loaded = parameters.load(json_format.MessageToDict(config, preserving_proto_field_name=True),
                               Path("/models/tiny/1"), "cpu")
     assert loaded.batch_wait_us == 1
 
@@ -314,4 +314,4 @@ def test_the_engine_host_axis_is_searched_with_the_instance_count_for_sync_candi
     pipelined = render(base, Candidate("pipelined", 2, (("engine_host", "on"),)))
     assert pipelined.parameters["engine_host"].string_value == "off"
     for config in (hosted, pipelined):
-        pool_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True), Path("/m/1"), "cpu")
+        parameters.load(json_format.MessageToDict(config, preserving_proto_field_name=True), Path("/m/1"), "cpu")

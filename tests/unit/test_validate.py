@@ -1,12 +1,12 @@
-"""trtpool.validate.accept: its memory of accepted request layouts never lets a bad request through."""
+"""trtpool.model.validate.accept: its memory of accepted request layouts never lets a bad request through."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trtpool import validate
+from trtpool.model import validate
 from trtpool.errors import InvalidInput
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec
+from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec
 
 
 def signature() -> Signature:

@@ -22,7 +22,7 @@ from trtpool.errors import ConfigError, TrtpoolError, Unavailable
 from trtpool.host import protocol, wire
 from trtpool.host.launch import Launcher
 from trtpool.host.slab import GrowingSlab, Slab, room_for
-from trtpool.signature import Signature
+from trtpool.model.signature import Signature
 
 log = logging.getLogger("trtpool")
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtpool.engine.answer import Responder
 from trtpool.errors import ContextFailure, Overloaded
-from trtpool.process_file import Tensors
-from trtpool.responders import Responder
+from trtpool.process.file import Tensors
 
 log = logging.getLogger("trtpool")
 

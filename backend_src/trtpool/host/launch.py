@@ -34,7 +34,7 @@ from typing import Any
 
 from trtpool.errors import Unavailable
 from trtpool.host import wire
-from trtpool.process_pool import environment_python
+from trtpool.process.workers import environment_python
 
 log = logging.getLogger("trtpool")
 

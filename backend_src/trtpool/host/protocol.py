@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import Cancelled, InvalidInput, Overloaded, TrtpoolError, Unavailable
-from trtpool.signature import TRITON_DTYPES, Profile, ShapeRange, Signature, TensorSpec
+from trtpool.model.dtypes import NUMPY_DTYPES, TRITON_DTYPES
+from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec
 
-_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
 # Error classes by the name that travels; anything else travels as "internal" (its text kept).
 ERROR_KINDS: dict[str, type[TrtpoolError]] = {
     "invalid": InvalidInput, "overloaded": Overloaded, "cancelled": Cancelled, "unavailable": Unavailable,
@@ -57,7 +57,7 @@ def signature_to_wire(signature: Signature) -> dict[str, Any]:
 def signature_from_wire(wire: dict[str, Any]) -> Signature:
     def spec(entry: list[Any]) -> TensorSpec:
         name, data_type, shape = entry
-        return TensorSpec(name, np.dtype(_DTYPES[data_type]), tuple(shape))
+        return TensorSpec(name, np.dtype(NUMPY_DTYPES[data_type]), tuple(shape))
     profiles = tuple(Profile(index, {name: ShapeRange(*(tuple(dims) for dims in ranges))
                                      for name, ranges in profile.items()})
                      for index, profile in enumerate(wire["profiles"]))

@@ -43,7 +43,7 @@ SEND_TIMEOUT_S = 10          # an instance that has not read its answer by then 
 
 
 class Counts:
-    """The host's running totals that the instances publish as metrics (trtpool.metrics)."""
+    """The host's running totals that the instances publish as metrics (trtpool.triton.metrics)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -241,7 +241,7 @@ class Host:
             return
         served_tensors, served = [], []
         for request, probe, responder in zip(tensors, probes, responders):
-            if probe and self.instance.stage is not None:   # untouched by user code (trtpool.probes)
+            if probe and self.instance.stage is not None:   # untouched by user code (trtpool.triton.probes)
                 responder.send({})
             else:
                 served_tensors.append(request)

@@ -28,13 +28,12 @@ from typing import Any
 import numpy as np
 
 from trtpool.host.wire import MessageError
-from trtpool.signature import STRING, TRITON_DTYPES
+from trtpool.model.dtypes import NUMPY_DTYPES, STRING, TRITON_DTYPES
 
 ALIGN = 64            # every tensor starts on a cache line
 MAX_RANK = 16
 MAX_TENSORS = 4096    # per message: descriptors beyond this are refused
 _ELEMENT_LENGTH = struct.Struct("<I")
-_DTYPES = {name: dtype for dtype, name in TRITON_DTYPES.items()}
 
 Descriptor = list[Any]   # [name, triton type, shape, offset, nbytes]
 
@@ -154,7 +153,7 @@ class Slab:
         if not (isinstance(descriptor, list) and len(descriptor) == 5):
             raise MessageError(f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}")
         name, data_type, shape, offset, size = descriptor
-        if not isinstance(name, str) or data_type not in _DTYPES:
+        if not isinstance(name, str) or data_type not in NUMPY_DTYPES:
             raise MessageError(f"tensor {name!r:.40}: unknown data type {data_type!r:.40}")
         if not (isinstance(shape, list) and len(shape) <= MAX_RANK
                 and all(isinstance(d, int) and d >= 0 for d in shape)):
@@ -162,7 +161,7 @@ class Slab:
         if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size
                 and offset + size <= self.size):
             raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {self.size:,}-byte slab")
-        dtype = _DTYPES[data_type]
+        dtype = NUMPY_DTYPES[data_type]
         if dtype != STRING and size != prod(shape) * dtype.itemsize:
             raise MessageError(f"tensor '{name}': {size} bytes for shape {shape} of {data_type}")
         return name, dtype, tuple(shape), offset, size

@@ -16,11 +16,14 @@ may, and as trtpool-model's staging does).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from trtpool.config import RUNTIME_ENTRY_POINTS, RUNTIMES, PoolConfig
 from trtpool.errors import ConfigError, EngineError
+from trtpool.model.sidecar import read_sidecar
+from trtpool.model.signature import Signature
+from trtpool.parameters import RUNTIME_ENTRY_POINTS, RUNTIMES, PoolConfig
 from trtpool.runtimes.base import Runtime
 
 DEFAULT_FILES = {
@@ -114,6 +117,22 @@ def registered_runtime(name: str) -> type[Runtime]:
     return runtime_class
 
 
+def offline_signature(cfg: PoolConfig) -> Signature:
+    """The signature of the model `cfg` names, read without its device (auto-complete has none):
+    a TensorRT engine's from its sidecar; an ONNX file's as ONNX Runtime reads it on the CPU,
+    also for the torch runtime, which converts that file."""
+    name, path = resolve(cfg)
+    if name in ("tensorrt", "tensorrt_rtx"):
+        return read_sidecar(path).signature()
+    if name == "torch":
+        cfg = replace(cfg, runtime="onnxruntime")
+    runtime = load_runtime(cfg)
+    try:
+        return runtime.signature
+    finally:
+        runtime.close()
+
+
 def load_runtime(cfg: PoolConfig) -> Runtime:
     name, path = resolve(cfg)
     if not path.is_file():
@@ -125,6 +144,6 @@ def load_runtime(cfg: PoolConfig) -> Runtime:
         from trtpool.runtimes.tensorrt import TensorRTRuntime
         return TensorRTRuntime(cfg, path, module_name=None if name == "tensorrt" and cfg.runtime == "auto" else name)
     if name == "torch":
-        from trtpool.runtimes.torch import TorchRuntime
-        return TorchRuntime(cfg, path, precision=cfg.precision, sequence_buckets=cfg.sequence_buckets)
+        from trtpool.runtimes.torch.runtime import TorchRuntime
+        return TorchRuntime(cfg, path)
     return registered_runtime(name)(cfg, path)

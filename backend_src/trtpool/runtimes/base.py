@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.signature import Signature
+from trtpool.model.signature import Signature
 
 # Per input, the requests' tensors in batch order: numpy arrays, or device
 # tensors (torch, from Triton's DLPack) for inputs that arrived on the GPU.

@@ -20,22 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from trtpool.buffers import HostBuffers, gather
-from trtpool.config import PoolConfig
-from trtpool.device_tensors import to_host
 from trtpool.errors import ConfigError, EngineError, InvalidInput
-from trtpool.onnx_signature import DeclaredTensor, is_static, read_signature
+from trtpool.gpu.buffers import HostBuffers, gather
+from trtpool.gpu.device_tensors import to_host
+from trtpool.model.dtypes import BFLOAT16, STRING, ort_dtype
+from trtpool.model.onnx import DeclaredTensor, is_static, read_signature
+from trtpool.model.zipmap import drop_zipmaps
+from trtpool.parameters import PoolConfig
 from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
 from trtpool.runtimes.ort_values import bind_input, decoded_strings, read_output
-from trtpool.signature import BFLOAT16, STRING
-from trtpool.zipmap import drop_zipmaps
 
-ORT_DTYPES = {
-    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-    "tensor(bfloat16)": BFLOAT16, "tensor(bool)": np.bool_, "tensor(string)": STRING,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
-    "tensor(uint64)": np.uint64, "tensor(uint32)": np.uint32, "tensor(uint16)": np.uint16, "tensor(uint8)": np.uint8,
-}
 log = logging.getLogger("trtpool")
 # ONNX Runtime's messages for failures of the machine, not of the request.
 RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
@@ -43,7 +37,7 @@ RESOURCE_FAILURES = ("bad_alloc", "Failed to allocate memory", "out of memory")
 
 def _session(ort, path: Path, options):
     """The session for `path`; a ZipMap output (which Triton cannot carry) is repaired in memory
-    as trtpool-model repairs it in the copy it serves (trtpool.zipmap)."""
+    as trtpool-model repairs it in the copy it serves (trtpool.model.zipmap)."""
     providers = ["CPUExecutionProvider"]
     session = ort.InferenceSession(str(path), options, providers=providers)
     if not any(arg.type.startswith("seq(map(") for arg in session.get_outputs()):
@@ -76,15 +70,15 @@ class OnnxRuntime(Runtime):
         options.inter_op_num_threads = 1
         # Idle pool threads sleep instead of spinning: a server shares its cores with
         # Triton's threads, other instances and the stub; spinning threads took them
-        # (2 threads, ResNet-50-shaped at 64x64, 2-core VM under load: 13-24 items/s
-        # spinning against 36-38 sleeping at batch 1, 15-29 against 59-62 at batch 16).
+        # (measured beside bench/results/cpu_vs_naive.json: BENCHMARKS.md, the CPU serving record).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = _session(ort, path, options)
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
         self.signature = read_signature([self._declared(arg) for arg in self.session.get_inputs()],
-                                        [self._declared(arg) for arg in self.session.get_outputs()], cfg)
+                                        [self._declared(arg) for arg in self.session.get_outputs()],
+                                        cfg.profiles, cfg.max_batch_size)
         tensors = (*self.signature.inputs, *self.signature.outputs)
         # IOBinding takes no string tensors: a model with any runs through session.run.
         self.binds = not any(spec.dtype == STRING for spec in tensors)
@@ -99,9 +93,10 @@ class OnnxRuntime(Runtime):
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
-        if arg.type not in ORT_DTYPES:
+        dtype = ort_dtype(arg.type)
+        if dtype is None:
             raise ConfigError(f"tensor '{arg.name}' has type {arg.type}, which trtpool does not serve")
-        return arg.name, np.dtype(ORT_DTYPES[arg.type]), arg.shape
+        return arg.name, dtype, arg.shape
 
     def buffer_capacities(self) -> tuple[dict, dict]:
         """Elements per preallocated input, and per output whose shape is known before a run."""

@@ -9,9 +9,7 @@ from math import prod
 import numpy as np
 
 from trtpool.errors import InvalidInput
-from trtpool.signature import BFLOAT16
-
-ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+from trtpool.model.dtypes import BFLOAT16, ONNX_BFLOAT16
 
 
 def bind_input(binding, name: str, array: np.ndarray) -> None:

@@ -1,55 +1,13 @@
 """TensorRT engines (TensorRT 10.x, 11.x or TensorRT-RTX 1.x) served from a pool of execution contexts.
 
-One engine is deserialized once per model on its GPU; every context is an
-``IExecutionContext`` over it with its own CUDA stream, events, device I/O
-buffers and pinned host staging buffers, all allocated when the context is
-made. The weights exist once; each further context costs its I/O buffers and
-its activation memory, sized to the shapes it runs: contexts are made with
-``ExecutionContextAllocationStrategy.USER_MANAGED`` and given, through the
-``device_memory`` property, what ``update_device_memory_size_for_shapes``
-says the largest input shapes run so far need (a context that only runs
-small batches never holds the largest profile's activations; the default
-STATIC strategy would). When a batch needs more, the block is replaced and the
-graphs captured with the old one are dropped. trtpool.trt_api holds what
-differs between TensorRT releases and how each binding reports failure.
-
-Several contexts may use the same optimization profile at once: in
-TensorRT 10 the preview feature kPROFILE_SHARING_0806 (profiles shared
-across execution contexts) is on by default and can no longer be switched
-off, and ``trtexec --infStreams=N`` runs N contexts on one profile the same
-way. (Triton's own TensorRT backend instead loads a separate copy of the
-engine for each instance of a dynamic-shape model; trtpool does not.)
-
-Outputs: each profile's output shapes are learnt from the runtime itself (its
-``get_tensor_shape`` after ``set_input_shape`` at the profile's largest
-inputs) and the buffers sized for the largest; a batch whose outputs need more
-grows them. An output whose shape is still -1 there depends on the data
-(NonZero, NMS): TensorRT asks for its memory and reports its shape through an
-``IOutputAllocator`` during the run. Each batch's output shapes are the
-runtime's, read after the run.
-
-CUDA graphs (parameter ``cuda_graphs``, on by default), as Triton's TensorRT
-backend uses them (src/instance_state.cc, BuildCudaGraph): a batch is padded
-with zeros to a batch bucket of its profile (the profile's smallest batch, the
-powers of two above it, its largest) and its outputs cut back; the first batch
-of a bucket on a context runs ``execute_async_v3`` as usual (the warm-up, whose
-results are the batch's), then the same call is captured on the context's
-stream and later batches of the bucket replay it. A graph is replayed only
-with the context's profile and input shapes set to those it was captured with,
-and only after an ordinary run on that profile since the profile was selected:
-selecting a profile defers layer resource updates to the next
-``execute_async_v3`` (include/NvInferRuntime.h, setOptimizationProfileAsync),
-which a graph launch does not perform. Graphs stay off for models whose
-outputs depend on the data (TensorRT synchronizes inside such a run), and all
-later batches run without them once a capture fails. The device memory each
-graph costs is logged.
-
-``execute_async_v3`` releases the GIL, so the serving layer's thread per
-busy context runs contexts concurrently.
+One engine is deserialized once per model on its GPU; each context is an IExecutionContext over
+it with its own stream, events, device buffers and pinned staging (runtimes/stream_context.py),
+its activation memory sized to the shapes it has run, and CUDA graphs per batch bucket
+(parameter ``cuda_graphs``). Several contexts share an optimization profile. trtpool.gpu.trt_api
+holds what differs between TensorRT releases. How and why: docs/design/tensorrt-runtime.md.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from collections.abc import Sequence
@@ -59,35 +17,26 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import cuda, trt_api
-from trtpool.buffers import HostBuffers
-from trtpool.config import PoolConfig
-from trtpool.device_tensors import device_nbytes, device_pointer, is_device
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
-from trtpool.host_upload import HostUploader
-from trtpool.runtimes.base import ExecutionContext, Parts, Runtime, batch_shapes
-from trtpool.shapes import format_profile
-from trtpool.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
-from trtpool.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
+from trtpool.gpu import cuda, trt_api
+from trtpool.gpu.buffers import HostBuffers
+from trtpool.gpu.device_tensors import device_nbytes, device_pointer, is_device
+from trtpool.gpu.host_upload import HostUploader
+from trtpool.model.dtypes import TENSORRT_DTYPES
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import BUILD_COMMAND, Sidecar, check_compatible, read_sidecar, rebuild_command
+from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec, is_batched
+from trtpool.parameters import PoolConfig
+from trtpool.runtimes.base import Parts, Runtime, batch_shapes
+from trtpool.runtimes.buckets import bucket_of, power_of_two_buckets
+from trtpool.runtimes.stream_context import StreamContext
 
 log = logging.getLogger("trtpool")
 
-# trt.DataType member name -> numpy dtype. BF16, FP8, INT4, FP4 have no numpy
-# dtype that Triton's Python backend carries.
-NUMPY_DTYPES = {
-    "FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32,
-    "INT64": np.int64, "BOOL": np.bool_, "UINT8": np.uint8,
-}
 GRAPHS_PER_CONTEXT = 32  # captured shapes per context; beyond, new shapes run without a graph
 Capacities = dict[str, tuple[np.dtype, int]]
 Shapes = dict[str, tuple[int, ...]]
 GraphKey = tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]
-
-
-def batch_buckets(low: int, high: int) -> tuple[int, ...]:
-    """The batch sizes graphs are captured for in a profile taking batches low..high."""
-    powers = {1 << k for k in range(high.bit_length()) if low < 1 << k < high}
-    return tuple(sorted({low, high} | powers))
 
 
 class TensorRTRuntime(Runtime):
@@ -157,14 +106,14 @@ class TensorRTRuntime(Runtime):
 
     def _spec(self, name: str) -> TensorSpec:
         dtype = self.engine.get_tensor_dtype(name)
-        if dtype.name not in NUMPY_DTYPES:
+        if dtype.name not in TENSORRT_DTYPES:
             raise EngineError(
                 f"engine '{self.path}': tensor '{name}' has type {dtype.name}, which trtpool cannot "
-                f"pass through numpy; rebuild with {'/'.join(NUMPY_DTYPES)} I/O (cast at the graph's edges)")
+                f"pass through numpy; rebuild with {'/'.join(TENSORRT_DTYPES)} I/O (cast at the graph's edges)")
         if self.engine.is_shape_inference_io(name):
             raise EngineError(f"engine '{self.path}': tensor '{name}' is a shape tensor, which trtpool "
                               "does not serve")
-        return TensorSpec(name, np.dtype(NUMPY_DTYPES[dtype.name]), trt_api.dims(self.engine.get_tensor_shape(name)))
+        return TensorSpec(name, TENSORRT_DTYPES[dtype.name], trt_api.dims(self.engine.get_tensor_shape(name)))
 
     def _read_signature(self) -> Signature:
         engine, mode = self.engine, self.trt.TensorIOMode
@@ -225,7 +174,7 @@ class TensorRTRuntime(Runtime):
         signature = self.signature
         if not signature.batched:
             return {}
-        return {p.index: batch_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
+        return {p.index: power_of_two_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
                 for p in signature.profiles}
 
     # ---- what contexts share ----------------------------------------------------------
@@ -235,8 +184,7 @@ class TensorRTRuntime(Runtime):
         when it may be captured."""
         if self.graphs_off is not None or not self._buckets:
             return shapes
-        buckets = self._buckets[profile.index]
-        bucket = buckets[bisect.bisect_left(buckets, next(iter(shapes.values()))[0])]
+        bucket = bucket_of(next(iter(shapes.values()))[0], self._buckets[profile.index])
         return {name: (bucket, *shape[1:]) for name, shape in shapes.items()}
 
     def stop_graphs(self, reason: str) -> None:
@@ -310,7 +258,7 @@ class DeviceOutput:
             self._device.close()
 
 
-class TensorRTContext(ExecutionContext):
+class TensorRTContext(StreamContext):
     """One IExecutionContext with its own stream, events, buffers and graphs on the runtime's GPU."""
 
     def __init__(self, runtime: TensorRTRuntime, index: int) -> None:
@@ -321,9 +269,7 @@ class TensorRTContext(ExecutionContext):
         self._inputs = {name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
                         for name, (dtype, count) in runtime.input_capacities.items()}
         self._outputs = {name: DeviceOutput(dtype, count) for name, (dtype, count) in runtime.output_capacities.items()}
-        self._stream = cuda.Stream()
-        self._done = cuda.Event()
-        self._inputs_taken = cuda.Event()
+        self._open_stream(cuda.Stream())
         self._context = runtime.new_trt_context()
         self._reported: Shapes = {}  # data-dependent outputs' shapes, as the allocator was told
         allocator = trt_api.output_allocator(runtime.trt, self._allocate_output, self._reported.__setitem__)
@@ -334,7 +280,6 @@ class TensorRTContext(ExecutionContext):
         self._shapes: Shapes | None = None  # input shapes set on the context
         self._settled: int | None = None   # the profile of the last ordinary run since it was selected
         self._graphs: dict[GraphKey, cuda.Graph] = {}
-        self._results: dict[str, np.ndarray] | None = None
         self._activations: cuda.DeviceBuffer | None = None  # sized to the largest shapes run so far
         self._activation_bytes = 0
 
@@ -361,19 +306,10 @@ class TensorRTContext(ExecutionContext):
         on_device = any(is_device(t) for tensors in parts.values() for t in tensors)
         for name, shape in shapes.items():
             self._upload(name, parts[name], shape, run_shapes[name])
-        if on_device:
-            self._inputs_taken.record(self._stream)
+        self._inputs_placed(on_device)
         self._run(profile.index, run_shapes)
         padded = run_shapes != shapes
-        self._results = self._download(output_shapes, next(iter(shapes.values()))[0] if padded else None)
-        self._done.record(self._stream)
-        if on_device:
-            self._inputs_taken.synchronize()  # the caller's GPU tensors may be reused once we return
-
-    def complete(self) -> dict[str, np.ndarray]:
-        self._done.synchronize()  # the one wait per batch
-        results, self._results = self._results, None
-        return results
+        self._queued(self._download(output_shapes, next(iter(shapes.values()))[0] if padded else None), on_device)
 
     # ---- the steps of a batch -----------------------------------------------------------
 
@@ -529,16 +465,12 @@ class TensorRTContext(ExecutionContext):
 
     def close(self) -> None:
         cuda.set_device(self._runtime.device)
-        try:
-            self._stream.synchronize()  # nothing may still read or write the buffers
-        except cuda.CudaError as exc:
-            log.warning("context %d: stream did not drain on close: %s", self.index, exc)
+        self._drain()
         self._drop_graphs()
         self._context = None
         for buffer in (*self._inputs.values(), *self._outputs.values()):
             buffer.close()
         if self._activations is not None:  # after the context that used it
             self._activations.close()
-        self._done.close()
-        self._inputs_taken.close()
+        self._close_events()
         self._stream.close()

@@ -14,11 +14,9 @@ from typing import Any
 import onnx
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import format_profile
-from trtpool.sidecar import (
-    RTX_DEFAULT_TARGETS, Precision, ShapeRangeInfo, Sidecar, Target, TensorInfo, write_sidecar,
-)
-from trtpool.signature import Profile
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import RTX_DEFAULT_TARGETS, Precision, Sidecar, Target, TensorInfo, write_sidecar
+from trtpool.model.signature import Profile, ShapeRange
 from trtpool_builder.engine.build_failure import foreign_operators, refused_axis, renamed_hint
 from trtpool_builder.engine.gpu import gpu_status
 from trtpool_builder.engine.trt_build import (
@@ -44,7 +42,7 @@ OPT_LEVELS = range(0, 6)
 class BuildOptions:
     """The `trtpool-build` options; field names are the flags' names (--opt-level: opt_level)."""
 
-    shapes: tuple[str, ...] = ()          # one optimization profile each (trtpool.shapes text)
+    shapes: tuple[str, ...] = ()          # one optimization profile each (trtpool.model.shapes text)
     trt_module: str | None = None         # None: tensorrt when importable, else tensorrt_rtx
     precision: str = "fp32"
     calib: Path | None = None
@@ -106,18 +104,18 @@ def _gpu_target(trt: ModuleType, module_name: str, options: BuildOptions) -> Tar
 
 
 def _tensor_infos(described: list[tuple[str, str, tuple[int, ...]]],
-                  ranges: Callable[[str], tuple[ShapeRangeInfo, ...]]) -> tuple[TensorInfo, ...]:
+                  ranges: Callable[[str], tuple[ShapeRange, ...]]) -> tuple[TensorInfo, ...]:
     return tuple(TensorInfo(name, dtype, shape, ranges(name)) for name, dtype, shape in described)
 
 
-def _output_ranges(model: Any, profiles: tuple[Profile, ...]) -> dict[str, tuple[ShapeRangeInfo, ...]]:
+def _output_ranges(model: Any, profiles: tuple[Profile, ...]) -> dict[str, tuple[ShapeRange, ...]]:
     infer = output_shape_inferrer(model)
     per_profile = []
     for p in profiles:
         shapes = [infer({n: getattr(r, which) for n, r in p.ranges.items()}) for which in ("min", "opt", "max")]
         per_profile.append(shapes)
     names = per_profile[0][0].keys() if per_profile else ()
-    return {name: tuple(ShapeRangeInfo(lo[name], opt[name], hi[name]) for lo, opt, hi in per_profile)
+    return {name: tuple(ShapeRange(lo[name], opt[name], hi[name]) for lo, opt, hi in per_profile)
             for name in names}
 
 
@@ -186,7 +184,7 @@ def _describe(trt: ModuleType, module_name: str, network: Any, model: onnx.Model
               output: Path, options: BuildOptions, target: Target, prepared: prec.PreparedModel,
               accuracy: AccuracyReport | None, profiles: tuple[Profile, ...], seconds: float) -> Sidecar:
     input_desc, output_desc = io_tensors(trt, network)
-    input_ranges = {n: tuple(ShapeRangeInfo(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
+    input_ranges = {n: tuple(ShapeRange(p.ranges[n].min, p.ranges[n].opt, p.ranges[n].max)
                              for p in profiles) for n, _, _ in input_desc}
     output_ranges = _output_ranges(model, profiles)
     return Sidecar(

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtpool.errors import EngineError
-from trtpool.sidecar import Sidecar, check_compatible, read_sidecar
+from trtpool.model.sidecar import Sidecar, check_compatible, read_sidecar
 from trtpool_builder.engine.gpu import gpu_status
 from trtpool_builder.engine.trt_module import load_trt
 from trtpool_builder.errors import BuildError

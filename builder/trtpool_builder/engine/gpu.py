@@ -1,7 +1,7 @@
-"""The GPU this process would build for or run on (trtpool.cuda's view of it), or why there is none."""
+"""The GPU this process would build for or run on (trtpool.gpu.cuda's view of it), or why there is none."""
 from __future__ import annotations
 
-from trtpool import cuda
+from trtpool.gpu import cuda
 
 
 def gpu_status(index: int = 0) -> tuple[cuda.DeviceProperties | None, str]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from trtpool import trt_api
-from trtpool.signature import Profile
+from trtpool.gpu import trt_api
+from trtpool.model.signature import Profile
 from trtpool_builder.errors import BuildError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from trtpool import trt_api
+from trtpool.gpu import trt_api
 from trtpool_builder.errors import BuildError
 
 INSTALL_HINTS = {

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trtpool.shapes import parse_profile
-from trtpool.signature import Profile
+from trtpool.model.shapes import parse_profile
+from trtpool.model.signature import Profile
 from trtpool_builder.examples.bert import build_bert_base
 from trtpool_builder.examples.pipelines import BERT_TEXT, RESNET50_JPEG, ProcessExample
 from trtpool_builder.examples.resnet import build_resnet50
@@ -33,7 +33,7 @@ class Example:
 
     name: str
     build: Callable[..., onnx.ModelProto]
-    # Optimization profiles (trtpool.shapes text form) for the given options.
+    # Optimization profiles (trtpool.model.shapes text form) for the given options.
     profiles: Callable[[dict[str, Any]], tuple[str, ...]]
     preferred_batch_sizes: tuple[int, ...]
     # Random valid inputs {name: array} for a batch, given the options.

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.device_tensors import to_host
+from trtpool.engine.answer import Kept
 from trtpool.instance import ModelInstance
 from trtpool_builder.precision.accuracy import Runner
 from trtpool_builder.precision.samples import Samples
@@ -27,18 +27,12 @@ def instance_runner(model_config: dict[str, Any], version_dir: Path,
     def run(feed: Samples) -> dict[str, np.ndarray]:
         count = len(next(iter(feed.values()))) if batched else 1
         requests = ([{n: a[i:i + 1] for n, a in feed.items()} for i in range(count)] if batched else [feed])
-        parts: list[dict[str, np.ndarray]] = [{} for _ in requests]
-        errors: dict[int, Exception] = {}
-
-        def emit(index: int, outputs: dict[str, Any]) -> None:
-            parts[index] = {name: np.array(to_host(value), copy=True) for name, value in outputs.items()}
-
-        def fail(index: int, error: Exception) -> None:
-            errors[index] = error
-
-        instance.runner.run(requests, emit, fail)
+        kept = [Kept() for _ in requests]
+        instance.runner.run(requests, kept)
+        errors = [k.error for k in kept if k.error is not None]
         if errors:
-            raise errors[min(errors)]
+            raise errors[0]
+        parts = [k.outputs for k in kept]
         if not batched:
             return parts[0]
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

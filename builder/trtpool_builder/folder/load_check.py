@@ -18,13 +18,13 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool import config as pool_config
+from trtpool import parameters
 from trtpool.instance import ModelInstance, describe
-from trtpool.model_config import auto_complete, check_agreement
-from trtpool.process_file import engine_faces
+from trtpool.model.config_pbtxt import auto_complete, check_agreement
+from trtpool.model.sidecar import check_compatible, read_sidecar
+from trtpool.model.signature import Signature
+from trtpool.process.file import engine_sections
 from trtpool.runtimes import resolve
-from trtpool.sidecar import check_compatible, read_sidecar
-from trtpool.signature import Signature
 from trtpool_builder.engine.engine_here import built_for, why_not_here
 from trtpool_builder.engine.gpu import gpu_status
 
@@ -64,12 +64,12 @@ def _engine_checks(handed: dict[str, Any], engine: Path, faces: tuple[str, ...])
 
 def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...] | None = None) -> Loaded:
     """Load `version_dir` with `config` as the server would (auto-complete first, as model.py's
-    auto_complete_config does); raise what it would raise. `faces`: engine_faces(version_dir),
+    auto_complete_config does); raise what it would raise. `faces`: engine_sections(version_dir),
     where the caller has it already."""
     handed = as_triton_hands_it(config)
-    faces = engine_faces(version_dir) if faces is None else faces
+    faces = engine_sections(version_dir) if faces is None else faces
     handed.update(auto_complete(handed, describe(handed, version_dir), faces))
-    runtime, path = resolve(pool_config.load(handed, version_dir, "cpu"))
+    runtime, path = resolve(parameters.load(handed, version_dir, "cpu"))
     device = _device(config, runtime)
     if runtime in GPU_RUNTIMES and device != "cpu":
         why = why_not_here(path) if runtime in ENGINE_RUNTIMES else gpu_status()[1] or None

@@ -24,16 +24,16 @@ import onnx
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtpool import config as backend_config
+from trtpool import parameters as backend_config
 from trtpool.errors import ConfigError, TrtpoolError
-from trtpool.model_config import SECTIONS, check_agreement, tensor_entry
-from trtpool.shapes import format_profile
-from trtpool.sidecar import read_sidecar, write_sidecar
-from trtpool.signature import Profile, Signature, TensorSpec
+from trtpool.model.config_pbtxt import SECTIONS, check_agreement, tensor_entry
+from trtpool.model.shapes import format_profile
+from trtpool.model.sidecar import read_sidecar, write_sidecar
+from trtpool.model.signature import Profile, Signature, TensorSpec
+from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.folder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.folder.process_folder import ProcessOptions, apply_face, place_files
-from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.graph.onnx_io import OnnxFile, external_data_files, io_specs, save_model
 from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
 from trtpool_builder.graph.served_copy import repair_for_serving
@@ -256,7 +256,7 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
                       log: Callable[[str], None] = print, process: ProcessOptions | None = None) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
-    `shapes` (trtpool.shapes text, one per profile) is needed for an ONNX file
+    `shapes` (trtpool.model.shapes text, one per profile) is needed for an ONNX file
     with dynamic dimensions; an engine's profiles come from its sidecar. The
     folder is written only if trtpool loads it (load_check); notes go to `log`.
     `process` adds a process file and the outside face config.pbtxt declares for it.

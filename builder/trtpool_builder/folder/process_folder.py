@@ -1,4 +1,4 @@
-"""A model folder's process file (trtpool.process_file): the user's Python file, the files it
+"""A model folder's process file (trtpool.process.file): the user's Python file, the files it
 reads, and the outside face config.pbtxt declares for the functions it defines.
 
     <repo>/<name>/1/process.py     the user's file, whatever its name was
@@ -14,7 +14,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtpool.errors import ConfigError
-from trtpool.process_file import PROCESS_FILE, faces_of_file
+from trtpool.process.file import PROCESS_FILE, sections_of_file
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class ProcessOptions:
         """The sections that stay the engine's (checked as trtpool checks them at load)."""
         if not Path(self.file).is_file():
             raise ConfigError(f"process file '{self.file}' does not exist")
-        return faces_of_file(Path(self.file))
+        return sections_of_file(Path(self.file))
 
 
 def apply_face(config: mc.ModelConfig, process: ProcessOptions, faces: tuple[str, ...]) -> None:

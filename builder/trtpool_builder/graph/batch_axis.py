@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trtpool.errors import ConfigError
-from trtpool.signature import Profile, TensorSpec, is_batched
+from trtpool.model.signature import Profile, TensorSpec, is_batched
 
 # Stacked outputs must match the requests run alone within this (float) tolerance.
 RTOL, ATOL = 1e-3, 1e-5

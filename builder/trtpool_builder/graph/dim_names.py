@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from trtpool.signature import Profile
+from trtpool.model.signature import Profile
 
 
 @dataclass(frozen=True)

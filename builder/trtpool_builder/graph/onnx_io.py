@@ -14,8 +14,8 @@ from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from trtpool.errors import ConfigError
-from trtpool.onnx_types import is_tensor, not_a_tensor, type_text
-from trtpool.signature import TRITON_DTYPES, TensorSpec
+from trtpool.model.dtypes import TRITON_DTYPES, is_tensor, not_a_tensor, type_text
+from trtpool.model.signature import TensorSpec
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import format_profile, parse_profile
-from trtpool.signature import Profile, ShapeRange, TensorSpec, check_range
+from trtpool.model.shapes import format_profile, parse_profile
+from trtpool.model.signature import Profile, ShapeRange, TensorSpec, check_range
 
 # The batch axis's MIN, OPT, MAX where trtpool chooses it, and example sizes for the other
 # dynamic axes in the message that asks for --shapes.

@@ -1,7 +1,7 @@
 """Repairs made to the copy of an ONNX file that a folder serves (the user's file is not changed).
 
 Only what Triton cannot carry as the file has it: a ZipMap output is served
-as the tensor of probabilities it reads (trtpool.zipmap). An input that
+as the tensor of probabilities it reads (trtpool.model.zipmap). An input that
 declares no shape at all (its rank unknown; ONNX Runtime reports it like a
 scalar) gets the rank its --shapes range gives, every dimension dynamic; an output without one gets what shape inference finds. An
 output declared as a scalar that the graph computes with one element per row
@@ -20,8 +20,8 @@ from pathlib import Path
 import onnx
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import parse_profile
-from trtpool.zipmap import drop_zipmaps
+from trtpool.model.shapes import parse_profile
+from trtpool.model.zipmap import drop_zipmaps
 from trtpool_builder.graph.batch_axis import row_output_shapes
 from trtpool_builder.graph.onnx_io import inferred_value_shapes, io_specs
 from trtpool_builder.graph.profiles import resolve_profiles
@@ -29,7 +29,7 @@ from trtpool_builder.graph.scalars import is_scalar
 
 
 def declare_input_ranks(model: onnx.ModelProto, shapes: Sequence[str]) -> list[str]:
-    """Give each input without a declared shape the rank of its range in `shapes` (trtpool.shapes
+    """Give each input without a declared shape the rank of its range in `shapes` (trtpool.model.shapes
     text, one per profile), every dimension dynamic; notes."""
     ranges = parse_profile(shapes[0]) if shapes else {}
     weights = {init.name for init in model.graph.initializer}

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from trtpool.signature import Profile
+from trtpool.model.signature import Profile
 from trtpool_builder.graph.onnx_io import inferred_value_shapes
 
 

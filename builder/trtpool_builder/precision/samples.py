@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trtpool.errors import ConfigError
-from trtpool.signature import Profile, TensorSpec
+from trtpool.model.signature import Profile, TensorSpec
 
 Samples = dict[str, np.ndarray]
 ROWS, STACKED, ONCE = "rows", "stacked", "once"

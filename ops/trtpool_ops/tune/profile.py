@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trtpool.errors import ConfigError
-from trtpool.shapes import parse_profile
+from trtpool.model.shapes import parse_profile
 
 PROTOCOLS = ("grpc", "http")
 TRANSPORTS = ("none", "system", "cuda")

@@ -4,13 +4,13 @@
     LABELS TYPE_STRING [5]   class names, most likely first
     SCORES TYPE_FP32   [5]   their softmax probabilities
 
-Standard ImageNet preprocessing (trtpool.images): shorter side resized to 256/224 of
+Standard ImageNet preprocessing (trtpool.vision.images): shorter side resized to 256/224 of
 the crop, centre crop, RGB scaled to [0, 1] and normalized by ImageNet's mean and
-std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.stages.choose_faces):
+std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.process.faces.choose_faces):
 
     GPU instance  preprocess_batch: the whole dynamic batch's files decoded by nvJPEG on
                   the device, resized, cropped and normalized there in one kernel launch
-                  (trtpool.device_crops); the engine reads them from the device.
+                  (trtpool.vision.device_crops); the engine reads them from the device.
                   postprocess_batch: one softmax and top-5 for the batch, on the device
                   where the runtime leaves the logits there (OUTPUTS_ON_DEVICE: the torch
                   runtime), so only the answer comes to the host. process.json's
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from trtpool.errors import ConfigError, Refused
-from trtpool.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
+from trtpool.vision.images import DEFAULT_MAX_DECODED_BYTES, CropSpec, ImageRefused, cpu_crop
 
 TOP = 5
 OUTPUTS_ON_DEVICE = True  # postprocess_batch takes the logits as device tensors where the runtime can
@@ -55,7 +55,7 @@ def setup(model_config: dict, folder: Path) -> None:
 
 
 def _decodes_on_a_gpu(model_config: dict) -> bool:
-    """Whether the model has GPU instances that serve preprocess_batch (trtpool.stages.choose_faces:
+    """Whether the model has GPU instances that serve preprocess_batch (trtpool.process.faces.choose_faces:
     unless process_faces asks for the per-request face)."""
     gpu = any(group.get("kind") == "KIND_GPU" for group in model_config.get("instance_group", []))
     faces = model_config.get("parameters", {}).get("process_faces", {}).get("string_value", "auto")
@@ -64,7 +64,7 @@ def _decodes_on_a_gpu(model_config: dict) -> bool:
 
 def _check_decoder(name: str) -> None:
     """Refuse the model at load when its decoder cannot be made, rather than its first batch."""
-    from trtpool.device_crops import decoder_unavailable
+    from trtpool.vision.device_crops import decoder_unavailable
 
     why = decoder_unavailable(name)
     if why is not None:
@@ -107,7 +107,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
 
 
 def _crops_on(device: str):
-    from trtpool.device_crops import DeviceCrops
+    from trtpool.vision.device_crops import DeviceCrops
 
     return DeviceCrops(_spec, device, _settings.get("decoder", "auto"))
 

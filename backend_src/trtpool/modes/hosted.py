@@ -1,0 +1,51 @@
+"""engine_host on: execute() checks its batch, hands it to the model's engine host and returns its answers.
+
+The instance is thin: the model, its pool and its process file live in the engine host
+(trtpool.host), which merges the batches of every instance of the model on one device.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trtpool.errors import InvalidInput
+from trtpool.host.client import HostClient
+from trtpool.model.validate import accept
+from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.probes import is_probe
+from trtpool.triton.requests import request_tensors
+from trtpool.triton.responders import error_response, response
+
+
+class HostHandler:
+    """Forwards each batch to the model's engine host and returns its answers."""
+
+    def __init__(self, pb_utils: Any, client: HostClient, metrics: PoolMetrics) -> None:
+        self.pb = pb_utils
+        self.client = client
+        self.metrics = metrics
+
+    def __call__(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        forwarded, tensors, probes = [], [], []
+        for index, request in enumerate(requests):
+            try:
+                # inputs Triton left on the GPU come to the host here (the slab is host memory)
+                inputs = {name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
+                          for name, t in request_tensors(request).items()}
+                if not self.client.process_file:   # the engine's own checks, before anything is sent
+                    inputs, _ = accept(self.client.signature, inputs)
+            except InvalidInput as exc:
+                responses[index] = error_response(self.pb, exc)
+                continue
+            forwarded.append(index)
+            tensors.append(inputs)
+            probes.append(is_probe(request))
+        for index, answer in zip(forwarded, self.client.run(tensors, probes)):
+            responses[index] = (error_response(self.pb, answer) if isinstance(answer, Exception)
+                                else response(self.pb, answer))
+        return responses
+
+    def close(self) -> None:
+        pass   # the model closes the client after the metrics' last flush, which asks the host
