@@ -1,6 +1,6 @@
 """The layers of trtpool's packages, read from their imports: one box per folder (a top-level
-module is a box of its own), its floor (one above the highest box it imports), and a Mermaid
-picture of the boxes for docs/architecture.md.
+module is a box of its own), its floor within its package (one above the highest box of the
+package it imports), and a Mermaid picture of each package for docs/architecture.md.
 
     .venv/bin/python scripts/import_layers.py            # print the floors and the picture
     .venv/bin/python scripts/import_layers.py --write    # put the picture into docs/architecture.md
@@ -65,11 +65,13 @@ def box(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def box_graph() -> dict[str, set[str]]:
+def box_graph(package: str | None = None) -> dict[str, set[str]]:
+    """Boxes and the boxes each imports: of every package, or of one (its imports of others left out)."""
     known = modules()
-    graph: dict[str, set[str]] = {box(name): set() for name in known}
-    for name, path in known.items():
-        graph[box(name)].update(box(t) for t in imported(name, path, known) if box(t) != box(name))
+    inside = {name: path for name, path in known.items() if package in (None, name.split(".")[0])}
+    graph: dict[str, set[str]] = {box(name): set() for name in inside}
+    for name, path in inside.items():
+        graph[box(name)].update(box(t) for t in imported(name, path, known) if box(t) in graph and box(t) != box(name))
     return graph
 
 
@@ -121,8 +123,11 @@ def picture(graph: dict[str, set[str]], floor: dict[str, int]) -> str:
 
 
 def doc_block() -> str:
-    graph = box_graph()
-    return f"{START}\n{picture(graph, floors(graph))}\n{END}"
+    parts = []
+    for package in PACKAGES:
+        graph = box_graph(package)
+        parts.append(f"`{package}`:\n\n{picture(graph, floors(graph))}")
+    return "\n".join([START, "\n\n".join(parts), END])
 
 
 def with_block(text: str, block: str) -> str:
@@ -136,14 +141,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write the picture into {DOC.relative_to(ROOT)}")
     args = parser.parse_args()
-    graph = box_graph()
-    floor = floors(graph)
     if args.write:
         DOC.write_text(with_block(DOC.read_text(), doc_block()))
         return 0
-    for level in sorted(set(floor.values())):
-        print(f"floor {level}: " + ", ".join(sorted(n for n in graph if floor[n] == level)))
-    print(picture(graph, floor))
+    for package in PACKAGES:
+        graph = box_graph(package)
+        floor = floors(graph)
+        for level in sorted(set(floor.values())):
+            print(f"{package} floor {level}: " + ", ".join(sorted(n for n in graph if floor[n] == level)))
+    floors(box_graph())   # and no circle across the packages either
     return 0
 
 

@@ -345,6 +345,13 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh setup tests", H200, not_here=ON_H200),
     text("bench/record.py", "the module that writes a record's command, machine and date (bench/record.py's "
          "default_out: tests/unit/test_outputs_ignored.py)"),
+    # docs/architecture.md
+    command(".venv/bin/python scripts/import_layers.py --write",
+            "tests/unit/test_import_layers.py::test_the_architecture_page_draws_what_the_code_imports"),
+    text("flowchart BT", "the Mermaid pictures scripts/import_layers.py draws (their first line)"),
+    # docs/design/
+    text("trtexec --infStreams=N", "TensorRT's own benchmark tool, cited for how it shares a profile across contexts"),
+    text("shape == 0", "an expression inside onnx2torch's converted Reshape, quoted to say where it runs"),
     # docs/reference/errors.md: at load
     message("unknown parameter(s) ['contxts'] (did you mean 'contexts'?); trtpool accepts [...]", LOAD_FAILURES),
     message("parameter 'mode': 'async' is not accepted; expected one of sync, pipelined, decoupled",

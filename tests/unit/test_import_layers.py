@@ -21,3 +21,9 @@ def test_the_picture_draws_only_arrows_no_longer_path_implies():
     graph = {"top": {"middle", "bottom"}, "middle": {"bottom"}, "bottom": set()}
     drawn = import_layers.picture(graph, import_layers.floors(graph))
     assert "top --> middle" in drawn and "middle --> bottom" in drawn and "top --> bottom" not in drawn
+
+
+def test_the_architecture_page_draws_what_the_code_imports():
+    page = import_layers.DOC.read_text()
+    assert import_layers.with_block(page, import_layers.doc_block()) == page, \
+        "docs/architecture.md's picture is stale: run .venv/bin/python scripts/import_layers.py --write"
