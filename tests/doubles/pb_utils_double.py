@@ -38,6 +38,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+# DLPack's C structs have one home, beside the code that lends the stub BF16 tensors by them.
+from trtpool.bfloat16 import KDL_BFLOAT as _KDL_BFLOAT, KDL_CPU as _KDL_CPU, _capsule_pointer, _DLManagedTensor
+
 __all__ = ["InferenceRequest", "InferenceResponse", "Logger", "MetricFamily", "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
            "Tensor", "TritonError", "TritonModelException"]   # the names pb_utils has: nothing else is public
 
@@ -98,26 +101,7 @@ _DLPACK_TYPES = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64):
                  (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
                  (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
                  (4, 16): ml_dtypes.bfloat16, (6, 8): np.bool_}
-_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_BFLOAT = 1, 2, 3, 4
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
-
-
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_KDL_CUDA, _KDL_CUDA_HOST = 2, 3
 _capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
 _capsule_set_name.restype, _capsule_set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
 # DLPack's name for a used capsule (the stub writes "used_dlpack", which numpy's capsules then
@@ -237,7 +221,8 @@ def _consume(capsule: Any, producer: Any) -> tuple[np.ndarray | None, Any, list[
 class InferenceResponse:
     """A response: output tensors, or an error, or both."""
 
-    def __init__(self, output_tensors: list[Tensor] = [], error: TritonError | None = None) -> None:  # noqa: B006 (pb_utils' default, copied)
+    # pb_utils' default, [], never changed: the tensors are copied into a list of the response's own
+    def __init__(self, output_tensors: list[Tensor] = [], error: TritonError | None = None) -> None:  # noqa: B006
         tensors = list(output_tensors)
         if not all(isinstance(t, Tensor) for t in tensors) or not isinstance(error, TritonError | None):
             raise _refuse_arguments("__init__", output_tensors, error)

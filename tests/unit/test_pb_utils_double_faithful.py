@@ -74,7 +74,8 @@ def double() -> dict[str, Any]:
     pb._reset()
 
     def request(parameters: dict[str, Any]) -> Any:
-        inputs = [pb.Tensor("X", np.array(INBOUND_BYTES, dtype=object)), pb.Tensor("F", np.array(INBOUND_FLOATS, np.float32)),
+        inputs = [pb.Tensor("X", np.array(INBOUND_BYTES, dtype=object)),
+                  pb.Tensor("F", np.array(INBOUND_FLOATS, np.float32)),
                   bfloat16.to_triton(pb, "B", np.array(INBOUND_BF16, ml_dtypes.bfloat16))]
         return pb.InferenceRequest(model_name="pb_utils_report", inputs=inputs, requested_output_names=["REPORT"],
                                    parameters=parameters)
