@@ -63,7 +63,10 @@ def test_host_tensors_arrive_as_numpy_arrays(pb_utils):
     assert tensors["H"].dtype == ml_dtypes.bfloat16 and np.array_equal(tensors["H"], halves)
 
 
+@pytest.mark.gpu
 def test_gpu_tensors_stay_on_the_device(pb_utils):
+    """FORCE_CPU_ONLY_INPUT_TENSORS "no": Triton hands GPU inputs over by DLPack; they become torch
+    tensors on the same device, uncopied. (bench/gpu/h200.sh's `tests` stage runs it.)"""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU visible to torch (a GPU request tensor)")
@@ -74,6 +77,7 @@ def test_gpu_tensors_stay_on_the_device(pb_utils):
     assert not request.inputs()[0].is_cpu()
     tensors = request_tensors(request)
     assert tensors["G"].is_cuda and tensors["G"].dtype == torch.float32 and torch.equal(tensors["G"], on_gpu)
+    assert tensors["G"].data_ptr() == on_gpu.data_ptr()   # the memory handed over, not a copy
     assert isinstance(tensors["C"], np.ndarray)
 
 
