@@ -1,18 +1,26 @@
 """trtpool.metrics.PoolMetrics against the pb_utils double's metric families, which (as Triton's)
-share a series between instances by name and labels: the families it makes, the values each
-flush hands over, an engine host's totals and gauges published by one instance at a time
-(PoolMetrics._adopt), and the last flush at finalize."""
+share a series between instances by name and labels: the families it makes (those
+docs/reference/metrics.md lists, of the kinds it says), the values each flush hands over, an
+engine host's totals and gauges published by one instance at a time (PoolMetrics._adopt), and
+the last flush at finalize."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from trtpool import metrics as metrics_module
 from trtpool.metrics import PoolMetrics
 from trtpool.pool import ContextStats, PoolStats
 
-LISTED = re.findall(r"^    (trtpool_\w+)\{", metrics_module.__doc__, re.MULTILINE)   # the docstring's table
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 HOSTED = {"trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
           "trtpool_host_busy_share"}
+
+
+def listed() -> dict[str, str]:
+    """The backend's metrics on the reference page, with their kinds."""
+    section = PAGE.read_text().split("## The backend's")[1].split("\n## ")[0]
+    return {name: kind.upper() for name, kind in re.findall(r"^\| `(trtpool_\w+)` \| (counter|gauge) \|", section,
+                                                            re.MULTILINE)}
 
 
 def value(pb_utils, name: str, model: str = "m", **labels: str) -> float:
@@ -29,16 +37,21 @@ def stats(runs: int = 0, busy_ns: int = 0, wait_ns: int = 0, current: int = 2) -
                      wait_ns=wait_ns, acquisitions=runs + 1, current=current, minimum=1, maximum=4, grown=1)
 
 
-def test_the_families_are_those_the_module_lists(pb_utils):
-    metrics = PoolMetrics(pb_utils.MetricFamily, "m")
-    assert len(LISTED) == 19
-    assert set(kinds(pb_utils)) == set(LISTED) - HOSTED
-    assert {name for name, kind in kinds(pb_utils).items() if kind == "GAUGE"} == \
-        {"trtpool_contexts", "trtpool_contexts_min", "trtpool_contexts_max"}
-    metrics.start_hosted(lambda: None, 60_000)
-    metrics.flush()   # no snapshot: nothing published, and no host family made yet
-    assert set(kinds(pb_utils)) == set(LISTED) - HOSTED
-    metrics.close()
+def test_the_families_are_those_the_reference_page_lists_with_their_kinds(pb_utils):
+    expected = listed()
+    assert len(expected) == 19
+    plain = PoolMetrics(pb_utils.MetricFamily, "m")   # kept: its families go with it
+    assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED}
+    host = {"now": None}
+    hosted = PoolMetrics(pb_utils.MetricFamily, "m")
+    hosted.start_hosted(lambda: host["now"], 60_000)
+    hosted.flush()   # no snapshot: nothing published, and no host family made yet
+    assert not HOSTED & set(kinds(pb_utils))
+    host["now"] = snapshot(0, 0, 0)
+    hosted.flush()   # this instance publishes the host's totals: the host's families too
+    assert kinds(pb_utils) == expected
+    for metrics in (plain, hosted):
+        metrics.close()
 
 
 def test_a_flush_hands_over_what_grew_since_the_last(pb_utils):
