@@ -5,7 +5,7 @@
 #   stash     keep the nvidia-pytriton wheel (.whl_big/) under $HOME/wh for later calls
 #   stash-gpu keep nvImageCodec and nvJPEG (.whl_gpu/) under $HOME/wh-gpu; `setup` installs them
 #   setup     a serving venv with the carried wheels (.whl/pip), then scripts/setup.sh offline
-#   tests     the gpu-marked tests (torch runtime in-process, cuda.py, served GPU instances)
+#   tests     the gpu-marked tests (torch runtime in-process, cuda.py, GPU request tensors, served GPU instances)
 #   inprocess bench/inprocess.py for resnet50 and bert_base, fp16, contexts 1,2,4,8 x batch 1,8,32
 #   serving   bench/gpu_serving.py (perf_analyzer throughput, latency at 50/90% of peak)
 #   pool      saturation points with the default and a 2 GiB CUDA memory pool
@@ -265,7 +265,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       ;;
     tests)
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py tests/unit/test_cuda_graphs.py \
-        tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+        tests/unit/test_handlers.py tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
       ;;
     inprocess)
       python3 bench/inprocess.py --runtime torch --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \

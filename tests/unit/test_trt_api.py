@@ -1,14 +1,12 @@
 """trtpool.gpu.trt_api over the TensorRT double (module selection, the process logger, the
-translation of each binding's failure, feature detection), and model.py's log levels.
-What the real tensorrt_rtx module confirms is in test_tensorrt_real_module.py."""
+translation of each binding's failure, feature detection). What the real tensorrt_rtx
+module confirms is in test_tensorrt_real_module.py."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 import sys
 import threading
 import types
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +14,6 @@ from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.tensorrt_double import make_module
 from trtpool.errors import ContextFailure, EngineError, InvalidInput
 from trtpool.gpu import trt_api
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -168,28 +164,3 @@ def test_an_output_allocator_failure_is_logged_and_kept_for_the_call(trt, caplog
         assert allocator.reallocate_output_async("boxes", 0, 4096, 256, 1) == 0
     assert errors == ["allocating 4096 bytes for output 'boxes' failed: no room"]
     assert "allocating 4096 bytes for output 'boxes' failed" in caplog.text
-
-
-# ---- model.py: Triton's log levels -------------------------------------------------------------------
-
-def test_triton_log_handler_keeps_each_records_level(monkeypatch):
-    """model.py runs inside Triton's stub; here triton_python_backend_utils is a stand-in with the
-    stub's Logger levels (INFO, WARNING, ERROR, VERBOSE) and its static log(message, level)."""
-    logged: list[tuple[str, str]] = []
-
-    class Logger:
-        INFO, WARNING, ERROR, VERBOSE = "INFO", "WARNING", "ERROR", "VERBOSE"
-
-        @staticmethod
-        def log(message: str, level: str) -> None:
-            logged.append((level, message))
-
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.SimpleNamespace(Logger=Logger))
-    spec = importlib.util.spec_from_file_location("trtpool_model_under_test", ROOT / "backend_src" / "model.py")
-    model = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(model)
-    handler = model._TritonLogHandler()
-    for level in (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG):
-        handler.emit(logging.LogRecord("trtpool", level, __file__, 1, f"at {level}", None, None))
-    assert logged == [("ERROR", "at 50"), ("ERROR", "at 40"), ("WARNING", "at 30"), ("INFO", "at 20"),
-                      ("VERBOSE", "at 10")]
