@@ -289,6 +289,8 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
     # docs/benchmarks.md: the engine host (issue 36)
+    command(".venv/bin/python bench/host_roundtrip.py --out bench/results/host_roundtrip_cpu.json", BENCH_HELP,
+            not_here=LONG_BENCH),
     command("bench/engine_host.py --case tiny --host-instances 1,2 --host-contexts 2 --concurrency 4,16 "
             "--interval-ms 2000 --stability 50 --out bench/results/engine_host_cpu.json", BENCH_HELP,
             not_here=LONG_BENCH),
