@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -155,6 +156,18 @@ def test_a_dynamic_sequence_needs_a_profile(examples):
     cfg = parameters.load(config, examples["bert_base"].parent, "cpu")
     with pytest.raises(ConfigError, match="parameter 'profile'"):
         read_signature(onnx.load(str(examples["bert_base"])), *_profiles(cfg))
+
+
+@pytest.mark.parametrize("elem_type, text", [(16, "tensor(bfloat16)"), (8, "tensor(string)")])
+def test_a_type_triton_carries_but_torch_does_not_is_refused_by_its_onnx_name(examples, elem_type, text):
+    import onnx
+
+    model = onnx.load(str(examples["tiny"]))
+    output = model.graph.output[0]
+    output.type.tensor_type.elem_type = elem_type  # onnx.TensorProto.BFLOAT16, STRING
+    with pytest.raises(ConfigError, match=rf"^tensor '{output.name}' has type {re.escape(text)}, which trtpool "
+                                          "does not serve$"):
+        read_signature(model, *_profiles(make_cfg("tiny", examples["tiny"])))
 
 
 def test_refuses_a_cpu_instance_a_non_onnx_file_and_an_unknown_precision(examples):

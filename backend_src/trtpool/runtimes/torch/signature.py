@@ -12,6 +12,7 @@ import onnx
 import torch
 
 from trtpool.errors import ConfigError
+from trtpool.model.dtypes import type_text
 from trtpool.model.onnx import graph_io
 from trtpool.model.onnx import read_signature as file_signature
 from trtpool.model.signature import ShapeRange, Signature
@@ -29,10 +30,11 @@ def read_signature(model: onnx.ModelProto, profiles: Sequence[dict[str, ShapeRan
                    max_batch_size: int) -> Signature:
     """The model's signature, with profiles as the ONNX Runtime runtime makes them."""
     inputs, outputs = graph_io(model)
+    values = {v.name: v for v in (*model.graph.input, *model.graph.output)}
     for name, dtype, _ in (*inputs, *outputs):
         if dtype not in SERVED:
-            raise ConfigError(f"tensor '{name}' has type {dtype}, which the torch runtime does not serve "
-                              f"(it serves {', '.join(map(str, SERVED))})")
+            raise ConfigError(f"tensor '{name}' has type {type_text(values[name].type)}, "
+                              "which trtpool does not serve")
     return file_signature(inputs, outputs, profiles, max_batch_size)
 
 
