@@ -7,29 +7,14 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from trtpool.errors import ConfigError
-from trtpool.model.dtypes import TRITON_DTYPES, is_tensor, not_a_tensor, type_text
+from trtpool.model.onnx import graph_io, tensor_spec
 from trtpool.model.signature import TensorSpec
-
-
-def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
-    if not is_tensor(value):
-        raise ConfigError(not_a_tensor(value))
-    tensor_type = value.type.tensor_type
-    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
-    if dtype not in TRITON_DTYPES:
-        carried = ", ".join(name.removeprefix("TYPE_") for name in TRITON_DTYPES.values())
-        raise ConfigError(f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which has no Triton "
-                          f"data type (Triton carries {carried})")
-    # A dim_value of 0 is a size (an empty tensor), not an unknown one.
-    shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
-    return TensorSpec(value.name, dtype, shape)
 
 
 def load_graph(path: Path) -> onnx.ModelProto:
@@ -56,10 +41,10 @@ class OnnxFile:
 
 
 def io_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    """(inputs, outputs); graph inputs that are initializers are weights, not inputs."""
-    weights = {init.name for init in model.graph.initializer}
-    inputs = tuple(_spec(v) for v in model.graph.input if v.name not in weights)
-    return inputs, tuple(_spec(v) for v in model.graph.output)
+    """(inputs, outputs) as the backend reads them (trtpool.model.onnx: one reader); graph inputs
+    that are initializers are weights, not inputs."""
+    inputs, outputs = graph_io(model)
+    return tuple(tensor_spec(*d) for d in inputs), tuple(tensor_spec(*d) for d in outputs)
 
 
 def file_sha256(path: Path) -> str:
