@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import json_format
 
 from tests.harness.docs import command_argv, quoted_command
-from tests.unit.test_stages import PROCESS
+from tests.unit.trtpool.process.test_stages import PROCESS
 from trtpool.instance import ModelInstance
 from trtpool_builder.cli import model_main
 from trtpool_builder.examples import EXAMPLES

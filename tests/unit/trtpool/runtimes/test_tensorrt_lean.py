@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.tensorrt_double import make_module
-from tests.unit.test_doubles_faithful import LEAN_SITE, NO_LEAN
-from tests.unit.test_tensorrt_runtime import GPU, batch, check, linear_engine, make_cfg, run
+from tests.harness.server import ROOT
+from tests.unit.doubles.test_tensorrt_double import LEAN_SITE, NO_LEAN
+from tests.unit.trtpool.runtimes.test_tensorrt import GPU, batch, check, linear_engine, make_cfg, run
 from trtpool.errors import EngineError
 from trtpool.gpu import cuda, trt_api
 from trtpool.runtimes.tensorrt import TensorRTRuntime
@@ -99,7 +99,7 @@ except EngineError as exc:
 @pytest.mark.skipif(cuda.device_count() > 0, reason="checks the real lean runtime on a machine without CUDA")
 def test_the_real_lean_runtime_without_cuda_is_an_engine_error_with_its_own_words():
     """It used to crash the process (SIGSEGV): the runtime made over a null pointer, then used."""
-    env = {**os.environ, "PYTHONPATH": f"{LEAN_SITE}:{Path(__file__).resolve().parents[2]}"}
+    env = {**os.environ, "PYTHONPATH": f"{LEAN_SITE}:{ROOT}"}
     result = subprocess.run([sys.executable, "-c", REAL_RUNTIME], env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])

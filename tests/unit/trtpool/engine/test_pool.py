@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tests.doubles.flaky_runtime import FAIL_CREATE_FILE, FlakyOnnxRuntime
-from tests.unit.test_serving import make_cfg
-from tests.unit.test_tensorrt_runtime import batch, check, engine_path, fake, load, run, trt  # noqa: F401 (fixtures)
+from tests.unit.trtpool.engine.test_batching import make_cfg
+from tests.unit.trtpool.runtimes.test_tensorrt import batch, check, engine_path, fake, load, run, trt  # noqa: F401 (fixtures)
 from trtpool.engine.answer import Kept
 from trtpool.engine.batching import BatchRunner
 from trtpool.engine.pool import ContextPool

@@ -20,14 +20,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.host.conftest import host_processes, wait_until
+from tests.harness.server import ROOT
+from tests.unit.trtpool.host.conftest import host_processes, wait_until
 from trtpool.errors import ConfigError, InvalidInput, Unavailable
 from trtpool.host import launch, wire
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.host.slab import Slab
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def reference(spec: dict) -> ort.InferenceSession:

@@ -41,10 +41,11 @@ from tests.doubles.cuda_double import FakeCudart
 from tests.doubles.engines import masked_model
 from tests.doubles.tensorrt_double import UnsafeBindingCall, engine_bytes, make_module
 from tests.harness.binding_surface import installed_surface, surface, wheel_surface
+from tests.harness.server import ROOT
 from trtpool.gpu import trt_api
 
 WHEELS = os.environ.get("TRTPOOL_TENSORRT_WHEELS", "")
-LEAN_SITE = Path(os.environ.get("TRTPOOL_TENSORRT_LEAN", Path(__file__).resolve().parents[2] / ".triton" / "tensorrt-lean"
+LEAN_SITE = Path(os.environ.get("TRTPOOL_TENSORRT_LEAN", ROOT / ".triton" / "tensorrt-lean"
                                 / "site"))
 NO_LEAN = (f"TensorRT's lean runtime is not installed in {LEAN_SITE} (scripts/setup.sh installs it; or "
            "pip install --no-deps --target DIR tensorrt-lean-cu12-libs tensorrt-lean-cu12-bindings, then "

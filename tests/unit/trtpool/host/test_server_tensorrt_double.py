@@ -10,20 +10,19 @@ import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
 from tests.doubles.engines import linear_model, linear_reference, write_engine
 from tests.doubles.tensorrt_double import engine_bytes
 from tests.harness.repository import set_parameters
+from tests.harness.server import ROOT
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.model.sidecar import TensorInfo
 from trtpool_builder.folder.load_check import as_triton_hands_it
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config
 
-ROOT = Path(__file__).resolve().parents[2]
 TRT_VERSION = "10.16.1.11"
 K, N = 4, 3
 PROFILES = [{"x": ((1, K), (4, K), (16, K))}]

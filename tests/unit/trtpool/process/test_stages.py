@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.harness.server import process_state
-from tests.unit.test_scheduler import RecordingResponder
+from tests.unit.trtpool.modes.test_decoupled import RecordingResponder
 from trtpool import parameters
 from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.harness.repository import add_example, set_parameters
-from tests.host.conftest import host_processes, wait_until
+from tests.unit.trtpool.host.conftest import host_processes, wait_until
 from trtpool.triton import bfloat16
 from trtpool.modes.decoupled import DecoupledHandler
 from trtpool.modes.hosted import HostHandler

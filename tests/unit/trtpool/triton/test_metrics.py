@@ -6,12 +6,12 @@ the last flush at finalize."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from tests.harness.docs import ROOT
 from trtpool.triton.metrics import PoolMetrics
 from trtpool.engine.pool import ContextStats, PoolStats
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
+PAGE = ROOT / "docs" / "reference" / "metrics.md"
 HOSTED = {"trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
           "trtpool_host_busy_share"}
 
