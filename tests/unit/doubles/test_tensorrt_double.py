@@ -1,4 +1,4 @@
-"""The doubles held to the real libraries they stand in for.
+"""The TensorRT double (tests/doubles/tensorrt_double.py) held to the real bindings it stands in for.
 
 Signatures: every class member, property, enum value and function of the
 TensorRT double must exist in the real bindings with the same parameters (a
@@ -16,9 +16,6 @@ parameter names or defaults, another enum value all fail). The real modules:
   import here as they are), installed by scripts/setup.sh into
   .triton/tensorrt-lean/site ($TRTPOOL_TENSORRT_LEAN elsewhere): the double
   named ``tensorrt_lean_bindings`` is held to its runtime classes.
-
-The CUDA double is held to the installed cuda-python (cuda.bindings.runtime):
-call names, parameter names, enum and flag values.
 
 Behaviour: what a machine without a GPU cannot confirm against the real module
 (does a call raise or return False, when is a callback made) is listed in
@@ -160,29 +157,6 @@ def test_trtpools_output_allocator_has_the_methods_tensorrt_rtx_calls():
     assert surface(rtx)["callbacks"]["reallocate_output_async"] == ["tensor_name", "memory", "size", "alignment",
                                                                     "stream"]
     assert allocator_differences(surface(rtx)) == []
-
-
-# ---- the CUDA double ----------------------------------------------------------------------------
-
-def test_the_cuda_double_has_only_what_cuda_python_has():
-    runtime = pytest.importorskip("cuda.bindings.runtime")
-    found = []
-    for name, member in vars(FakeCudart).items():
-        if not name.startswith("cuda"):
-            continue
-        if isinstance(member, type):
-            for value in member:
-                if int(getattr(getattr(runtime, name), value.name, -1)) != int(value):
-                    found.append(f"{name}.{value.name} = {int(value)}: differs in cuda-python")
-        elif isinstance(member, int):
-            if getattr(runtime, name, None) != member:
-                found.append(f"{name} = {member}: cuda-python has {getattr(runtime, name, None)}")
-        else:
-            ours = list(inspect.signature(member).parameters)[1:]
-            theirs = list(inspect.signature(getattr(runtime, name)).parameters) if hasattr(runtime, name) else None
-            if ours != theirs:
-                found.append(f"{name}{ours}: cuda-python has {theirs}")
-    assert found == []
 
 
 # ---- behaviour a machine without a GPU cannot confirm -----------------------------------------------

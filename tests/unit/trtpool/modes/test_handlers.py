@@ -1,26 +1,24 @@
-"""trtpool.modes' handlers against the pb_utils double: request tensors as Triton hands them over
-(host arrays, BYTES, BF16 through DLPack, GPU tensors), probes answered untouched, and each
-mode's handler over a real ModelInstance (ONNX Runtime on the tiny example), or over a real
-engine host for the host handler, answering good requests with the model's outputs and bad
-ones with INVALID_ARG naming the tensor and the expected value."""
+"""trtpool.modes' handlers against the pb_utils double: each mode's handler over a real
+ModelInstance (ONNX Runtime on the tiny example), or over a real engine host for the host
+handler, answering good requests with the model's outputs and bad ones with INVALID_ARG naming
+the tensor and the expected value. (How requests' tensors and probes are taken:
+tests/unit/trtpool/triton/test_requests.py.)"""
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from tests.harness.repository import add_example, set_parameters
 from tests.unit.trtpool.host.conftest import host_processes, wait_until
-from trtpool.triton import bfloat16
+from tests.unit.trtpool.triton.test_requests import FINAL, make_request
 from trtpool.modes.decoupled import DecoupledHandler
 from trtpool.modes.hosted import HostHandler
 from trtpool.modes.pipelined import PipelinedHandler
 from trtpool.modes.sync import SyncHandler
-from trtpool.triton.requests import request_tensors, without_probes
 from trtpool.host.client import HostClient
 from trtpool.host.launch import Launcher
 from trtpool.instance import ModelInstance
@@ -30,7 +28,6 @@ from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.folder.load_check import as_triton_hands_it
 from trtpool_builder.folder.model_folder import read_config
 
-FINAL = 1
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 ONNX Runtime against float64 numpy
 # (inputs, the message each refusal must carry), for the tiny model: INPUT0 [-1, 16] FP32
 REFUSED = [
@@ -43,55 +40,6 @@ REFUSED = [
     ({"INPUT0": np.ones((1, 16), np.float32), "EXTRA": np.ones(1, np.float32)},
      "unknown input tensor(s) ['EXTRA']; the model expects ['INPUT0']"),
 ]
-
-
-def make_request(pb_utils, tensors: dict, parameters: dict | None = None):
-    inputs = [pb_utils.Tensor(name, array) for name, array in tensors.items()]
-    return pb_utils.InferenceRequest(model_name="tiny", inputs=inputs, requested_output_names=["OUTPUT0"],
-                                     parameters=parameters)
-
-
-def test_host_tensors_arrive_as_numpy_arrays(pb_utils):
-    floats = np.arange(6, dtype=np.float32).reshape(2, 3)
-    text = np.array([[b"a"], ["\u00e9".encode()]], dtype=object)
-    halves = np.array([[0.5, -3.0]], ml_dtypes.bfloat16)
-    request = pb_utils.InferenceRequest(
-        model_name="m", requested_output_names=[],
-        inputs=[pb_utils.Tensor("F", floats), pb_utils.Tensor("T", text), bfloat16.to_triton(pb_utils, "H", halves)])
-    tensors = request_tensors(request)
-    assert sorted(tensors) == ["F", "H", "T"]
-    assert tensors["F"].dtype == np.float32 and np.array_equal(tensors["F"], floats)
-    assert tensors["T"].dtype == object and tensors["T"].tolist() == [[b"a"], ["\u00e9".encode()]]
-    # as_numpy() refuses BF16: read through DLPack
-    assert tensors["H"].dtype == ml_dtypes.bfloat16 and np.array_equal(tensors["H"], halves)
-
-
-@pytest.mark.gpu
-def test_gpu_tensors_stay_on_the_device(pb_utils):
-    """FORCE_CPU_ONLY_INPUT_TENSORS "no": Triton hands GPU inputs over by DLPack; they become torch
-    tensors on the same device, uncopied. (bench/gpu/h200.sh's `tests` stage runs it.)"""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU visible to torch (a GPU request tensor)")
-    on_gpu = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
-    request = pb_utils.InferenceRequest(
-        model_name="m", requested_output_names=[],
-        inputs=[pb_utils.Tensor.from_dlpack("G", on_gpu), pb_utils.Tensor("C", np.ones(2, np.float32))])
-    assert not request.inputs()[0].is_cpu()
-    tensors = request_tensors(request)
-    assert tensors["G"].is_cuda and tensors["G"].dtype == torch.float32 and torch.equal(tensors["G"], on_gpu)
-    assert tensors["G"].data_ptr() == on_gpu.data_ptr()   # the memory handed over, not a copy
-    assert isinstance(tensors["C"], np.ndarray)
-
-
-def test_probes_are_answered_with_no_outputs_and_left_out(pb_utils):
-    probe = make_request(pb_utils, {}, PROBE_MARK)
-    plain = make_request(pb_utils, {"INPUT0": np.ones((1, 16), np.float32)})
-    almost = make_request(pb_utils, {}, {"trtpool_probe": "true"})   # a string: not a probe
-    assert without_probes(pb_utils, [probe, plain, almost]) == [plain, almost]
-    [(answer, flags)] = probe.get_response_sender()._sent
-    assert flags == FINAL and not answer.has_error() and answer.output_tensors() == []
-    assert plain.get_response_sender()._sent == [] and almost.get_response_sender()._sent == []
 
 
 @pytest.fixture(scope="module")

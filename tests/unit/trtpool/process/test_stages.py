@@ -20,8 +20,7 @@ from trtpool.errors import ConfigError, InvalidInput, ProcessError
 from trtpool.instance import ModelInstance
 from trtpool.model.config_pbtxt import auto_complete, check_agreement
 from trtpool.modes.decoupled import Scheduler
-from trtpool.process.faces import Faces, choose_faces
-from trtpool.process.file import ProcessFile, engine_sections, load_process_file
+from trtpool.process.file import engine_sections, load_process_file
 from trtpool.runtimes.onnxruntime import OnnxRuntime
 from trtpool_builder.examples import write_example
 from trtpool_builder.examples.tiny import tiny_reference
@@ -511,19 +510,6 @@ def test_a_batch_face_returning_the_wrong_count_fails_those_requests_by_name(tmp
         assert isinstance(lone, ProcessError) and re.search(says, str(lone)), lone
     finally:
         instance.close()
-
-
-@pytest.mark.parametrize("wanted, device, batch_pre, batch_post", [
-    ("auto", "cpu", False, False), ("auto", "cuda:0", True, True),
-    ("batch", "cpu", True, True), ("request", "cuda:0", False, False),
-])
-def test_choose_faces_follows_the_parameter_and_the_device(wanted, device, batch_pre, batch_post):
-    both = ProcessFile(Path("process.py"), print, print, print, print)
-    assert choose_faces(both, wanted, device) == Faces(batch_pre, batch_post)
-    only_batch = ProcessFile(Path("process.py"), None, None, print, print)
-    assert choose_faces(only_batch, wanted, device) == Faces(True, True)  # a missing face gives way
-    only_request = ProcessFile(Path("process.py"), print, print)
-    assert choose_faces(only_request, wanted, device) == Faces(False, False)
 
 
 def test_batch_faces_are_engine_faces_read_without_running_the_file(tmp_path):

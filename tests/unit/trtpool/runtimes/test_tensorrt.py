@@ -33,7 +33,6 @@ from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.device_tensors import DeviceArray
 from trtpool.model.sidecar import TensorInfo
 from trtpool.model.signature import ShapeRange
-from trtpool.runtimes.buckets import power_of_two_buckets
 from trtpool.runtimes.tensorrt import TensorRTRuntime
 
 K, N = 4, 3
@@ -169,13 +168,6 @@ def test_outputs_are_read_only_after_the_wait(runtime, monkeypatch):
 
 
 # ---- CUDA graphs ------------------------------------------------------------------------------
-
-def test_batch_buckets_cover_each_profile():
-    assert power_of_two_buckets(1, 4) == (1, 2, 4)
-    assert power_of_two_buckets(5, 16) == (5, 8, 16)
-    assert power_of_two_buckets(1, 12) == (1, 2, 4, 8, 12)
-    assert power_of_two_buckets(3, 3) == (3,)
-
 
 def test_first_batch_of_a_bucket_warms_up_then_captures_later_ones_replay(runtime, fake, caplog):
     context = runtime.create_context(0)

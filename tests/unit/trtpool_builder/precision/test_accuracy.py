@@ -1,59 +1,12 @@
+"""trtpool_builder.precision.accuracy: each output's error against the fp32 reference (relative to
+the reference's largest magnitude, infinite where a value overflows, the share of differing elements
+for integers), and the worst error per output kept over the samples."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trtpool.errors import ConfigError
-from trtpool.model.shapes import parse_profile
-from trtpool.model.signature import Profile, TensorSpec
 from trtpool_builder.precision.accuracy import compare, output_error
-from trtpool_builder.precision.samples import batches, load_samples, random_samples
-
-IDS = TensorSpec("input_ids", np.dtype(np.int64), (-1, -1))
-MASK = TensorSpec("attention_mask", np.dtype(np.int64), (-1, -1))
-X = TensorSpec("x", np.dtype(np.float32), (-1, 16))
-
-
-def test_folder_of_npz_files_is_concatenated_and_cast(tmp_path: Path) -> None:
-    for i in range(3):
-        np.savez(tmp_path / f"part{i}.npz", input_ids=np.full((2, 5), i, np.int32),
-                 attention_mask=np.ones((2, 5), np.int64))
-    samples = load_samples(tmp_path, [IDS, MASK]).arrays
-    assert samples["input_ids"].shape == (6, 5) and samples["input_ids"].dtype == np.int64
-    assert [len(b["attention_mask"]) for b in batches(samples, 4)] == [4, 2]
-
-
-def test_npy_only_for_single_input_models(tmp_path: Path) -> None:
-    np.save(tmp_path / "x.npy", np.zeros((3, 16), np.float64))
-    assert load_samples(tmp_path / "x.npy", [X]).arrays["x"].dtype == np.float32
-    with pytest.raises(ConfigError, match="use a .npz file with one array per input"):
-        load_samples(tmp_path / "x.npy", [IDS, MASK])
-
-
-@pytest.mark.parametrize("arrays, message", [
-    ({"input_ids": np.zeros((2, 5), np.int64)}, r"missing \['attention_mask'\]"),
-    ({"input_ids": np.zeros((2, 5), np.int64), "attention_mask": np.zeros((2, 5), np.int64),
-      "extra": np.zeros(1)}, r"unknown \['extra'\]"),
-    ({"input_ids": np.zeros((2, 5), np.float32), "attention_mask": np.zeros((2, 5), np.int64)},
-     r"array 'input_ids' is float32, the model's input is int64"),
-    ({"input_ids": np.zeros((2,), np.int64), "attention_mask": np.zeros((2, 5), np.int64)},
-     r"array 'input_ids' has shape \[2\]; the model's input has rank 2"),
-    ({"input_ids": np.zeros((3, 5), np.int64), "attention_mask": np.zeros((2, 5), np.int64)},
-     r"different sample counts"),
-])
-def test_bad_samples_are_named(tmp_path: Path, arrays: dict, message: str) -> None:
-    np.savez(tmp_path / "calib.npz", **arrays)
-    with pytest.raises(ConfigError, match=message):
-        load_samples(tmp_path / "calib.npz", [IDS, MASK])
-
-
-def test_random_samples_use_opt_shapes_and_valid_ids() -> None:
-    profile = Profile(0, parse_profile("input_ids=1x1:4x9:8x16,attention_mask=1x1:4x9:8x16"))
-    samples = random_samples([IDS, MASK], profile)
-    assert samples["input_ids"].shape == (4, 9) and samples["input_ids"].dtype == np.int64
-    assert set(np.unique(samples["attention_mask"])) <= {0, 1}
 
 
 def test_output_error_values() -> None:

@@ -1,4 +1,4 @@
-"""The torch runtime: buckets, signature and ONNX conversion on the CPU; CUDA
+"""The torch runtime: signature and ONNX conversion on the CPU; CUDA
 graphs, padding, concurrent contexts and device placement on a GPU (marked gpu).
 
 GPU results are checked against ONNX Runtime (CPU, fp32) on the same ONNX file,
@@ -24,7 +24,6 @@ from trtpool.engine.batching import BatchRunner  # noqa: E402
 from trtpool.engine.pool import ContextPool  # noqa: E402
 from trtpool.errors import ConfigError, EngineError  # noqa: E402
 from trtpool.gpu.host_upload import HostUploader  # noqa: E402
-from trtpool.runtimes.buckets import bucket_of, clip_buckets, stepped_buckets  # noqa: E402
 from trtpool.runtimes.torch.convert import convert  # noqa: E402
 from trtpool.runtimes.torch.runtime import TorchRuntime  # noqa: E402
 from trtpool.runtimes.torch.signature import padded_axis_sources, read_signature  # noqa: E402
@@ -104,26 +103,6 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 
 
 # --- CPU ------------------------------------------------------------------------
-
-def test_batch_buckets_pad_by_at_most_an_eighth_of_the_max():
-    assert stepped_buckets(32) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    assert stepped_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
-    assert stepped_buckets(24) == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24)
-    assert stepped_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
-    assert stepped_buckets(1) == (1,)
-    for largest in range(1, 130):
-        buckets = stepped_buckets(largest)
-        assert buckets[-1] == largest and list(buckets) == sorted(set(buckets))
-        assert all(bucket_of(n, buckets) - n <= max(1, largest // 8) for n in range(1, largest + 1))
-
-
-def test_sequence_buckets_stop_at_the_profile_max():
-    assert clip_buckets((32, 64, 128, 256, 512), 512) == (32, 64, 128, 256, 512)
-    assert clip_buckets((32, 64, 128, 256, 512), 100) == (32, 64, 100)
-    buckets = clip_buckets((32, 64, 128), 128)
-    assert [bucket_of(n, buckets) for n in (1, 32, 33, 127, 128)] == [32, 32, 64, 128, 128]
-    assert bucket_of(77, None) == 77
-
 
 def test_signature_and_padded_axes_come_from_the_onnx_file(examples):
     import onnx
