@@ -271,7 +271,7 @@ def test_build_context_keeps_what_the_dockerfile_needs():
         ".git/config",
         ".venv/bin/python",
         ".triton/server/tritonserver/bin/tritonserver",
-        "tests/unit/test_docker_files.py",
+        "tests/repo/test_docker_files.py",
         "backend_src/trtpool/__pycache__/x.cpython-310.pyc",
         "trtpool.egg-info/PKG-INFO",
         "model_repository/resnet50/1/model.plan",

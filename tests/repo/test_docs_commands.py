@@ -46,9 +46,9 @@ def text(quote: str, note: str) -> Quote:
 
 SERVE = "tests/ops/test_serve_command.py::"
 DEAD = "tests/ops/test_dead_stub.py::"
-CLI = "tests/builder/test_cli.py::"
-GRAPHS = "tests/builder/test_real_graphs.py::"
-HERE = "tests/unit/test_docs_commands.py::"
+CLI = "tests/unit/trtpool_builder/test_cli.py::"
+GRAPHS = "tests/unit/trtpool_builder/engine/test_build_real_graphs.py::"
+HERE = "tests/repo/test_docs_commands.py::"
 TUNE = "tests/ops/test_tune.py::"
 TUNE_VAD = "tests/corpus/test_tune.py::test_a_point_refused_for_generated_data_says_why_and_what_to_give"
 DEPLOY = "tests/ops/test_deploy_manifests.py::"
@@ -56,7 +56,7 @@ LOAD_FAILURES = "tests/e2e/test_bad_input.py::test_models_that_cannot_load_say_w
 BENCH_HELP = HERE + "test_bench_commands_take_the_quoted_flags"
 H200 = HERE + "test_h200_stages_exist"
 PIPELINE_CLIENT = SERVE + "test_the_client_line_serve_sh_prints_works_for_a_pipeline_example"
-PIPELINE_COMMANDS = ("tests/builder/test_process_folder.py::"
+PIPELINE_COMMANDS = ("tests/unit/trtpool_builder/folder/test_process_folder.py::"
                      "test_the_pipeline_commands_the_process_file_page_quotes_run_as_written")
 NO_GPU = "needs an NVIDIA GPU (none on the CI machines)"
 NO_CLUSTER = "needs a Kubernetes cluster (none here); the manifests it applies are rendered and validated"
@@ -73,15 +73,15 @@ GRPC_ERROR_ABORT = ("tritonserver 2.51 aborting on triton_grpc_error streams who
 INVENTORY = (
     # README.md: the two commands, the set-up; docs/operations.md: trtpool-serve
     command("scripts/serve.sh", SERVE + "test_serve_sh_serves_only_the_examples_in_MODELS"),
-    command("scripts/test.sh", "tests/unit/test_setup_script.py::"
+    command("scripts/test.sh", "tests/repo/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments"),
-    command("scripts/test.sh -k decoupled", "tests/unit/test_setup_script.py::"
+    command("scripts/test.sh -k decoupled", "tests/repo/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments"),
-    command("scripts/setup.sh", "tests/unit/test_setup_script.py::"
+    command("scripts/setup.sh", "tests/repo/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments",
-            "tests/unit/test_setup_script.py::test_old_python_is_refused_with_the_fix"),
-    command("scripts/install-trtpool.sh", "tests/unit/test_install_recipe.py::test_link_mode_links_the_source_tree",
-            "tests/unit/test_install_recipe.py::test_copy_mode_installs_the_backend_as_the_image_does"),
+            "tests/repo/test_setup_script.py::test_old_python_is_refused_with_the_fix"),
+    command("scripts/install-trtpool.sh", "tests/repo/test_install_recipe.py::test_link_mode_links_the_source_tree",
+            "tests/repo/test_install_recipe.py::test_copy_mode_installs_the_backend_as_the_image_does"),
     command(".venv/bin/python scripts/client.py --protocol grpc --url 127.0.0.1:8001 --model resnet50",
             "tests/e2e/test_perf_analyzer.py::test_the_readmes_client_command_answers",
             SERVE + "test_serve_sh_serves_only_the_examples_in_MODELS"),
@@ -141,18 +141,18 @@ INVENTORY = (
             CLI + "test_accuracy_of_a_model_folder_goes_through_trtpool"),
     command("trtpool-model model.onnx --shapes ...", CLI + "test_the_builder_lines_the_docs_quote_run_as_written"),
     command("--max-batch-size 0", "tests/conformance/test_exporter_quirks.py::test_max_batch_size_chooses_for_the_user"),
-    command("--precision fp32", "tests/builder/test_build.py::test_tiny_engine_and_sidecar"),  # the default
+    command("--precision fp32", "tests/unit/trtpool_builder/engine/test_build.py::test_tiny_engine_and_sidecar"),  # the default
     command('for version in 10.0.1 10.5.0 10.13.3.9 11.4.0.106; do pip download --no-deps -d /tmp/trt-wheels '
             '"tensorrt-cu12-bindings==$version"; done', HERE + "test_the_tensorrt_commands",
             HERE + "test_the_bindings_download_resolves_each_release"),
-    command("TRTPOOL_TENSORRT_WHEELS=/tmp/trt-wheels .venv/bin/python -m pytest tests/unit/test_doubles_faithful.py",
+    command("TRTPOOL_TENSORRT_WHEELS=/tmp/trt-wheels .venv/bin/python -m pytest tests/unit/doubles/test_tensorrt_double.py",
             HERE + "test_the_tensorrt_commands",
-            "tests/unit/test_doubles_faithful.py::test_the_double_of_each_release_has_only_what_its_bindings_have"),
+            "tests/unit/doubles/test_tensorrt_double.py::test_the_double_of_each_release_has_only_what_its_bindings_have"),
     command("pip install --extra-index-url https://pypi.nvidia.com tensorrt-cu12", HERE + "test_the_tensorrt_commands",
             not_here="NVIDIA's package index and a GPU; the extra it names is checked in pyproject.toml"),
     message("note: kept in fp32: ...", GRAPHS + "test_fp16_keeps_values_beyond_its_range_in_fp32"),
     message("Input 0's element type (float) differs from input 1's element type (half)",
-            "tests/builder/test_fp16_shape_arithmetic.py::test_fp16_builds_a_yolo_anchor_grid_on_dynamic_sizes",
+            "tests/unit/trtpool_builder/precision/test_fp16_safety_shape_arithmetic.py::test_fp16_builds_a_yolo_anchor_grid_on_dynamic_sizes",
             not_here="the error the fix avoids (TensorRT-RTX 1.7 on ultralytics' exports, recorded by "
                      "bench/yolo_fp16.py): the test checks that the same graph now builds"),
     message("rows are not independent",
@@ -162,13 +162,13 @@ INVENTORY = (
     message("input 'x' axis 2: the model runs with size 48 there but ONNX Runtime refuses size 32 (the min of profile 0 ...)",
             GRAPHS + "test_profile_size_the_model_refuses_names_input_and_axis"),
     message("... could not build an engine ... values are not self-consistent",
-            "tests/unit/test_trt_api.py::test_a_messages_block_takes_the_threads_messages_from_the_log_and_errors_still_count",
+            "tests/unit/trtpool/gpu/test_trt_api.py::test_a_messages_block_takes_the_threads_messages_from_the_log_and_errors_still_count",
             not_here="TensorRT's own warning on a profile it rejects; the test double's logger gives it, not a real build"),
     message("dimension names changed", GRAPHS + "test_profile_size_the_model_refuses_names_input_and_axis"),
     message("the fp16 conversion ... is not accurate enough ...; node 'X' (Op) is the first whose output ... differs",
             GRAPHS + "test_fp16_conversion_beyond_max_error_is_refused_by_node"),
     message("... would not load in trtpool as written ...; trtpool says: ...",
-            "tests/builder/test_model_folder.py::test_a_folder_that_would_not_load_is_not_written"),
+            "tests/unit/trtpool_builder/folder/test_model_folder.py::test_a_folder_that_would_not_load_is_not_written"),
     command("bench/yolo_fp16.py", BENCH_HELP, not_here="needs ultralytics' exports (not installed in CI); " + LONG_BENCH),
     command("bench/conformance.py", BENCH_HELP,
             "tests/conformance/test_node_suite.py::test_every_onnxruntime_valid_node_case_is_answered_right",
@@ -179,13 +179,13 @@ INVENTORY = (
     text("instance_group [{ count: 6, kind: KIND_GPU }]", "a config.pbtxt field"),
     text("max_batch_size: 64", "a config.pbtxt field"),
     text("mode: sync", "a config.pbtxt parameter, as docs/configuration.md names it"),
-    text("--instances 1,2,4", "a trtpool-tune flag (tests/unit/test_tune_search.py parses it)"),
-    text("--engine-host on,off", "a trtpool-tune flag (tests/unit/test_tune_search.py parses it)"),
+    text("--instances 1,2,4", "a trtpool-tune flag (tests/unit/trtpool_ops/tune/test_cli.py parses it)"),
+    text("--engine-host on,off", "a trtpool-tune flag (tests/unit/trtpool_ops/tune/test_cli.py parses it)"),
     text("... contexts=N min_contexts=1", "trtpool-tune's progress line for the elastic step"),
     text("gpu_memory_mib: null", "a tune.json field where no GPU reports memory"),
     text("max_contexts: N", "a config.pbtxt parameter as the elastic step writes it"),
     text("min_contexts: 1", "a config.pbtxt parameter as the elastic step writes it"),
-    text("OUTPUTS_ON_DEVICE = True", "a process file's top-level setting (tests/unit/test_stages.py reads it)"),
+    text("OUTPUTS_ON_DEVICE = True", "a process file's top-level setting (tests/unit/trtpool/process/test_stages.py reads it)"),
     text("reshape: { shape: [] }", "a config.pbtxt field"),
     text("onnx.save(..., save_as_external_data=True)", "a Python call that writes external data"),
     text("||converted - fp32|| / ||fp32||", "a formula"),
@@ -200,7 +200,7 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh ceiling", H200, not_here=ON_H200),
     command("bench/gpu/h200.sh setup", H200, not_here=ON_H200),
     text("--out bench/results/elastic_cpu.json", "the flag that writes a record; its default is ignored "
-         "(tests/unit/test_outputs_ignored.py)"),
+         "(tests/repo/test_outputs_ignored.py)"),
     command("bench/elastic.py", BENCH_HELP, not_here=LONG_BENCH),
     command("bench/soak.py --duration 600", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right",
             not_here="10 minutes; the suite's short soak runs the same tests/harness/soak.py"),
@@ -218,13 +218,13 @@ INVENTORY = (
     # docs/configuration.md and docs/reference/parameters.md
     text("instance_group [{ kind: KIND_GPU, count: 1, gpus: [0, 1] }]", "a config.pbtxt field"),
     command(".venv/bin/python scripts/parameters_page.py",
-            "tests/unit/test_docs.py::test_the_parameters_page_is_what_the_table_generates"),
+            "tests/repo/test_docs.py::test_the_parameters_page_is_what_the_table_generates"),
     text("contexts: auto", "a config parameter"),
     text('backend: "trtpool"', "a config.pbtxt field"),
     message("process.py preprocess() refused input 'IMAGE' element [0]: ...",
             "tests/e2e/test_pipelines.py::test_images_in_labels_out_equal_the_reference_loop"),
     message("input 'VALUES': process.py preprocess() refused it: ValueError: ...",
-            "tests/unit/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
+            "tests/unit/trtpool/process/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
     # docs/modes.md
     text("Refused.element(input, element, reason)", "process.py's way to refuse a request (trtpool.errors)"),
     message("process.py preprocess() refused input 'TEXT' element [0]: not UTF-8 text (byte 0xff at 0)",
@@ -239,9 +239,9 @@ INVENTORY = (
     command("trtpool-model model.onnx --repo R --name N --shapes input=1x3x224x224:8x3x224x224:32x3x224x224 "
             "--process my_process.py --input IMAGE:STRING:1 --output LABELS:STRING:5 --output SCORES:FP32:5 "
             "--with labels.txt --with process.json", PIPELINE_COMMANDS,
-            "tests/builder/test_process_folder.py::test_the_folder_carries_the_file_its_files_and_the_outside_face"),
+            "tests/unit/trtpool_builder/folder/test_process_folder.py::test_the_folder_carries_the_file_its_files_and_the_outside_face"),
     command("trtpool-examples --names resnet50_jpeg bert_text", PIPELINE_COMMANDS,
-            "tests/builder/test_process_folder.py::"
+            "tests/unit/trtpool_builder/examples/test_pipelines.py::"
             "test_each_pipeline_examples_files_are_made_at_full_size_in_bounded_time",
             "tests/e2e/test_pipelines.py::test_images_in_labels_out_equal_the_reference_loop",
             "tests/e2e/test_pipelines.py::test_text_in_label_out_equals_the_reference_loop"),
@@ -299,7 +299,7 @@ INVENTORY = (
     message("the engine host of model 'tiny_host' (pid 4242) went away while it held this request (the peer "
             "closed the connection; it was killed by SIGKILL); it is being restarted: retry",
             "tests/e2e/test_engine_host.py::test_a_killed_host_answers_what_it_held_then_serves_again",
-            "tests/host/test_host_process.py::test_a_killed_host_fails_what_it_held_then_a_new_one_serves"),
+            "tests/unit/trtpool/host/test_server.py::test_a_killed_host_fails_what_it_held_then_a_new_one_serves"),
     text('{"op": "error"}', "the host's answer to a bad message (trtpool.host.protocol)"),
     # docs/modes.md: the engine host (issue 36)
     text("engine_host: on", "the parameter that turns the engine host on (docs/configuration.md lists it)"),
@@ -319,11 +319,11 @@ INVENTORY = (
             "tests/e2e/test_pipelines.py::test_batch_faces_refuse_each_bad_file_alone_and_answer_the_rest"),
     # issue 37: a JPEG decoder refused at load; TensorRT's lean runtime
     command("pip install torchvision",
-            "tests/unit/test_decoder_at_load.py::test_a_decoder_that_is_not_installed_is_refused_at_load_naming_its_package",
+            "tests/unit/trtpool/vision/test_device_crops.py::test_a_decoder_that_is_not_installed_is_refused_at_load_naming_its_package",
             not_here="installs a package; the test checks that the refusal names it"),
     text("process_faces: request", "a config parameter"),
     command("pip install tensorrt-lean-cu12-libs tensorrt-lean-cu12-bindings",
-            "tests/unit/test_tensorrt_lean.py::test_the_builder_never_takes_the_lean_runtime",
+            "tests/unit/trtpool/runtimes/test_tensorrt_lean.py::test_the_builder_never_takes_the_lean_runtime",
             not_here="downloads from PyPI; scripts/setup.sh installs the same wheels into .triton/tensorrt-lean/site, "
                      "and the test checks that trtpool's install advice names this line"),
     text("import tensorrt", "Python"),
@@ -344,10 +344,10 @@ INVENTORY = (
     # CONTRIBUTING.md
     command("bash bench/gpu/h200.sh setup tests", H200, not_here=ON_H200),
     text("bench/record.py", "the module that writes a record's command, machine and date (bench/record.py's "
-         "default_out: tests/unit/test_outputs_ignored.py)"),
+         "default_out: tests/repo/test_outputs_ignored.py)"),
     # docs/architecture.md
     command(".venv/bin/python scripts/import_layers.py --write",
-            "tests/unit/test_import_layers.py::test_the_architecture_page_draws_what_the_code_imports"),
+            "tests/repo/test_import_layers.py::test_the_architecture_page_draws_what_the_code_imports"),
     text("flowchart BT", "the Mermaid pictures scripts/import_layers.py draws (their first line)"),
     # docs/design/
     text("trtexec --infStreams=N", "TensorRT's own benchmark tool, cited for how it shares a profile across contexts"),
@@ -355,25 +355,25 @@ INVENTORY = (
     # docs/reference/errors.md: at load
     message("unknown parameter(s) ['contxts'] (did you mean 'contexts'?); trtpool accepts [...]", LOAD_FAILURES),
     message("parameter 'mode': 'async' is not accepted; expected one of sync, pipelined, decoupled",
-            "tests/unit/test_serving.py::test_config_errors_name_parameter_and_accepted_values"),
+            "tests/unit/trtpool/engine/test_batching.py::test_config_errors_name_parameter_and_accepted_values"),
     message("input 'INPUT0' dims: config.pbtxt says [15], the model has [16]", LOAD_FAILURES),
     message("no model file in '...': expected model.plan (TensorRT) or model.onnx (ONNX Runtime, or the torch "
             "runtime), or set parameter 'model_file'; it holds 'tiny.onnx' (rename 'tiny.onnx' to model.onnx, or "
             "name it in 'model_file')", LOAD_FAILURES,
-            "tests/unit/test_config_bounds.py::test_a_version_folder_without_a_model_file_names_what_it_holds"),
+            "tests/unit/trtpool/test_parameters_bounds.py::test_a_version_folder_without_a_model_file_names_what_it_holds"),
     message("ONNX file '...' cannot be loaded by ONNX Runtime: ...", LOAD_FAILURES),
     message("engine '...' has no sidecar 'model.plan.json' next to it; ...", LOAD_FAILURES,
-            "tests/unit/test_tensorrt_runtime.py::test_missing_sidecar_is_an_engine_error"),
+            "tests/unit/trtpool/runtimes/test_tensorrt.py::test_missing_sidecar_is_an_engine_error"),
     message("engine '...' cannot run here: ...",
-            "tests/unit/test_tensorrt_runtime.py::test_incompatible_sidecar_is_refused_before_deserializing"),
+            "tests/unit/trtpool/runtimes/test_tensorrt.py::test_incompatible_sidecar_is_refused_before_deserializing"),
     message("tensorrt_rtx engines run on a GPU, but this model instance is on 'cpu'; use instance_group "
             "[{ kind: KIND_GPU }]", LOAD_FAILURES),
     message("engine '...' (N bytes) cannot be deserialized by ...",
-            "tests/unit/test_tensorrt_real_module.py::test_real_deserialization_refusal_carries_tensorrt_rtx_words"),
+            "tests/unit/trtpool/runtimes/test_tensorrt_real_module.py::test_real_deserialization_refusal_carries_tensorrt_rtx_words"),
     message("engine '...' is not version-compatible, and ...",
-            "tests/unit/test_tensorrt_lean.py::test_an_engine_that_is_not_version_compatible_is_refused_naming_the_fix"),
+            "tests/unit/trtpool/runtimes/test_tensorrt_lean.py::test_an_engine_that_is_not_version_compatible_is_refused_naming_the_fix"),
     message("parameter 'contexts': N contexts of ... bytes each need ... bytes, but ... has ... free; ...",
-            "tests/unit/test_config_bounds.py::test_contexts_must_fit_in_free_memory"),
+            "tests/unit/trtpool/test_parameters_bounds.py::test_contexts_must_fit_in_free_memory"),
     message("parameter 'runtime': 'nonesuch' is not a built-in runtime (...) and no installed package registers it "
             "in the entry point group 'trtpool.runtimes' (registered: ...)",
             "tests/reliability/test_config_confinement.py::test_an_unregistered_name_lists_what_is_registered"),
@@ -381,7 +381,7 @@ INVENTORY = (
             "tests/e2e/test_serving_environment.py::test_a_numpy2_stub_refuses_to_load_with_the_cause"),
     message(".../process.py: defines none of preprocess(inputs), postprocess(outputs, inputs), "
             "preprocess_batch(batch, device), postprocess_batch(outputs, batch); define at least one, or remove "
-            "the file", "tests/unit/test_stages.py::test_a_broken_process_file_stops_the_model_loading_with_the_reason"),
+            "the file", "tests/unit/trtpool/process/test_stages.py::test_a_broken_process_file_stops_the_model_loading_with_the_reason"),
     # docs/reference/errors.md: per request
     message("input 'input_ids': shape [1, 600] is outside the model's optimization profiles; expected a shape "
             "within ...", "tests/e2e/test_bad_input.py::test_dimension_outside_the_profile_names_input_and_range"),
@@ -389,14 +389,14 @@ INVENTORY = (
     message("overloaded: ... requests are waiting (max_queue_size ...); retry later",
             "tests/e2e/test_decoupled.py::test_queue_overflow_gets_an_overloaded_error"),
     message("request cancelled before it ran",
-            "tests/unit/test_scheduler.py::test_only_requests_that_waited_are_asked_about_cancellation"),
+            "tests/unit/trtpool/modes/test_decoupled.py::test_only_requests_that_waited_are_asked_about_cancellation"),
     message("model '...' (this front's forward_to target) sent no answer within ... s",
             "tests/reliability/test_front_dead_target.py::"
             "test_a_front_gives_up_on_a_dead_target_serves_again_once_it_is_reloaded_and_holds_no_stop"),
     message("a preprocess worker process died while this request was in its pool (...); the pool was started "
-            "again: retry", "tests/unit/test_stages.py::test_preprocess_in_worker_processes_answers_as_on_threads"),
+            "again: retry", "tests/unit/trtpool/process/test_stages.py::test_preprocess_in_worker_processes_answers_as_on_threads"),
     message("process.py postprocess() raised RuntimeError: ...",
-            "tests/unit/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
+            "tests/unit/trtpool/process/test_stages.py::test_each_request_is_answered_alone_whatever_its_process_functions_do"),
 )
 BY_TEXT = {quote.text: quote for quote in INVENTORY}
 
@@ -471,7 +471,7 @@ def test_the_images_serve_command():
 
 def test_the_tensorrt_commands():
     """The releases the pip download line names are ones set-up downloads and scripts/test.sh hands to
-    test_doubles_faithful.py; the pip install line's package is the `tensorrt` extra's."""
+    tests/unit/doubles/test_tensorrt_double.py; the pip install line's package is the `tensorrt` extra's."""
     releases = [line for line in (ROOT / "tests" / "doubles" / "tensorrt_releases.txt").read_text().splitlines()
                 if line and not line.startswith("#")]
     assert set(_download_line().split(";")[0].split()[3:]) <= set(releases)

@@ -1,6 +1,6 @@
 """trtpool.gpu.trt_api over the TensorRT double (module selection, the process logger, the
 translation of each binding's failure, feature detection). What the real tensorrt_rtx
-module confirms is in test_tensorrt_real_module.py."""
+module confirms is in tests/unit/trtpool/runtimes/test_tensorrt_real_module.py."""
 from __future__ import annotations
 
 import logging

@@ -4,7 +4,7 @@ The doubles (tests/doubles/tensorrt_double.py, cuda_double.py) prove nothing
 about TensorRT or CUDA: these tests check the adapter's own logic (signature,
 profile choice, output sizing, buffers, copies, CUDA graphs, one wait per
 batch, errors and rebuilds) against doubles whose surface is checked against
-the real bindings (test_doubles_faithful.py). What the real tensorrt_rtx module
+the real bindings (tests/unit/doubles/). What the real tensorrt_rtx module
 allows on a machine without a GPU is in test_tensorrt_real_module.py.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ or its bindings wheel's own name `tensorrt_lean_bindings`) serves version-compat
 the full `tensorrt` is not installed, and refuses any other engine by name.
 
 Over the doubles (the lean double is held to the real lean module's classes by
-test_doubles_faithful.py): the module choice, a version-compatible engine served and answered
+tests/unit/doubles/test_tensorrt_double.py): the module choice, a version-compatible engine served and answered
 as float64 numpy computes it, the refusals. Against the real lean module (installed by
 scripts/setup.sh in its own folder, imported in a subprocess: a TensorRT Runtime that could not
 be made is a null pointer that crashes its process when used): on this machine without CUDA,
