@@ -6,7 +6,7 @@ package it imports), and a Mermaid picture of each package for docs/architecture
     .venv/bin/python scripts/import_layers.py --write    # put the picture into docs/architecture.md
 
 An import between boxes that closes a circle is an error naming it: a lower floor never imports
-a higher one. tests/unit/test_import_layers.py holds the docs to the code and the code to that rule.
+a higher one. tests/repo/test_import_layers.py holds the docs to the code and the code to that rule.
 """
 from __future__ import annotations
 

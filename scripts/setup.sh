@@ -218,7 +218,7 @@ EOF
 }
 
 # The real TensorRT Python bindings of each release the TensorRT double imitates
-# (tests/unit/test_doubles_faithful.py holds the double to them; about 10 MB).
+# (tests/unit/doubles/test_tensorrt_double.py holds the double to them; about 10 MB).
 setup_tensorrt_bindings() {
   local dir="$TRITON/tensorrt-bindings" version
   [ -z "${TRTPOOL_WHEELHOUSE:-}" ] || return 0
@@ -231,8 +231,8 @@ setup_tensorrt_bindings() {
 }
 
 # TensorRT's lean runtime, real (it imports here; Runtime needs CUDA): the TensorRT double is held
-# to its runtime classes (tests/unit/test_doubles_faithful.py), and trtpool's load path meets it
-# (tests/unit/test_tensorrt_lean.py). Installed into a folder of its own, never into the venv,
+# to its runtime classes (tests/unit/doubles/test_tensorrt_double.py), and trtpool's load path meets it
+# (tests/unit/trtpool/runtimes/test_tensorrt_lean.py). Installed into a folder of its own, never into the venv,
 # where trtpool would take it for a TensorRT install (about 110 MB).
 TENSORRT_LEAN_VERSION=11.4.0.106
 setup_tensorrt_lean() {

@@ -264,8 +264,8 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_served_tests.log" | tail -n 5
       ;;
     tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/test_torch_runtime.py tests/unit/test_cuda.py tests/unit/test_cuda_graphs.py \
-        tests/unit/test_handlers.py tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+      python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/unit/trtpool/runtimes/torch/test_runtime.py tests/unit/trtpool/gpu/test_cuda.py tests/unit/trtpool/gpu/test_cuda_graphs.py \
+        tests/unit/trtpool/triton/test_requests.py tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
       ;;
     inprocess)
       python3 bench/inprocess.py --runtime torch --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \
@@ -417,7 +417,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       python3 bench/gpu_decode.py --seconds 1 --out "$OUT/gpu_decode.json" 2>&1 | tail -n 16
       ;;
     gpu-pipeline-tests)
-      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py tests/unit/test_torch_runtime.py 2>&1 \
+      python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py tests/unit/trtpool/runtimes/torch/test_runtime.py 2>&1 \
         | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 30
       ;;
     pipeline-gpu)
@@ -454,7 +454,7 @@ print("serving python", __import__("sys").executable, "numpy", numpy.__version__
       ;;
     device-tests)
       python3 -m pytest -p no:cacheprovider -q -rs -s -m gpu tests/gpu/test_gpu_pipeline.py \
-        tests/unit/test_torch_runtime.py -k "pipeline or gpu_outputs_kept or device" 2>&1 \
+        tests/unit/trtpool/runtimes/torch/test_runtime.py -k "pipeline or gpu_outputs_kept or device" 2>&1 \
         | tee "$OUT/gpu_pipeline_tests.log" | grep -v '^[IWE]12' | tail -n 12
       ;;
     tune-resnet50)

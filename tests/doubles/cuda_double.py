@@ -3,7 +3,7 @@
 Installed in place of the real module (``trtpool.gpu.cuda._cudart``) so that
 trtpool.gpu.cuda, and everything above it, runs on a machine without a GPU. Its
 call names, parameter names and enum values are checked against the installed
-cuda-python by tests/unit/test_doubles_faithful.py; the behaviour below follows
+cuda-python by tests/unit/doubles/test_cuda_double.py; the behaviour below follows
 the CUDA runtime documentation (cuda.bindings.runtime's docstrings quote it):
 
 - device memory is host memory (bytearrays) behind fake, never-dereferenceable

@@ -1,4 +1,4 @@
-"""An engine host process whose TensorRT and CUDA are the test doubles, for tests/host: the
+"""An engine host process whose TensorRT and CUDA are the test doubles, for tests/unit/trtpool/host: the
 host's own code (trtpool.host.server.main) with tests/doubles' tensorrt module and CUDA runtime
 in place of the real ones, which cannot run here. It proves nothing about TensorRT; it shows that
 a TensorRT model takes the same host path as any other.

@@ -8,7 +8,7 @@ InferenceResponse, TritonError and its codes, TritonModelException, MetricFamily
 metrics, Logger, TRITONSERVER_RESPONSE_COMPLETE_FINAL. Nothing else: code that reaches
 for another name fails here as it would not in Triton, never the other way round.
 
-It is never kinder than the real module: tests/unit/test_pb_utils_double_faithful.py
+It is never kinder than the real module: tests/unit/doubles/test_pb_utils_double.py
 asks tritonserver 2.51's stub, through a plain Python-backend model, for the names,
 signatures, code values and behaviour of everything defined here (tests/harness/
 pb_utils_report.py) and requires the same answers from this double. One thing the real

@@ -1,7 +1,7 @@
 """A test double of the TensorRT Python module's runtime surface. It proves nothing about TensorRT.
 
 It has the classes, members and signatures of the real bindings that trtpool's
-adapter uses (tests/unit/test_doubles_faithful.py fails on any member or
+adapter uses (tests/unit/doubles/test_tensorrt_double.py fails on any member or
 signature the real ``tensorrt_rtx`` module, or a real ``tensorrt`` wheel of
 the same release, lacks), and their behaviour as NVIDIA/TensorRT's
 python/src/infer/pyCore.cpp and the C++ headers describe it; that test lists

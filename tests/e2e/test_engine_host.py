@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
 from tests.harness.pipelines import SMALL_RESNET, Reference, add_mode, as_request, bad_images, images
 from tests.harness.repository import add_example, set_parameters
-from tests.host.conftest import abstract_host_sockets
+from tests.unit.trtpool.host.conftest import abstract_host_sockets
 from tests.harness.server import TEST_SHM_PREFIX, TritonServer
 from trtpool_builder.examples.repo import make_example_folder
 from trtpool_builder.examples.tiny import tiny_reference

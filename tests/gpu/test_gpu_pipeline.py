@@ -55,7 +55,7 @@ SPEC = CropSpec.imagenet(SIZE)
 LEVELS = np.array(SPEC.std, np.float32).reshape(3, 1, 1) * 255  # normalized units -> grey levels
 
 # nvImageCodec is an optional package: without it its cases are skipped with the reason (the
-# example refuses such a model at load: tests/unit/test_decoder_at_load.py).
+# example refuses such a model at load: tests/unit/trtpool/vision/test_device_crops.py).
 NVIMGCODEC_MISSING = decoder_unavailable("nvimgcodec")
 NVIMGCODEC = pytest.mark.skipif(NVIMGCODEC_MISSING is not None, reason=str(NVIMGCODEC_MISSING))
 DECODERS = ["torchvision", pytest.param("nvimgcodec", marks=NVIMGCODEC)]

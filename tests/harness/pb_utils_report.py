@@ -1,6 +1,6 @@
 """What a pb_utils module is and does, as plain data: the same functions run on the real
 module inside a Python-backend stub and on tests/doubles/pb_utils_double.py in-process, and
-tests/unit/test_pb_utils_double_faithful.py compares the two.
+tests/unit/doubles/test_pb_utils_double.py compares the two.
 
 This file is also the source of that stub's model: it imports only the standard library,
 numpy, ml_dtypes and trtpool.triton.bfloat16 (which makes BF16 tensors through DLPack), all in the
