@@ -125,7 +125,7 @@ def tensorrt_errors(counting: str | None = None) -> Iterator[list[str]]:
     warnings: see trtpool_builder.engine.trt_build).
 
     TensorRT logs a call's failure synchronously on the calling thread (seen with
-    tensorrt_rtx: tests/unit/test_tensorrt_real_module.py, and its builder logs a
+    tensorrt_rtx: tests/unit/trtpool/runtimes/test_tensorrt_real_module.py, and its builder logs a
     whole build there), and ILogger::log must be thread-safe because contexts on
     several threads log at once (include/NvInferRuntimeBase.h): one context's
     failure never picks up another's.
@@ -212,7 +212,7 @@ def new_runtime(trt: ModuleType, host_code: bool) -> Any:
     A runtime TensorRT could not create (no usable CUDA: the lean runtime logs "CUDA
     initialization failure with error: 35") is still returned by the bindings, over a null
     pointer that crashes the process when it is used or freed (tensorrt_lean_bindings 11.4,
-    tests/unit/test_tensorrt_lean.py): what TensorRT logged while making it is an EngineError
+    tests/unit/trtpool/runtimes/test_tensorrt_lean.py): what TensorRT logged while making it is an EngineError
     with TensorRT's words, and that object is never freed."""
     with tensorrt_errors() as errors:
         runtime = trt.Runtime(process_logger(trt))

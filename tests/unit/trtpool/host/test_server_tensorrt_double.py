@@ -1,6 +1,6 @@
 """A TensorRT engine served through an engine host, over the TensorRT and CUDA doubles
 (tests/doubles/host_with_doubles.py): the host's code path for TensorRT, in CI. The doubles
-prove nothing about TensorRT itself (tests/unit/test_doubles_faithful.py holds them to the
+prove nothing about TensorRT itself (tests/unit/doubles/test_tensorrt_double.py holds them to the
 real bindings; what ran on real TensorRT is in the README)."""
 from __future__ import annotations
 
