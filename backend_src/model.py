@@ -50,15 +50,6 @@ def _triton_level(levelno: int):
     return pb_utils.Logger.INFO if levelno >= logging.INFO else pb_utils.Logger.VERBOSE
 
 
-def _stub_version_dir() -> Path:
-    """The model's version folder. auto_complete_config gets no path, but the
-    Python backend starts its stub with <repo>/<model>/<version>/model.py as
-    the first argument (tritonserver 2.51)."""
-    # tritonserver 2.51's stub has no pb_utils.get_model_dir() (checked), so the command line it is.
-    with open("/proc/self/cmdline", "rb") as cmdline:
-        return Path(cmdline.read().split(b"\0")[1].decode()).parent
-
-
 def _refusal(exc: TrtpoolError):
     return pb_utils.TritonModelException(f"trtpool: {exc}")
 
@@ -67,7 +58,7 @@ def _auto_complete(auto_complete_model_config):
     config = auto_complete_model_config.as_dict()
     if "forward_to" in parameters_of(config):
         return auto_complete_model_config  # a front declares its target's I/O
-    version_dir = _stub_version_dir()
+    version_dir = Path(pb_utils.get_model_dir())   # auto_complete_config gets no path: the stub knows it
     added = auto_complete(config, describe(config, version_dir), engine_sections(version_dir))
     if "max_batch_size" in added:
         auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
