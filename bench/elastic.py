@@ -47,8 +47,8 @@ from bench.paired import alternate, compared  # noqa: E402
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
-from trtpool.parameters import Elasticity  # noqa: E402
 from tests.harness.server import TritonServer, rss_bytes  # noqa: E402
+from trtpool.parameters import Elasticity  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder  # noqa: E402
 

@@ -25,12 +25,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool.gpu import cuda  # noqa: E402
-from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads  # noqa: E402
-from trtpool.runtimes.base import Parts  # noqa: E402
-from trtpool_builder.examples import write_example  # noqa: E402
+from bench.inprocess import example_options, inputs_for, load, parse_args
+from bench.record import provenance, write_json
+from trtpool.gpu import cuda
+from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads
+from trtpool.runtimes.base import Parts
+from trtpool_builder.examples import write_example
 
 UPLOADERS = {"one_piece": ONE_PIECE, "sliced": {}}
 BATCH = 32

@@ -33,11 +33,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool import parameters  # noqa: E402
-from trtpool.engine.pool import ContextPool  # noqa: E402
-from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
-from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from bench.record import provenance, write_json
+from trtpool import parameters
+from trtpool.engine.pool import ContextPool
+from trtpool.runtimes.base import Parts, Runtime
+from trtpool_builder.examples import get_example, write_example
 
 WARMUP_RUNS = 3  # per context and batch size, sequential
 WARMUP_SECONDS = 1.0  # concurrent, not counted

@@ -27,11 +27,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import gpu_memory  # noqa: E402
-from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool.model.shapes import parse_profile  # noqa: E402
-from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from bench import gpu_memory
+from bench.inprocess import example_options, inputs_for, load, parse_args
+from bench.record import provenance, write_json
+from trtpool.model.shapes import parse_profile
+from trtpool_builder.examples import get_example, write_example
 
 MIB = 1 << 20
 IN_USE_BATCHES = (1, 16)

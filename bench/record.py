@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 # A run's output without --out: ignored by git. The tracked records under bench/results/ are
 # written only where --out names them, so no run replaces one by default.
 RUNS = Path(__file__).resolve().parent / "runs"

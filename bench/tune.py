@@ -283,7 +283,7 @@ def main() -> None:
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
-    if args.grid_record and "," in args.cases or args.grid_only and not args.grid_record:
+    if (args.grid_record and "," in args.cases) or (args.grid_only and not args.grid_record):
         parser.error("--grid-record takes one case; --grid-only needs --grid-record")
     record = {"benchmark": "tune", **provenance(), "runtime": args.runtime, "tune_flags": args.tune_flags,
               "shm_override": args.shm,

@@ -77,8 +77,9 @@ def _run(command: list[str]) -> dict:
 
 
 def build(folder: Path, out: Path) -> None:
-    import onnxruntime
     from importlib.metadata import version
+
+    import onnxruntime
 
     bin_dir = Path(sys.executable).parent
     work = folder / "built"

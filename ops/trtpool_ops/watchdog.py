@@ -12,7 +12,6 @@ from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
 from trtpool_ops.watch_metrics import WatchMetrics
 
-
 ON_DEAD_STUB = ("reload", "exit")
 STUB_DIED = "a stub process died"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.engine.pool import ContextPool
 from trtpool.engine.answer import Responder
+from trtpool.engine.pool import ContextPool
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.gpu.buffers import split_points
 from trtpool.model.signature import Signature

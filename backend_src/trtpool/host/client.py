@@ -82,7 +82,7 @@ class HostClient:
     def _receive(self, sock: socket.socket, waiting_for: str) -> tuple[wire.Message, list[int]]:
         try:
             message, fds = wire.receive(sock)
-        except socket.timeout:
+        except TimeoutError:
             raise Unavailable(f"the engine host of model '{self.name}' did not answer within "
                               f"{sock.gettimeout():.0f} s while this instance waited for {waiting_for}") from None
         if message["op"] == "error":

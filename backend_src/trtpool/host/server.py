@@ -65,7 +65,7 @@ class Counts:
 class Connection:
     """One instance: its input slab (read here), its output slab (written here)."""
 
-    def __init__(self, host: "Host", sock: socket.socket, number: int) -> None:
+    def __init__(self, host: Host, sock: socket.socket, number: int) -> None:
         self.host = host
         self.sock = sock
         self.number = number
@@ -282,7 +282,7 @@ class Host:
         while True:
             try:
                 sock, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 if self._should_end(server_pid):
                     return
                 continue

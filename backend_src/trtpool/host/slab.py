@@ -75,7 +75,7 @@ class Slab:
         self.memory = mmap.mmap(fd, self.size) if self.size else None
 
     @classmethod
-    def create(cls, size: int, name: str) -> "Slab":
+    def create(cls, size: int, name: str) -> Slab:
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, max(size, ALIGN))
@@ -86,7 +86,7 @@ class Slab:
             raise
 
     @classmethod
-    def attach(cls, fd: int) -> "Slab":
+    def attach(cls, fd: int) -> Slab:
         """Map a slab a peer sent, taking `fd` over (closed here once mapped: the mapping keeps the
         memory). MessageError for a descriptor that is not a slab sealed against shrinking."""
         try:
@@ -158,7 +158,7 @@ class Slab:
         if not (isinstance(shape, list) and len(shape) <= MAX_RANK
                 and all(isinstance(d, int) and d >= 0 for d in shape)):
             raise MessageError(f"tensor '{name}': shape {shape!r:.80} is not a list of at most {MAX_RANK} sizes")
-        if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size
+        if not (isinstance(offset, int) and isinstance(size, int) and offset >= 0 and size >= 0
                 and offset + size <= self.size):
             raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {self.size:,}-byte slab")
         dtype = NUMPY_DTYPES[data_type]

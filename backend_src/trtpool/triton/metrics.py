@@ -13,7 +13,6 @@ from typing import Any
 
 from trtpool.engine.pool import ContextStats, PoolStats
 
-
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
 SIZE_GAUGES = {
     "current": ("trtpool_contexts", "Execution contexts that exist now"),

@@ -20,7 +20,11 @@ from trtpool.model.signature import Profile, ShapeRange
 from trtpool_builder.engine.build_failure import foreign_operators, refused_axis, renamed_hint
 from trtpool_builder.engine.gpu import gpu_status
 from trtpool_builder.engine.trt_build import (
-    ParseError, TrtSettings, build_serialized, compute_capability_enum, io_tensors,
+    ParseError,
+    TrtSettings,
+    build_serialized,
+    compute_capability_enum,
+    io_tensors,
 )
 from trtpool_builder.engine.trt_module import load_trt
 from trtpool_builder.errors import BuildError, naming_the_users_file

@@ -20,9 +20,9 @@ import onnx
 
 from trtpool.model.shapes import format_profile
 from trtpool.model.signature import Profile, TensorSpec
-from trtpool_builder.precision.accuracy import Runner, onnxruntime_runner
-from trtpool_builder.graph.dim_names import Renamed, axes_named
 from trtpool_builder.errors import BuildError
+from trtpool_builder.graph.dim_names import Renamed, axes_named
+from trtpool_builder.precision.accuracy import Runner, onnxruntime_runner
 from trtpool_builder.precision.samples import random_feed
 
 STANDARD_DOMAINS = ("", "ai.onnx")

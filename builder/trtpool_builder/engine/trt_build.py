@@ -19,7 +19,6 @@ from trtpool.gpu import trt_api
 from trtpool.model.signature import Profile
 from trtpool_builder.errors import BuildError
 
-
 # A warning, not an error, in TensorRT-RTX 1.7: the engine is written and then refuses those shapes.
 INCONSISTENT_PROFILE = "values are not self-consistent"
 

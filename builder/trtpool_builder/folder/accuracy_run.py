@@ -16,12 +16,12 @@ from google.protobuf import json_format
 from trtpool.errors import TrtpoolError
 from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.engine.engine_here import built_for, why_not_here
-from trtpool_builder.precision.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.errors import BuildError
 from trtpool_builder.folder.instance_runner import instance_runner
 from trtpool_builder.folder.model_folder import ENGINE_SUFFIXES, model_config, read_config
 from trtpool_builder.graph.onnx_io import io_specs, load_graph
 from trtpool_builder.graph.profiles import resolve_profiles
+from trtpool_builder.precision.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.precision.samples import Samples, load_samples, random_samples
 
 

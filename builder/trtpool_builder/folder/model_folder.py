@@ -30,10 +30,10 @@ from trtpool.model.config_pbtxt import SECTIONS, check_agreement, tensor_entry
 from trtpool.model.shapes import format_profile
 from trtpool.model.sidecar import read_sidecar, write_sidecar
 from trtpool.model.signature import Profile, Signature, TensorSpec
-from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.folder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.folder.process_folder import ProcessOptions, apply_face, place_files
+from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.graph.onnx_io import OnnxFile, external_data_files, io_specs, save_model
 from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
 from trtpool_builder.graph.served_copy import repair_for_serving

@@ -21,7 +21,13 @@ import onnx
 from onnx import numpy_helper
 
 from trtpool_builder.precision.samples import Samples
-from trtpool_builder.precision.tensor_probe import declared_types, float_tensors, node_outputs, reduce_tensors, tensor_types
+from trtpool_builder.precision.tensor_probe import (
+    declared_types,
+    float_tensors,
+    node_outputs,
+    reduce_tensors,
+    tensor_types,
+)
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 # Magnitudes below half the smallest float16 subnormal (2**-25) round to 0 in float16.

@@ -14,15 +14,15 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import closing, contextmanager
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException
 
 from trtpool_builder.folder.front import make_front_folder
 from trtpool_builder.folder.model_folder import read_config, write_config
