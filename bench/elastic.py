@@ -28,6 +28,7 @@ and every sample.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import queue
 import statistics
@@ -260,11 +261,9 @@ def main() -> None:
                 the rounds compare the pools at the peak, not the elastic pool's growth."""
                 if model != elastic:
                     return {}
-                try:
+                with contextlib.suppress(PerfAnalyzerFailed):  # a warm-up: the count it reached is what matters
                     perf_analyzer(model, server.grpc_url, concurrency=str(args.peak), interval_ms=1000, max_trials=3,
                                   extra=("--stability-percentage", "100", *streaming))
-                except PerfAnalyzerFailed:
-                    pass  # a warm-up: the count it reached is what matters, and is kept
                 return {"contexts_at_start": sampler.contexts()}
 
             rounds = alternate(server, (elastic, fixed), args.rounds, args.peak, args.interval_ms, streaming,

@@ -144,7 +144,7 @@ def timed(pool: ContextPool, parts: Parts, seconds: float) -> dict[str, Any]:
             while (run_start := time.perf_counter()) < deadline:
                 run_once(pool, parts)
                 mine.append(time.perf_counter() - run_start)
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(mine,)) for mine in latencies]

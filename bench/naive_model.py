@@ -22,5 +22,5 @@ class TritonPythonModel:
             feeds = {t.name(): np.array(t.as_numpy()) for t in request.inputs()}
             outputs = self.session.run(self.output_names, feeds)
             responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor(n, o) for n, o in zip(self.output_names, outputs)]))
+                [pb_utils.Tensor(n, o) for n, o in zip(self.output_names, outputs, strict=True)]))
         return responses

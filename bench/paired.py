@@ -62,7 +62,7 @@ def compared(first: list[dict], second: list[dict], key: str, faster: str | None
     """first's `key` over second's, round by round, and their median; with `faster`,
     also how many rounds the ratio was above 1, under that name. A round where either
     measurement failed (no `key`: perf_analyzer found no stable window) is left out, and counted."""
-    ratios = [a[key] / b[key] for a, b in zip(first, second) if a.get(key) and b.get(key)]
+    ratios = [a[key] / b[key] for a, b in zip(first, second, strict=False) if a.get(key) and b.get(key)]
     summary: dict = {"per_round": [round(r, 3) for r in ratios],
                      "median": round(statistics.median(ratios), 3) if ratios else None}
     if len(ratios) < len(first):

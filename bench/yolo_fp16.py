@@ -54,7 +54,8 @@ def export(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     done = {}
     for cfg, dynamic, opset, simplify in itertools.product(MODELS, (True, False), (12, 17), (True, False)):
-        name = f"{cfg.removesuffix('.yaml')}_{'dynamic' if dynamic else 'static'}_op{opset}_{'slim' if simplify else 'raw'}"
+        shapes, graph = "dynamic" if dynamic else "static", "slim" if simplify else "raw"
+        name = f"{cfg.removesuffix('.yaml')}_{shapes}_op{opset}_{graph}"
         try:
             path = YOLO(cfg).export(format="onnx", dynamic=dynamic, imgsz=IMGSZ, opset=opset, simplify=simplify)
             os.replace(path, folder / f"{name}.onnx")

@@ -85,7 +85,7 @@ def floors(graph: dict[str, set[str]]) -> dict[str, int]:
         if node in floor:
             return floor[node]
         if node in visiting:
-            circle = visiting[visiting.index(node):] + [node]
+            circle = [*visiting[visiting.index(node):], node]
             raise ValueError("imports go round: " + " -> ".join(circle))
         visiting.append(node)
         floor[node] = 1 + max((visit(d) for d in graph[node]), default=-1)

@@ -38,7 +38,7 @@ def speaks_http(url: str) -> bool:
         with httpclient.InferenceServerClient(url, connection_timeout=2, network_timeout=2) as client:
             client.is_server_live()
         return True
-    except Exception:  # anything but an HTTP answer: not that mistake
+    except Exception:  # noqa: BLE001 - anything but an HTTP answer: not that mistake
         return False
 
 

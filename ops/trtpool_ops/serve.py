@@ -14,6 +14,7 @@ died while serving: each reload keeps the old instances' memory).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -149,10 +150,8 @@ def start(command: list[str], output: IO[bytes] | None = None) -> subprocess.Pop
 
 def kill_group(process: subprocess.Popen) -> None:
     """SIGKILL tritonserver's process group: the server and any stub it left."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> None:

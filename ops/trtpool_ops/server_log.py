@@ -32,7 +32,7 @@ def command_line_errors(lines: Sequence[str], own_flags: Sequence[str]) -> list[
         close = closest(match.group(1), own_flags) if match else None
         if close:
             causes.append(f"(did you mean trtpool-serve's {close}?)")
-    return causes + ["(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
+    return [*causes, "(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
 
 
 def start_errors(lines: Sequence[str], own_flags: Sequence[str] = ()) -> str:

@@ -125,7 +125,7 @@ class BatchRunner:
     def validate(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> list[Item]:
         """The valid requests as items; each invalid one is failed with its reason."""
         items = []
-        for tensors, responder in zip(requests, responders):
+        for tensors, responder in zip(requests, responders, strict=True):
             try:
                 items.append(Item(responder, *accept(self.signature, tensors)))
             except InvalidInput as exc:
@@ -155,7 +155,7 @@ class BatchRunner:
         parts: Parts = {name: [item.tensors[name] for item in chunk] for name in chunk[0].shapes}
         try:
             context.submit(parts)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any runtime's failure fails the chunk and rebuilds the context
             self.pool.give(context, exc)
             self._failed(chunk, exc, detach)
             return None
@@ -185,7 +185,7 @@ class BatchRunner:
                            for name, array in outputs.items()}
             else:
                 self._answer_all(chunk, outputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any runtime's failure fails the chunk and rebuilds the context
             failure = exc
         finally:
             self.pool.give(context, failure)
@@ -229,7 +229,7 @@ class BatchRunner:
         else:
             per_request = [{name: out[start:stop] for name, out in outputs.items()}
                            for start, stop in split_points([i.batch for i in chunk])]
-        for position, (item, answer) in enumerate(zip(chunk, per_request)):
+        for position, (item, answer) in enumerate(zip(chunk, per_request, strict=True)):
             try:
                 item.responder.send(answer)
             except Exception as exc:  # a response that cannot be built fails alone

@@ -251,7 +251,7 @@ class ContextPool:
             if free < need:  # stop before the device runs out, not at its last byte
                 raise MemoryError(f"{free} bytes are free on the device and a context needs {need}")
             context = self.runtime.create_context(index)
-        except Exception as exc:  # out of memory, or anything else: serve on with what there is
+        except Exception as exc:  # noqa: BLE001 - out of memory, or anything else: serve on with what there is
             with self._lock:
                 self._live.discard(index)
                 self.stats.grow_failures += 1

@@ -37,7 +37,7 @@ def row_slices(rows: int, nbytes: int, slice_bytes: int | None = SLICE_BYTES,
         return [(0, rows)]
     count = max(1, min(max_slices, rows, nbytes // max(slice_bytes, 1)))
     bounds = [rows * k // count for k in range(count + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarray, start: int, stop: int) -> None:

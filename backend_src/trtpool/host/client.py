@@ -8,6 +8,7 @@ a new one (trtpool.host.launch), so the model serves again once it has loaded.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -106,7 +107,7 @@ class HostClient:
         assert self._sock is not None
         slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
         wired, offset = [], 0
-        for tensors, probe in zip(requests, probes):
+        for tensors, probe in zip(requests, probes, strict=True):
             descriptors, offset = slab.write(tensors, offset)
             wired.append({"probe": probe, "inputs": descriptors})
         run_id = next(self._ids)
@@ -157,10 +158,8 @@ class HostClient:
     def close(self) -> None:
         with self._lock:
             if self._sock is not None:
-                try:
+                with contextlib.suppress(TrtpoolError, OSError):
                     wire.send(self._sock, {"op": "bye"})
-                except (TrtpoolError, OSError):
-                    pass
                 self._sock.close()
                 self._sock = None
             self._inputs.close()

@@ -13,6 +13,7 @@ they have gone. A connection that sends a bad message is dropped alone.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -169,10 +170,8 @@ class Connection:
         try:
             self._send(message, fds)
         except (TrtpoolError, OSError):
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def close(self) -> None:
         try:
@@ -240,7 +239,7 @@ class Host:
                 responder.fail(TrtpoolError(f"model '{self.name}' did not load: {self.failure}"))
             return
         served_tensors, served = [], []
-        for request, probe, responder in zip(tensors, probes, responders):
+        for request, probe, responder in zip(tensors, probes, responders, strict=False):
             if probe and self.instance.stage is not None:   # untouched by user code (trtpool.triton.probes)
                 responder.send({})
             else:

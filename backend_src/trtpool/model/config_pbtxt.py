@@ -68,7 +68,7 @@ def auto_complete(model_config: dict[str, Any], signature: Signature,
 
 def _dims_agree(config: list[int], model: list[int]) -> bool:
     """A config dim may fix a dimension the model leaves dynamic, not change a fixed one."""
-    return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model))
+    return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model, strict=True))
 
 
 def check_agreement(model_config: dict[str, Any], signature: Signature,
@@ -97,7 +97,8 @@ def check_agreement(model_config: dict[str, Any], signature: Signature,
             spec = by_name[name]
             if entry["data_type"] != spec.triton_dtype:
                 raise ConfigError(
-                    f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
+                    f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, "
+                    f"the model has {spec.triton_dtype}"
                 )
             # The model sees `reshape` where there is one (a scalar travels as dims [1], reshape []);
             # protobuf JSON leaves out empty lists.

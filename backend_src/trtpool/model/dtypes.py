@@ -67,7 +67,7 @@ def ort_dtype(type_name: str) -> np.dtype | None:
     import onnx
 
     element = type_name.removeprefix("tensor(").removesuffix(")")
-    if f"tensor({element})" != type_name or element.upper() not in onnx.TensorProto.DataType.keys():
+    if f"tensor({element})" != type_name or element.upper() not in onnx.TensorProto.DataType.keys():  # noqa: SIM118 - a protobuf enum: no `in`
         return None
     dtype = onnx_dtype(onnx.TensorProto.DataType.Value(element.upper()))
     return dtype if dtype in TRITON_DTYPES else None

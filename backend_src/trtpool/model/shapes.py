@@ -42,7 +42,7 @@ def parse_profile(text: str) -> dict[str, ShapeRange]:
         low, opt, high = parts
         if not len(low) == len(opt) == len(high):
             raise ConfigError(f"{where}: MIN, OPT and MAX must have the same rank, got '{spec}'")
-        if not all(a <= b <= c for a, b, c in zip(low, opt, high)):
+        if not all(a <= b <= c for a, b, c in zip(low, opt, high, strict=True)):
             raise ConfigError(f"{where}: need MIN <= OPT <= MAX in every dimension, got '{spec}'")
         ranges[name] = ShapeRange(low, opt, high)
     if not ranges:

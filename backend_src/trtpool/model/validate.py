@@ -57,14 +57,15 @@ def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[
         array = tensors[spec.name]
         if dtype_of(array) != spec.dtype:
             raise InvalidInput(
-                f"input '{spec.name}': data type {_dtype_name(dtype_of(array))} given, expected {_dtype_name(spec.dtype)}"
+                f"input '{spec.name}': data type {_dtype_name(dtype_of(array))} given, "
+                f"expected {_dtype_name(spec.dtype)}"
             )
         if array.ndim != len(spec.shape):
             raise InvalidInput(
                 f"input '{spec.name}': rank {array.ndim} (shape {list(array.shape)}) given, "
                 f"expected rank {len(spec.shape)} (shape {list(spec.shape)}, -1 = any)"
             )
-        for axis, (given, want) in enumerate(zip(array.shape, spec.shape)):
+        for axis, (given, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
             if want != -1 and given != want:
                 raise InvalidInput(
                     f"input '{spec.name}': dimension {axis} is {given}, expected {want} "

@@ -213,7 +213,7 @@ class DecoupledHandler:
         if self.stage is not None:
             requests = without_probes(self.pb, requests)
         tensors = keep_after_execute([request_tensors(r) for r in requests])
-        for request, request_inputs in zip(requests, tensors):
+        for request, request_inputs in zip(requests, tensors, strict=True):
             responder = SenderResponder(self.pb, request)
             if self.stage is None:
                 self.scheduler.submit(request_inputs, responder)

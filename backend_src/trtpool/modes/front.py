@@ -7,6 +7,7 @@ docs/design/front.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,10 @@ class ForwardHandler:
         def run() -> None:
             try:
                 replies, error = list(forwarded.exec(decoupled=True)), None
-            except Exception as exc:  # TritonModelException: the call's own error, for the front to answer
+            except Exception as exc:  # noqa: BLE001 - TritonModelException: the call's own error, for the front to answer
                 replies, error = None, exc
-            try:
+            with contextlib.suppress(RuntimeError):  # the stub's loop closed meanwhile (it is finalizing): nobody waits
                 loop.call_soon_threadsafe(settle, replies, error)
-            except RuntimeError:  # the stub's loop closed meanwhile (it is finalizing): nobody waits
-                pass
 
         threading.Thread(target=run, name="trtpool-forward", daemon=True).start()
         return future

@@ -42,7 +42,7 @@ class HostHandler:
             forwarded.append(index)
             tensors.append(inputs)
             probes.append(is_probe(request))
-        for index, answer in zip(forwarded, self.client.run(tensors, probes)):
+        for index, answer in zip(forwarded, self.client.run(tensors, probes), strict=False):
             responses[index] = (error_response(self.pb, answer) if isinstance(answer, Exception)
                                 else response(self.pb, answer))
         return responses

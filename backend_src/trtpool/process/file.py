@@ -57,7 +57,7 @@ class ProcessFile:
 
 def _engine_sections(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
     """The config sections that are the engine's own: those no process function stands in front of."""
-    return tuple(section for section, replaced in zip(SECTIONS, (preprocess, postprocess)) if not replaced)
+    return tuple(section for section, replaced in zip(SECTIONS, (preprocess, postprocess), strict=True) if not replaced)
 
 
 def engine_sections(version_dir: Path) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ class Postprocessor:
             return [batch.member(i, responder) for i, responder in enumerate(responders)]
         if self.process.postprocess is None:
             return list(responders)
-        return [Postprocessing(self, responder, request) for responder, request in zip(responders, inputs)]
+        return [Postprocessing(self, responder, request) for responder, request in zip(responders, inputs, strict=True)]
 
     def postprocess(self, outputs: Tensors, inputs: Tensors) -> Tensors:
         """The response's outputs; ProcessError naming what postprocess did wrong."""
@@ -68,7 +68,7 @@ class Postprocessor:
         with timed(self._observe, "post_batch") as outcome:
             try:
                 returned = self.process.postprocess_batch(outputs, inputs)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - user code: even SystemExit fails only these requests
                 error = ProcessError(f"{self._file} postprocess_batch() raised {why(exc)}")
                 return [error] * len(outputs)
             if not isinstance(returned, list | tuple) or len(returned) != len(outputs):
@@ -114,7 +114,7 @@ class Postprocessor:
     def _answer(self, responder: Responder, outputs: Tensors, inputs: Tensors) -> None:
         try:
             final = self.postprocess(outputs, inputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code's failure answers its request, the worker goes on
             log.warning("%s", exc)
             responder.fail(exc)
             return
@@ -125,8 +125,8 @@ class Postprocessor:
         self._post.submit(self.answer_batch, members)
 
     def answer_batch(self, members: list[Member]) -> None:
-        responders, outputs, inputs = zip(*members)
-        for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs))):
+        responders, outputs, inputs = zip(*members, strict=True)
+        for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs)), strict=True):
             if isinstance(answer, Exception):
                 log.warning("%s", answer)
                 responder.fail(answer)

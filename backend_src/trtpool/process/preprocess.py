@@ -79,7 +79,7 @@ class Preprocessor:
             return self.preprocess_batch([inputs])[0]
         try:
             return self.preprocess(inputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code's failure refuses its request alone
             return exc
 
     def preprocess_batch(self, requests: Sequence[Tensors]) -> list[Tensors | Exception]:
@@ -100,7 +100,7 @@ class Preprocessor:
                 returned = self.process.preprocess_batch(requests, self.device)
             except ProcessError as exc:
                 return exc
-            except BaseException as exc:  # user code: even SystemExit fails only these requests
+            except BaseException as exc:  # noqa: BLE001 - user code: even SystemExit fails only these requests
                 return _refusal(requests[0], self._file, "preprocess_batch()", exc)
             if not isinstance(returned, list | tuple) or len(returned) != len(requests):
                 given = f"{len(returned)} entries" if isinstance(returned, list | tuple) else \

@@ -59,7 +59,7 @@ class Stage:
         else:
             results = list(self._pre.map(self.pre.one, requests))
         kept_inputs, kept_responders, engine_inputs = [], [], []
-        for inputs, result, responder in zip(requests, results, responders):
+        for inputs, result, responder in zip(requests, results, responders, strict=True):
             if isinstance(result, Exception):
                 responder.fail(result)
             else:

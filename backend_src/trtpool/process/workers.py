@@ -59,7 +59,7 @@ def _preprocess_in_worker(inputs: Tensors) -> Tensors:
     except BaseException as exc:
         try:
             pickle.loads(pickle.dumps(exc))
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever unpickling raises, the text goes back instead
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
         raise
 

@@ -63,7 +63,7 @@ class ExecutionContext(ABC):
         Raises like ``submit``.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - does nothing unless a context holds something to release
         """Release what the context holds (streams, device memory)."""
 
 
@@ -91,5 +91,5 @@ class Runtime(ABC):
     def free_memory_bytes(self) -> int:
         """Memory free on the model's device right now."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - does nothing unless a runtime holds something to release
         """Release the shared model."""

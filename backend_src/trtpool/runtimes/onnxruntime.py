@@ -166,7 +166,7 @@ class OnnxContext(ExecutionContext):
         feed = {name: decoded_strings(name, array) if array.dtype == STRING else array
                 for name, array in staged.items()}
         names = [spec.name for spec in self._runtime.signature.outputs]
-        return dict(zip(names, self._runtime.session.run(names, feed)))
+        return dict(zip(names, self._runtime.session.run(names, feed), strict=True))
 
     def _run_bound(self, staged: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
         """run_with_iobinding into the context's preallocated outputs where their shape is known.
@@ -212,4 +212,4 @@ class OnnxContext(ExecutionContext):
     def _read_outputs(self, preallocated: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outputs = self._runtime.signature.outputs
         return {spec.name: preallocated[spec.name] if spec.name in preallocated else read_output(value, spec.dtype)
-                for spec, value in zip(outputs, self._binding.get_outputs())}
+                for spec, value in zip(outputs, self._binding.get_outputs(), strict=True)}

@@ -36,7 +36,7 @@ def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
 def _host_array(tensor: Any) -> np.ndarray:
     try:
         return tensor.as_numpy()
-    except Exception as refused:  # the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")
+    except Exception as refused:  # noqa: BLE001 - the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")
         try:
             return bfloat16.from_triton(tensor)
         except ValueError:  # not BF16 after all: the stub's own reason stands

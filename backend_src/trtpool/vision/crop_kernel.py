@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from trtpool.gpu import cuda
 from trtpool.vision.images import CropSpec, placement
@@ -30,7 +30,7 @@ class CropKernel:
     """The compiled kernel on one device; `launch` is safe from several threads (each passes
     its own stream)."""
 
-    _compiled: dict[tuple[int, str], bytes] = {}
+    _compiled: ClassVar[dict[tuple[int, str], bytes]] = {}   # every instance's cache
     _lock = threading.Lock()
 
     def __init__(self, device_index: int, source: str = KERNEL) -> None:

@@ -132,7 +132,7 @@ def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -
     if name == "auto":
         try:
             return TorchvisionDecoder(device_index)
-        except Exception as exc:  # no torchvision, or one built for another torch
+        except Exception as exc:  # noqa: BLE001 - no torchvision, or one built for another torch
             log.info("JPEG decoder 'auto': torchvision cannot be used here (%s: %s); nvImageCodec decodes",
                      type(exc).__name__, exc)
             name = "nvimgcodec"
@@ -185,7 +185,7 @@ class DeviceCrops:
         held: list[Any] = []  # decoded images and host arrays the stream still reads
         for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
             rows = []
-            for index, image in zip(chunk, self.decoder.decode([files[i] for i in chunk], stream)):
+            for index, image in zip(chunk, self.decoder.decode([files[i] for i in chunk], stream), strict=True):
                 if image is None:  # Pillow decodes it, or refuses it with its reason
                     on_cpu.append(index)
                     continue

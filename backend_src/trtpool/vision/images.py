@@ -83,7 +83,7 @@ def opened(data: bytes, spec: CropSpec) -> Image.Image:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise ImageRefused(f"not an image Pillow can identify ({len(data):,} bytes starting {data[:8]!r})") from None
-    except Exception as exc:  # a header Pillow cannot parse
+    except Exception as exc:  # noqa: BLE001 - a header Pillow cannot parse
         raise ImageRefused(f"unreadable image header: {type(exc).__name__}: {exc}") from None
     width, height = image.size
     if width * height * 3 > spec.max_decoded_bytes:
@@ -106,7 +106,7 @@ def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
         try:
             image.draft("RGB", (spec.resize, spec.resize))  # JPEG: the smallest DCT scale still >= resize
             rgb = image.convert("RGB")
-        except Exception as exc:  # truncated or corrupt data past the header
+        except Exception as exc:  # noqa: BLE001 - truncated or corrupt data past the header
             raise ImageRefused(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
     width, height = spec.resized(*rgb.size)
     rgb = rgb.resize((width, height), Image.BILINEAR)

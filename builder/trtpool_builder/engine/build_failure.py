@@ -48,7 +48,7 @@ def _first_line(exc: Exception) -> str:
 def _refuses(run: Runner, inputs: Sequence[TensorSpec], shapes: dict[str, tuple[int, ...]]) -> str | None:
     try:
         run(random_feed(inputs, shapes))
-    except Exception as exc:  # ORT raises its own exception types for shapes the graph refuses
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types for shapes the graph refuses
         return _first_line(exc)
     return None
 

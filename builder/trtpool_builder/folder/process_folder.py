@@ -32,7 +32,7 @@ class FaceTensor:
             raise ConfigError(f"tensor '{text}': expected NAME:TYPE:DIMS, e.g. IMAGE:STRING:1 or SCORES:FP32:5")
         name, data_type, dims = parts
         data_type = data_type if data_type.startswith("TYPE_") else f"TYPE_{data_type.upper()}"
-        if data_type not in mc.DataType.keys():
+        if data_type not in mc.DataType.keys():  # noqa: SIM118 - a protobuf enum has no `in`
             raise ConfigError(f"tensor '{text}': data type '{parts[1]}' is not one of Triton's "
                               f"({', '.join(k.removeprefix('TYPE_') for k in mc.DataType.keys()[1:])})")
         try:

@@ -70,7 +70,7 @@ def _stacking_changes_answers(model_file: Path, inputs: Sequence[TensorSpec], pr
     except Exception as exc:  # noqa: BLE001 - any refusal means the axis cannot be used to stack
         return f"ONNX Runtime refused {2 * rows} stacked rows ({type(exc).__name__}: {str(exc)[:200]})"
     names = [o.name for o in session.get_outputs()]
-    for name, first, second, both in zip(names, *alone, together):
+    for name, first, second, both in zip(names, *alone, together, strict=True):
         if first.shape[:1] != (rows,) or second.shape[:1] != (rows,) or both.shape[:1] != (2 * rows,):
             return (f"output '{name}' has shape {list(both.shape)} for {2 * rows} stacked rows and "
                     f"{list(first.shape)} for {rows}: its first dimension is not the batch")
@@ -101,7 +101,7 @@ def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: P
     try:
         session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
         outputs = [dict(zip([o.name for o in session.get_outputs()], session.run(None, {
-            s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs})))
+            s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs}), strict=True))
             for rows in (2, 3)]
     except Exception:  # noqa: BLE001 - a graph ONNX Runtime cannot run at 2 and 3 rows has no row axis to find
         return {}

@@ -90,7 +90,7 @@ def _inferred(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onn
     for value in model.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
-            for dim, size in zip(dims, shapes[value.name]):
+            for dim, size in zip(dims, shapes[value.name], strict=False):
                 dim.Clear()
                 dim.dim_value = size
     return onnx.shape_inference.infer_shapes(model, data_prop=True)

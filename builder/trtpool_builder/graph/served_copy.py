@@ -3,13 +3,14 @@
 Only what Triton cannot carry as the file has it: a ZipMap output is served
 as the tensor of probabilities it reads (trtpool.model.zipmap). An input that
 declares no shape at all (its rank unknown; ONNX Runtime reports it like a
-scalar) gets the rank its --shapes range gives, every dimension dynamic; an output without one gets what shape inference finds. An
-output declared as a scalar that the graph computes with one element per row
-(a ReduceSum, ArgMax or Squeeze over all but the first axis, traced on one row;
-ONNX Runtime answers [1] for one row and [N] for N) is declared with the shape
-shape inference finds for it, or, where inference loses the rank (a Squeeze
-without axes, which makes a scalar of one row), with the rows ONNX Runtime
-answers at 2 and 3 rows; so it is served as ONNX Runtime answers.
+scalar) gets the rank its --shapes range gives, every dimension dynamic; an
+output without one gets what shape inference finds. An output declared as a
+scalar that the graph computes with one element per row (a ReduceSum, ArgMax
+or Squeeze over all but the first axis, traced on one row; ONNX Runtime
+answers [1] for one row and [N] for N) is declared with the shape shape
+inference finds for it, or, where inference loses the rank (a Squeeze without
+axes, which makes a scalar of one row), with the rows ONNX Runtime answers at
+2 and 3 rows; so it is served as ONNX Runtime answers.
 Everything else is served as ONNX Runtime runs the file.
 """
 from __future__ import annotations

@@ -75,7 +75,7 @@ class AccuracyReport:
 def onnxruntime_runner(path: Path) -> Runner:
     session = cpu_session(str(path), f"'{path}'")
     names = [o.name for o in session.get_outputs()]
-    return lambda feeds: dict(zip(names, session.run(names, feeds)))
+    return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 
 
 def _figure(reference: np.ndarray, candidate: np.ndarray, diff: np.ndarray) -> float:

@@ -91,8 +91,8 @@ def check_precision(precision: str, module_name: str, module_version: str, legac
     if precision == "bf16" and not legacy and not onnx_has_bf16:
         raise ConfigError(
             "--precision bf16: no ONNX converter writes bfloat16 (onnxconverter-common and ONNX "
-            "Runtime convert to float16 only) and strongly typed builds take precision from the graph. Export the model "
-            "in bfloat16 (e.g. PyTorch model.to(torch.bfloat16) before torch.onnx.export) and build "
+            "Runtime convert to float16 only) and strongly typed builds take precision from the graph. "
+            "Export the model in bfloat16 (e.g. PyTorch model.to(torch.bfloat16) before torch.onnx.export) and build "
             "that file with --precision bf16, or use --precision fp16"
             + (", or --legacy-precision-flags" if module_name == "tensorrt" else ""))
 

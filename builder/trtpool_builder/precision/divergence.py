@@ -30,7 +30,7 @@ def first_divergence(reference: onnx.ModelProto, candidate: onnx.ModelProto, fee
     failing: dict[str, float] = {}
     for start in range(0, len(names), CHUNK):
         chunk = names[start:start + CHUNK]
-        pairs = zip(probe(reference, chunk, feeds), probe(candidate, chunk, feeds))
+        pairs = zip(probe(reference, chunk, feeds), probe(candidate, chunk, feeds), strict=True)
         for expected, got in pairs:
             for name in chunk:
                 ref, cand = expected.get(name), got.get(name)

@@ -95,7 +95,7 @@ def _form(name: str, array: np.ndarray, spec: TensorSpec, where: Path) -> str:
 
 def _check(name: str, array: np.ndarray, spec: TensorSpec, form: str, where: Path) -> np.ndarray:
     one_input = array.shape[1:] if form == STACKED else array.shape
-    for axis, (have, want) in enumerate(zip(one_input, spec.shape)):
+    for axis, (have, want) in enumerate(zip(one_input, spec.shape, strict=True)):
         if (axis or form != ROWS) and want != -1 and have != want:
             raise ConfigError(f"'{where}': array '{name}' gives dimension {axis} of the input as {have}, "
                               f"the model needs {want} (input shape {list(spec.shape)})")

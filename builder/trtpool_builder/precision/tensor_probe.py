@@ -51,7 +51,7 @@ def probe(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples]
         chunk = list(names[start:start + CHUNK])
         session = _session(model, chunk)
         for feed in feeds:
-            yield dict(zip(chunk, session.run(chunk, feed)))
+            yield dict(zip(chunk, session.run(chunk, feed), strict=True))
 
 
 def reduce_tensors(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples],

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -128,10 +128,8 @@ def shut_down(server: Server) -> None:
         if server.process.poll() is None:
             unload_all(server)
             server.process.send_signal(signal.SIGINT)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 server.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
         kill_group(server.process)
         server.process.wait()
         remove_regions(server.prefix)

@@ -51,7 +51,7 @@ class ClientProfile:
 
 
 def _fits(dims: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(dims) == len(shape) and all(d in (-1, s) for d, s in zip(dims, shape))
+    return len(dims) == len(shape) and all(d in (-1, s) for d, s in zip(dims, shape, strict=True))
 
 
 def _ranges(config: dict[str, Any]) -> list[dict]:
@@ -64,7 +64,7 @@ def _ranges(config: dict[str, Any]) -> list[dict]:
 
 def _in_some_profile(name: str, full: tuple[int, ...], ranges: list[dict]) -> tuple[bool, str]:
     spans = [r[name] for r in ranges if name in r]
-    fits = not spans or any(len(s.min) == len(full) and all(a <= v <= b for a, v, b in zip(s.min, full, s.max))
+    fits = not spans or any(len(s.min) == len(full) and all(a <= v <= b for a, v, b in zip(s.min, full, s.max, strict=False))
                             for s in spans)
     text = " or ".join("x".join(map(str, s.min)) + " to " + "x".join(map(str, s.max)) for s in spans)
     return fits, text

@@ -43,7 +43,7 @@ def next_steps(model: str, config: Path, over: bool) -> str:
 
 def _windows(m: dict[str, Any]) -> str:
     windows = m.get("windows_infer_per_s") or []
-    return f"{min(windows):.1f}–{max(windows):.1f}" if windows else "—"
+    return f"{min(windows):.1f}–{max(windows):.1f}" if windows else "—"  # noqa: RUF001 - a range, typeset
 
 
 def markdown(record: dict[str, Any]) -> str:

@@ -151,7 +151,7 @@ class Space:
 
     def grid(self) -> list[Candidate]:
         names = [a.name for a in self.axes]
-        return [Candidate(mode, contexts, tuple(sorted(zip(names, values))))
+        return [Candidate(mode, contexts, tuple(sorted(zip(names, values, strict=True))))
                 for mode, contexts in itertools.product(self.modes, self.contexts)
                 for values in itertools.product(*(a.values for a in self.axes))]
 

@@ -34,7 +34,7 @@ def _import_onnx2torch() -> types.ModuleType:
     takes its place and fails only if one of those two converters is used."""
     try:
         import torchvision  # noqa: F401
-    except Exception:  # ImportError, or RuntimeError from a mismatched build
+    except Exception:  # noqa: BLE001 - ImportError, or RuntimeError from a mismatched build
         sys.modules["torchvision"] = sys.modules["torchvision.ops"] = _Missing("torchvision")
     try:
         import onnx2torch

@@ -104,7 +104,7 @@ class TorchRuntime(Runtime):
 
     def padded_shapes(self, shapes: Shapes) -> Shapes:
         """The bucket these input shapes run in, in the model's input order."""
-        return {s.name: tuple(bucket_of(d, b) for d, b in zip(shapes[s.name], self.axis_buckets[s.name]))
+        return {s.name: tuple(bucket_of(d, b) for d, b in zip(shapes[s.name], self.axis_buckets[s.name], strict=True))
                 for s in self.signature.inputs}
 
     def real_output(self, name: str, output: torch.Tensor, shapes: Shapes) -> torch.Tensor:
@@ -136,7 +136,7 @@ class TorchRuntime(Runtime):
         if len(results) != len(outputs):
             raise EngineError(f"the converted model returned {len(results)} outputs, its ONNX file declares "
                               f"{len(outputs)}")
-        return {spec.name: result.to(torch_dtype(spec.dtype)) for spec, result in zip(outputs, results)}
+        return {spec.name: result.to(torch_dtype(spec.dtype)) for spec, result in zip(outputs, results, strict=True)}
 
     def keep_outputs_on_device(self) -> bool:
         self.outputs_on_device = True

@@ -27,6 +27,7 @@ labels.txt the class names (synthetic: the example's weights are random).
 """
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -140,4 +141,4 @@ def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list:
 
         answers = _top_on_device(torch.cat(logits))
     bounds = np.cumsum([0, *(len(o["logits"]) for o in outputs)])
-    return [{name: value[start:stop] for name, value in answers.items()} for start, stop in zip(bounds, bounds[1:])]
+    return [{name: value[start:stop] for name, value in answers.items()} for start, stop in itertools.pairwise(bounds)]
