@@ -49,7 +49,7 @@ def pillow(data: bytes) -> np.ndarray:
         image.draft("RGB", (RESIZE, RESIZE))
         rgb = image.convert("RGB")
     width, height = _scaled(*rgb.size)
-    rgb = rgb.resize((width, height), Image.BILINEAR)
+    rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
     left, top = (width - CROP) // 2, (height - CROP) // 2
     return _normalized(np.asarray(rgb.crop((left, top, left + CROP, top + CROP))))
 

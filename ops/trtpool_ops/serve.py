@@ -81,6 +81,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The module's docstring as written, and each flag's default where it has a value."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        assert action.help is not None  # argparse asks only for flags with a help text
         unset = action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS)
         shown = not unset and "(default" not in action.help
         return f"{action.help} (default: %(default)s)" if shown else action.help
@@ -218,6 +219,7 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     say("tritonserver command: " + shlex.join(command))
     log = args.log.open("wb") if args.log else None
     process = start(command)
+    assert process.stdout is not None  # a pipe: start() was given no output file
     output = ServerOutput(process.stdout, log, say)
     stopping = threading.Event()   # set by a signal: the watchdog ends, the exit is clean
     dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
 from trtpool.parameters import Elasticity
-from trtpool.runtimes.base import ExecutionContext, Runtime
+from trtpool.runtimes.base import ExecutionContext, Parts, Runtime
 
 log = logging.getLogger("trtpool")
 
@@ -59,7 +59,7 @@ class PoolStats:
     grow_failures: int = 0   # contexts the policy could not make
 
 
-class OutOfService:
+class OutOfService(ExecutionContext):
     """Holds the slot of a context whose rebuild failed (after a sticky CUDA error,
     say): any use raises ContextFailure with both errors, and the pool then
     tries the rebuild again."""
@@ -69,7 +69,13 @@ class OutOfService:
         self._message = (f"context {index} is out of service: it failed ({cause}) and rebuilding it "
                          f"failed too ({type(rebuild_error).__name__}: {rebuild_error})")
 
-    def __getattr__(self, name: str) -> NoReturn:
+    def submit(self, parts: Parts) -> NoReturn:
+        raise ContextFailure(self._message)
+
+    def complete(self) -> NoReturn:
+        raise ContextFailure(self._message)
+
+    def __getattr__(self, name: str) -> NoReturn:  # a runtime's own attributes
         raise ContextFailure(self._message)
 
     def close(self) -> None:
@@ -184,7 +190,7 @@ class ContextPool:
         self._available.notify_all()
         self._changed.notify()  # its idle time starts: the policy may close it later
 
-    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext | OutOfService:
+    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext:
         stats = self.stats.contexts[broken.index]
         stats.failures += 1
         log.warning("context %d failed (%s); rebuilding it", broken.index, cause)
@@ -221,6 +227,7 @@ class ContextPool:
         returned (taken out of the free ones); or neither, after waiting until one may be
         due or something changed."""
         policy = self.elastic
+        assert policy is not None  # the policy thread runs only in an elastic pool
         now = time.monotonic_ns()
         due: list[int] = []
         if len(self._live) < self.size and not self._free and self._waiting:
@@ -242,6 +249,7 @@ class ContextPool:
         return False, None
 
     def _grow(self) -> None:
+        assert self.elastic is not None  # the policy thread runs only in an elastic pool
         with self._lock:
             index = min(set(range(self.size)) - self._live)
             self._live.add(index)

@@ -204,7 +204,8 @@ def pinned_allocator(dtype: np.dtype, count: int) -> np.ndarray:
     ptr = int(_call("cudaHostAlloc", nbytes, _rt().cudaHostAllocPortable))
     memory = (ctypes.c_byte * nbytes).from_address(ptr)
     _free_later(memory, "cudaFreeHost", ptr)
-    return np.frombuffer(memory, dtype=dtype, count=count)
+    # numpy 1.26's stubs list bytes-like types only; a ctypes array has the buffer protocol too
+    return np.frombuffer(memory, dtype=dtype, count=count)  # type: ignore[call-overload]
 
 
 def _host_ptr(array: np.ndarray, nbytes: int) -> int:

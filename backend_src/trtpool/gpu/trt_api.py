@@ -164,7 +164,9 @@ def _logger_class(trt: ModuleType) -> type:
     levels = {severity.INTERNAL_ERROR: logging.ERROR, severity.ERROR: logging.ERROR,
               severity.WARNING: logging.WARNING, severity.INFO: logging.DEBUG}  # VERBOSE: dropped
 
-    class ProcessLogger(trt.ILogger):
+    logger_base: Any = trt.ILogger  # a class of the bindings, which have no type information
+
+    class ProcessLogger(logger_base):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
@@ -283,7 +285,9 @@ def output_allocator(trt: ModuleType, allocate: Callable[[str, int], int],
     cudaMalloc is 256-byte aligned, the alignment TensorRT asks of I/O tensors.
     """
 
-    class OutputAllocator(trt.IOutputAllocator):
+    allocator_base: Any = trt.IOutputAllocator  # a class of the bindings, which have no type information
+
+    class OutputAllocator(allocator_base):
         def __init__(self) -> None:
             trt.IOutputAllocator.__init__(self)
 

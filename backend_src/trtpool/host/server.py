@@ -151,7 +151,8 @@ class Connection:
     def _write_answers(self, answers: list[Answer]) -> list[dict[str, Any]]:
         outputs = [a for a in answers if isinstance(a, dict)]
         slab = self.outputs.room(room_for(t for o in outputs for t in o.values()))
-        wired, offset = [], 0
+        wired: list[dict[str, Any]] = []
+        offset = 0
         for answer in answers:
             if isinstance(answer, dict):
                 descriptors, offset = slab.write(answer, offset)
@@ -238,6 +239,7 @@ class Host:
             for responder in responders:
                 responder.fail(TrtpoolError(f"model '{self.name}' did not load: {self.failure}"))
             return
+        assert self.instance is not None  # set with the merger
         served_tensors, served = [], []
         for request, probe, responder in zip(tensors, probes, responders, strict=False):
             if probe and self.instance.stage is not None:   # untouched by user code (trtpool.triton.probes)

@@ -168,20 +168,21 @@ class Slab:
 
     def _get(self, name: str, dtype: np.dtype, shape: tuple[int, ...], offset: int, size: int) -> np.ndarray:
         assert self.memory is not None or size == 0
+        memory = self.memory if self.memory is not None else b""  # a 0-byte slab maps nothing: no tensor reads it
         if dtype != STRING:
             if size == 0:
                 return np.empty(shape, dtype)
-            return np.frombuffer(self.memory, dtype=dtype, count=prod(shape), offset=offset).reshape(shape)
+            return np.frombuffer(memory, dtype=dtype, count=prod(shape), offset=offset).reshape(shape)
         elements = []
         position, end = offset, offset + size
         for _ in range(prod(shape)):
             if position + _ELEMENT_LENGTH.size > end:
                 raise MessageError(f"tensor '{name}': its BYTES elements end early")
-            (length,) = _ELEMENT_LENGTH.unpack_from(self.memory, position)
+            (length,) = _ELEMENT_LENGTH.unpack_from(memory, position)
             position += _ELEMENT_LENGTH.size
             if position + length > end:
                 raise MessageError(f"tensor '{name}': an element of {length:,} bytes runs past the tensor")
-            elements.append(self.memory[position:position + length])
+            elements.append(memory[position:position + length])
             position += length
         array = np.empty(len(elements), dtype=np.object_)
         array[:] = elements

@@ -35,6 +35,7 @@ class HostHandler:
                 inputs = {name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
                           for name, t in request_tensors(request).items()}
                 if not self.client.process_file:   # the engine's own checks, before anything is sent
+                    assert self.client.signature is not None  # learnt by attach(), before this handler was made
                     inputs, _ = accept(self.client.signature, inputs)
             except InvalidInput as exc:
                 responses[index] = error_response(self.pb, exc)

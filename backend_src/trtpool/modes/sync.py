@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtpool.engine.answer import Responder
 from trtpool.instance import ModelInstance
 from trtpool.triton.metrics import PoolMetrics
 from trtpool.triton.probes import is_probe
@@ -38,7 +39,7 @@ class SyncHandler:
                     served.append(index)
             # Nothing outlives execute(): the requests' tensors need no copies.
             tensors = [request_tensors(requests[index]) for index in served]
-            responders = [ListResponder(self.pb, responses, index) for index in served]
+            responders: list[Responder] = [ListResponder(self.pb, responses, index) for index in served]
             self.instance.serve(tensors, responders, inline=True)
             self.metrics.after_work()
             return responses

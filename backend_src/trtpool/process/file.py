@@ -118,4 +118,4 @@ def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> Proces
     on_device = getattr(module, "OUTPUTS_ON_DEVICE", False)
     if not isinstance(on_device, bool):
         raise ConfigError(f"{path}: OUTPUTS_ON_DEVICE is {on_device!r}, expected True or False")
-    return ProcessFile(path, *(functions[face] for face in FACES), outputs_on_device=on_device)
+    return ProcessFile(path, **{face: functions[face] for face in FACES}, outputs_on_device=on_device)

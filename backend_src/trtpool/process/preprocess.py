@@ -95,9 +95,11 @@ class Preprocessor:
     def _call_batch_face(self, requests: list[Tensors]) -> list[Refusable] | Exception:
         """The batch face's list (checked: one entry per request), or the exception that refuses
         the batch: InvalidInput for the user's exception, ProcessError for a wrong return."""
+        face = self.process.preprocess_batch
+        assert face is not None  # the batch face serves only where the file has it (choose_faces)
         with timed(self._observe, "pre_batch") as outcome:
             try:
-                returned = self.process.preprocess_batch(requests, self.device)
+                returned = face(requests, self.device)
             except ProcessError as exc:
                 return exc
             except BaseException as exc:  # noqa: BLE001 - user code: even SystemExit fails only these requests

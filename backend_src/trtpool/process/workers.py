@@ -82,9 +82,9 @@ def _match_the_tracker_to_the_interpreter() -> None:
     C RLock without ``_recursion_count``, which multiprocessing's resource tracker of the
     newer library calls before it starts: give the tracker the library's own
     pure-Python RLock, which has it."""
-    tracker = resource_tracker._resource_tracker
+    tracker: Any = resource_tracker._resource_tracker  # its _lock is private: typeshed leaves it out
     if not hasattr(tracker._lock, "_recursion_count"):
-        tracker._lock = threading._PyRLock()
+        tracker._lock = threading._PyRLock()  # type: ignore[attr-defined]  # private: typeshed leaves it out
 
 
 class ProcessPreprocess:

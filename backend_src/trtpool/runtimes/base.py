@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trtpool.model.signature import Signature
+from trtpool.parameters import PoolConfig
 
 # Per input, the requests' tensors in batch order: numpy arrays, or device
 # tensors (torch, from Triton's DLPack) for inputs that arrived on the GPU.
@@ -73,6 +75,10 @@ class Runtime(ABC):
     name: str
     signature: Signature  # output dims the model cannot tell before a run are -1
     outputs_on_device = False  # complete() returns device tensors (see keep_outputs_on_device)
+
+    @abstractmethod
+    def __init__(self, cfg: PoolConfig, path: Path) -> None:
+        """Load the model file `path` once; `cfg` is the model's parsed parameters."""
 
     def keep_outputs_on_device(self) -> bool:
         """Have every context's complete() return its outputs as device tensors, not copied to

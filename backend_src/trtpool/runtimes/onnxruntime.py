@@ -129,8 +129,8 @@ class OnnxContext(ExecutionContext):
         self.index = index
         self._runtime = runtime
         inputs, outputs = runtime.buffer_capacities()
-        self.inputs = HostBuffers(inputs)
-        self.outputs = HostBuffers(outputs)
+        self.inputs: HostBuffers | None = HostBuffers(inputs)   # None once closed
+        self.outputs: HostBuffers | None = HostBuffers(outputs)
         self._binding = runtime.session.io_binding()
         self._batch: int | None = None  # the staged batch's size, until complete()
         self._staged: dict[str, np.ndarray] = {}  # its inputs, views of the context's buffers
@@ -143,13 +143,16 @@ class OnnxContext(ExecutionContext):
         signature = self._runtime.signature
         shapes = batch_shapes(parts, signature.batched)
         signature.choose_profile(shapes)  # refuses shapes outside every profile
+        inputs = self.inputs
+        assert inputs is not None  # open
         self._staged = {spec.name: gather([to_host(t) for t in parts[spec.name]],
-                                          self.inputs.view(spec.name, shapes[spec.name]))
+                                          inputs.view(spec.name, shapes[spec.name]))
                         for spec in signature.inputs}
         self._batch = shapes[signature.inputs[0].name][0] if signature.batched else 1
 
     def complete(self) -> dict[str, np.ndarray]:
         batch, staged = self._batch, self._staged
+        assert batch is not None  # submit() staged a batch
         self._batch, self._staged = None, {}
         try:
             results = self._run_bound(staged, batch) if self._runtime.binds else self._run_plain(staged)
@@ -196,13 +199,14 @@ class OnnxContext(ExecutionContext):
 
     def _bind_outputs(self, batch: int, allocated_by_runtime: frozenset[str]) -> dict[str, np.ndarray]:
         """Bind every output; the views of those bound to the context's buffers."""
-        signature, binding = self._runtime.signature, self._binding
+        signature, binding, outputs = self._runtime.signature, self._binding, self.outputs
+        assert outputs is not None  # open
         binding.clear_binding_outputs()
         preallocated = {}
         for spec in signature.outputs:
-            if spec.name in self.outputs and spec.name not in allocated_by_runtime:
+            if spec.name in outputs and spec.name not in allocated_by_runtime:
                 shape = (batch, *spec.shape[1:]) if signature.batched else spec.shape
-                view = self.outputs.view(spec.name, shape)
+                view = outputs.view(spec.name, shape)
                 binding.bind_output(spec.name, "cpu", 0, spec.dtype, view.shape, view.ctypes.data)
                 preallocated[spec.name] = view
             else:

@@ -43,6 +43,7 @@ class StreamContext(ExecutionContext):
     def complete(self) -> dict[str, np.ndarray]:
         self._done.synchronize()  # the one wait per batch
         results, self._results = self._results, None
+        assert results is not None  # submit() queued a batch
         return results
 
     def _drain(self) -> None:

@@ -238,6 +238,7 @@ class DeviceOutput:
 
     @property
     def ptr(self) -> int:
+        assert self._device is not None  # made in __init__
         return self._device.ptr
 
     def ensure(self, nbytes: int) -> bool:
@@ -283,6 +284,10 @@ class TensorRTContext(StreamContext):
         self._activations: cuda.DeviceBuffer | None = None  # sized to the largest shapes run so far
         self._activation_bytes = 0
 
+    def _buffers(self) -> list[tuple[str, cuda.DeviceBuffer | DeviceOutput]]:
+        """Every input's and output's device buffer, by tensor name."""
+        return [*self._inputs.items(), *self._outputs.items()]
+
     @property
     def captured(self) -> list[GraphKey]:
         """The (profile, input shapes) this context has CUDA graphs for."""
@@ -321,7 +326,7 @@ class TensorRTContext(StreamContext):
         self._trt(f"selecting optimization profile {profile}", self._context.set_optimization_profile_async,
                   profile, self._stream.handle)
         self._profile = profile
-        for name, buffer in (*self._inputs.items(), *self._outputs.items()):
+        for name, buffer in self._buffers():
             self._trt(f"binding tensor '{name}'", self._context.set_tensor_address, name, buffer.ptr)
 
     def _set_shapes(self, profile: int, run_shapes: Shapes, shapes: Shapes) -> None:
@@ -468,7 +473,7 @@ class TensorRTContext(StreamContext):
         self._drain()
         self._drop_graphs()
         self._context = None
-        for buffer in (*self._inputs.values(), *self._outputs.values()):
+        for _, buffer in self._buffers():
             buffer.close()
         if self._activations is not None:  # after the context that used it
             self._activations.close()

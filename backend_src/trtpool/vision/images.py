@@ -96,8 +96,8 @@ def opened(data: bytes, spec: CropSpec) -> Image.Image:
 def read_header(data: bytes, spec: CropSpec) -> Header:
     """The file's format and size from its header; ImageRefused for what is no image or too large."""
     with opened(data, spec) as image:
-        return Header(image.format or "unknown", *image.size, image.mode,
-                      b"\xff\xd9" in data[-4096:])
+        width, height = image.size
+        return Header(image.format or "unknown", width, height, image.mode, b"\xff\xd9" in data[-4096:])
 
 
 def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
@@ -109,7 +109,7 @@ def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
         except Exception as exc:  # noqa: BLE001 - truncated or corrupt data past the header
             raise ImageRefused(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
     width, height = spec.resized(*rgb.size)
-    rgb = rgb.resize((width, height), Image.BILINEAR)
+    rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
     left, top = spec.crop_origin(width, height)
     pixels = np.asarray(rgb.crop((left, top, left + spec.crop, top + spec.crop)), dtype=np.float32) / 255.0
     mean, std = np.array(spec.mean, np.float32), np.array(spec.std, np.float32)

@@ -283,7 +283,7 @@ def build_engine(onnx_path: Path, output: Path, options: BuildOptions = BuildOpt
 
 def command_options(onnx_path: Path, output: Path, options: BuildOptions, module_name: str) -> dict[str, Any]:
     """The options as `trtpool-build` flags (sidecar.format_command renders them), paths absolute."""
-    recorded = {"onnx": str(onnx_path), "output": str(output)}
+    recorded: dict[str, Any] = {"onnx": str(onnx_path), "output": str(output)}
     for key, value in asdict(options).items():
         if key == "verbose":
             continue

@@ -79,7 +79,7 @@ def _sample_image(folder: Path) -> Path:
 
     coarse = np.random.default_rng(0).integers(0, 256, (15, 20, 3), dtype=np.uint8)
     path = folder / "sample.jpg"
-    Image.fromarray(coarse).resize((320, 240), Image.BILINEAR).save(path, "JPEG", quality=90)
+    Image.fromarray(coarse).resize((320, 240), Image.Resampling.BILINEAR).save(path, "JPEG", quality=90)
     return path
 
 

@@ -32,7 +32,8 @@ def instance_runner(model_config: dict[str, Any], version_dir: Path,
         errors = [k.error for k in kept if k.error is not None]
         if errors:
             raise errors[0]
-        parts = [k.outputs for k in kept]
+        parts = [k.outputs for k in kept if k.outputs is not None]
+        assert len(parts) == len(kept)  # every request answered, none with an error
         if not batched:
             return parts[0]
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

@@ -43,15 +43,22 @@ MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "m
 INSTANCE_KINDS = {"auto": None, "gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc.ModelInstanceGroup.KIND_CPU}
 
 
+def _backend_default(key: str) -> str:
+    """A parameter's default text in the backend's table, for one that has a default."""
+    default = backend_config.PARAMETERS[key].default
+    assert default is not None, key
+    return default
+
+
 @dataclass(frozen=True)
 class ServingOptions:
     """How the model is served; the string fields become config.pbtxt parameters."""
 
     # The backend's defaults (its PARAMETERS table), written out so that the folder says them.
-    runtime: str = backend_config.PARAMETERS["runtime"].default  # auto: picked by the file in the version folder
-    contexts: str = backend_config.PARAMETERS["contexts"].default
-    memory_fraction: str = backend_config.PARAMETERS["memory_fraction"].default
-    mode: str = backend_config.PARAMETERS["mode"].default        # sync | decoupled
+    runtime: str = _backend_default("runtime")  # auto: picked by the file in the version folder
+    contexts: str = _backend_default("contexts")
+    memory_fraction: str = _backend_default("memory_fraction")
+    mode: str = _backend_default("mode")        # sync | decoupled
     instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch

@@ -107,7 +107,7 @@ def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: P
         return {}
     found = {}
     for name in names:
-        two, three = (np.shape(o.get(name)) for o in outputs)
+        two, three = (np.shape(o[name]) if name in o else () for o in outputs)
         if two[:1] == (2,) and three[:1] == (3,) and two[1:] == three[1:]:
             found[name] = (-1, *two[1:])
     return found

@@ -98,7 +98,7 @@ def output_error(name: str, reference: np.ndarray, candidate: np.ndarray) -> Out
     same = (ref == cand) | (np.isnan(ref) & np.isnan(cand))
     finite = np.abs(ref[np.isfinite(ref)])
     scale = float(finite.max()) if finite.size else 0.0
-    floor = max(scale * REL_FLOOR, np.finfo(np.float64).tiny)
+    floor = max(scale * REL_FLOOR, float(np.finfo(np.float64).tiny))
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(cand - ref))
         diff[np.isnan(diff)] = np.inf  # NaN beside a number, or opposite infinities

@@ -173,6 +173,7 @@ def prepare(source: Path, precision: str, legacy: bool, samples: SampleSet | Non
     dest = workdir / f"model.{precision}.onnx"
     try:
         if precision in QUANTIZED:
+            assert samples is not None  # check_precision refused a quantized precision without them
             quantizer = quantizer_for(precision)
             if quantizer == "modelopt":
                 _quantize_modelopt(source, dest, precision, samples)

@@ -34,7 +34,7 @@ def first_divergence(reference: onnx.ModelProto, candidate: onnx.ModelProto, fee
         for expected, got in pairs:
             for name in chunk:
                 ref, cand = expected.get(name), got.get(name)
-                if not isinstance(ref, np.ndarray) or ref.dtype.kind != "f" or ref.shape != np.shape(cand):
+                if not isinstance(ref, np.ndarray) or ref.dtype.kind != "f" or cand is None or ref.shape != np.shape(cand):
                     continue
                 error = output_error(name, ref, np.asarray(cand)).error
                 if not error <= limit:

@@ -170,7 +170,7 @@ def build_space(args: argparse.Namespace, served: dict[str, Any], has_process: b
             except ValueError:
                 raise ValueError(f"--{flag.replace('_', '-')} {','.join(values)}: expected whole numbers") from None
         now = current(name, served)
-        axes.append(Axis(name, values, now if now in values else values[0]))
+        axes.append(Axis(name, values, now if now is not None and now in values else values[0]))
     return Space(tuple(modes), tuple(contexts), tuple(axes))
 
 

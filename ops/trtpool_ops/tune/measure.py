@@ -85,6 +85,7 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0,
     """Every model of `repo` loaded (`load_threads` at a time, Triton's default 4) and READY, or
     LoadFailed with Triton's reason; stopped on the way out."""
     prefix = own_prefix((), tool="tune")
+    assert prefix is not None  # no flags that set one: always a fresh prefix
     options = ServeOptions(repo, (), "127.0.0.1", free_port(), free_port(), free_port(),
                            passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10",
                                         f"--model-load-thread-count={load_threads}"))

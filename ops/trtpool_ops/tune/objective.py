@@ -39,8 +39,13 @@ class Objective:
                     "throughput")
         return "highest throughput"
 
+    def _bound_ms(self) -> float:
+        """The p99 bound of objective p99 (the command line requires one with it)."""
+        assert self.p99_ms is not None
+        return self.p99_ms
+
     def meets(self, m: Measurement) -> bool:
-        return m.ok and (self.name != "p99" or m.p99_ms <= self.p99_ms)
+        return m.ok and (self.name != "p99" or m.p99_ms <= self._bound_ms())
 
     def score(self, m: Measurement) -> float | None:
         """What the search climbs (None: the point failed). Under a p99 bound a point over it
@@ -48,8 +53,8 @@ class Objective:
         moves towards the bound from a space where nothing meets it yet."""
         if not m.ok:
             return None
-        if self.name == "p99" and m.p99_ms > self.p99_ms:
-            return m.infer_per_s * self.p99_ms / m.p99_ms / 2
+        if self.name == "p99" and m.p99_ms > self._bound_ms():
+            return m.infer_per_s * self._bound_ms() / m.p99_ms / 2
         return m.infer_per_s
 
     def rivals(self, chosen: Measurement, measured: Sequence[Measurement]) -> list[Measurement]:
@@ -67,6 +72,7 @@ class Objective:
         objective, serves within the noise of it and (where both have a figure) holds no more GPU memory
         beyond the noise: at its peak it serves as well, and it gives contexts back when the load falls."""
         fixed = choice.measurement
+        assert fixed is not None  # a choice that met the objective has its measurement
         twin = elastic_twin(fixed.candidate)
         found = [m for m in measured if m.candidate == twin and self.meets(m)]
         if not found:

@@ -97,7 +97,7 @@ def _filled(profile: ClientProfile, inputs: dict[str, list[int]], ranges: list[d
         raise ProfileError("input(s) " + ", ".join(f"'{n}' {inputs[n]}" for n in lacking) + " have variable "
                            f"dimensions and the model's profile gives no shape for them: give one for each "
                            f"input, e.g. {example}")
-    return filled
+    return {n: shape for n, shape in filled.items() if shape is not None}
 
 
 def check(profile: ClientProfile, config: dict[str, Any], model: str) -> ClientProfile:

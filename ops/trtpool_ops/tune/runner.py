@@ -37,8 +37,8 @@ class Runner:
         self.left = lambda: total - len(self.measured)
 
     def best(self) -> Measurement | None:
-        scored = [m for m in self.measured if self.objective.score(m) is not None]
-        return max(scored, key=self.objective.score) if scored else None
+        scored = [(score, m) for m in self.measured if (score := self.objective.score(m)) is not None]
+        return max(scored, key=lambda pair: pair[0])[1] if scored else None
 
     def __call__(self, candidate: Candidate) -> Measurement:
         self._announce(f"measuring {candidate.label}")

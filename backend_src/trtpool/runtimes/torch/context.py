@@ -58,6 +58,7 @@ class Bucket:
         if self.graph is None:
             return runtime.forward(self.inputs)
         self.graph.replay()
+        assert self.outputs is not None  # captured with the graph
         return self.outputs
 
 
@@ -68,7 +69,7 @@ class TorchContext(StreamContext):
         self.index = index
         self._runtime = runtime
         runtime.make_current()
-        self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
+        self.staging: HostBuffers | None = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)  # None: closed
         self._host_outputs: dict[str, np.ndarray] = {}  # pinned, grown to the largest output seen
         # The stream is trtpool.gpu.cuda's, as in the TensorRT context: copies, the
         # event wait and teardown are the same checked calls on the same kind of
@@ -164,6 +165,7 @@ class TorchContext(StreamContext):
                 offset += rows
             return
         target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
+        assert self.staging is not None  # open
         self._runtime.uploader.upload(parts, self.staging.view(name, shape), target.data_ptr(), self._stream)
         if target is not region:
             region.copy_(target)

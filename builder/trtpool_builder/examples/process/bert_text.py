@@ -62,6 +62,7 @@ def _text(element: int, data: bytes) -> str:
 
 def preprocess(inputs: dict) -> dict:
     texts = [_text(element, row[0]) for element, row in enumerate(inputs["TEXT"])]
+    assert _tokenizer is not None  # made by setup(), which Triton runs first
     encodings = _tokenizer.encode_batch(texts)
     return {"input_ids": np.array([e.ids for e in encodings], np.int64),
             "attention_mask": np.array([e.attention_mask for e in encodings], np.int64)}

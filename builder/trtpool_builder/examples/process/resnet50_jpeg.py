@@ -87,7 +87,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     """Every request's files decoded together; each request gets its rows of the batch, or the
     refusal of its first bad file."""
     if device == "cpu":
-        entries = []
+        entries: list[dict | Refused] = []
         for inputs in batch:
             try:
                 entries.append(preprocess(inputs))
