@@ -22,6 +22,7 @@ from trtpool.gpu.device_tensors import keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.model.validate import accept
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, PbUtils
 from trtpool.triton.requests import request_tensors, without_probes
 from trtpool.triton.responders import SenderResponder
 
@@ -197,7 +198,7 @@ class Scheduler:
 
 
 class DecoupledHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.stage = instance.stage
         cfg = instance.cfg
@@ -206,7 +207,7 @@ class DecoupledHandler:
                                    on_done=metrics.after_work,
                                    on_worker_lost=metrics.record_worker_lost)
 
-    def __call__(self, requests: list[Any]) -> None:
+    def __call__(self, requests: list[InferenceRequest]) -> None:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
         path for decoupled models adds an event-loop hop per execute (and logs a
         KeyError when the coroutine finishes before the stub has filed its future)."""

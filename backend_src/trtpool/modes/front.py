@@ -14,6 +14,7 @@ from typing import Any
 
 from trtpool.errors import ConfigError
 from trtpool.parameters import parameters_of
+from trtpool.triton.pb_api import BlsPbUtils, BlsRequest, InferenceRequest, InferenceResponse, TritonError
 from trtpool.triton.probes import PROBE_MARK, is_probe
 
 # Triton's own parameter, which a front may carry like any model.
@@ -104,14 +105,14 @@ class ForwardHandler:
     """Forwards unary requests to a decoupled trtpool model, all at once, each within
     `timeout_s` (trtpool.modes.front.forward_timeout_s says why the front bounds them itself)."""
 
-    def __init__(self, pb_utils: Any, target: str, output_names: list[str], timeout_s: float) -> None:
+    def __init__(self, pb_utils: BlsPbUtils, target: str, output_names: list[str], timeout_s: float) -> None:
         self.pb = pb_utils
         self.target = target
         self.output_names = output_names
         self.timeout_s = timeout_s
         self.held = 0  # calls given up on and not yet returned: each holds a BLS thread of the Python backend
 
-    async def _forward(self, request: Any) -> Any:
+    async def _forward(self, request: InferenceRequest) -> InferenceResponse:
         probe = is_probe(request)
         forwarded = self.pb.InferenceRequest(
             model_name=self.target, inputs=request.inputs(),
@@ -128,8 +129,9 @@ class ForwardHandler:
         answer = None
         # trtpool's decoupled models send one final response per request.
         for reply in replies:
-            if reply.has_error():
-                return self._failed(reply.error())
+            error = reply.error()
+            if error is not None:
+                return self._failed(error)
             if reply.output_tensors():
                 answer = self.pb.InferenceResponse(output_tensors=reply.output_tensors())
         if answer is None and probe:  # a target with a process file answers a probe with no outputs
@@ -138,7 +140,7 @@ class ForwardHandler:
         return answer or self._unavailable("sent no output (it was unloading or stopped)")
 
     @staticmethod
-    def _exchange(forwarded: Any) -> asyncio.Future:
+    def _exchange(forwarded: BlsRequest) -> asyncio.Future[list[InferenceResponse]]:
         """Every reply to `forwarded`, from a daemon thread of its own. Not async_exec, which
         runs the call on the event loop's default executor: a call lost inside a dead target
         stub never returns, and a few of them (the executor has min(32, cores + 4) threads)
@@ -146,14 +148,15 @@ class ForwardHandler:
         the stub's interpreter exits. Reading the replies blocks as well, so it happens on that
         thread too."""
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[list[InferenceResponse]] = loop.create_future()
 
-        def settle(replies: list[Any] | None, error: BaseException | None) -> None:
+        def settle(replies: list[InferenceResponse] | None, error: BaseException | None) -> None:
             if future.cancelled():  # the stub's loop is shutting down
                 return
             if error is not None:
                 future.set_exception(error)
             else:
+                assert replies is not None  # run() hands over the replies or the error
                 future.set_result(replies)
 
         def run() -> None:
@@ -167,7 +170,7 @@ class ForwardHandler:
         threading.Thread(target=run, name="trtpool-forward", daemon=True).start()
         return future
 
-    def _gave_up(self, call: asyncio.Future) -> Any:
+    def _gave_up(self, call: asyncio.Future[list[InferenceResponse]]) -> InferenceResponse:
         """UNAVAILABLE, saying why. The call goes on: Triton 2.51 cannot cancel a BLS call, and
         one lost inside a dead stub holds a thread of the Python backend's BLS pool for good (its
         thread-pool-size, default 32); once every thread is held, no call reaches the target."""
@@ -179,24 +182,24 @@ class ForwardHandler:
             f"again ({self.held} call(s) given up on hold BLS threads of the Python backend, 32 by default: "
             "once all are held, restart the server)")
 
-    def _returned(self, call: asyncio.Future) -> None:
+    def _returned(self, call: asyncio.Future[list[InferenceResponse]]) -> None:
         """A call given up on came back after all (a slow target): its thread is free again."""
         self.held -= 1
         if not call.cancelled():
             call.exception()  # read: nobody else will, and asyncio would log it as never retrieved
 
-    def _failed(self, error: Any) -> Any:
+    def _failed(self, error: TritonError) -> InferenceResponse:
         """The target's error, or UNAVAILABLE naming the target when it is not loaded or not ready
         (the Python backend's BLS says so as an INTERNAL error, and Triton would answer 500)."""
         if f"Model '{self.target}' is not ready" in error.message():
             return self._unavailable("is not ready (not loaded, failed to load, or loading); retry later")
         return self.pb.InferenceResponse(error=error)
 
-    def _unavailable(self, what: str) -> Any:
+    def _unavailable(self, what: str) -> InferenceResponse:
         return self.pb.InferenceResponse(error=self.pb.TritonError(
             f"model '{self.target}' (this front's forward_to target) {what}", self.pb.TritonError.UNAVAILABLE))
 
-    async def __call__(self, requests: list[Any]) -> list[Any]:
+    async def __call__(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         return list(await asyncio.gather(*(self._forward(r) for r in requests)))
 
     def close(self) -> None:

@@ -5,14 +5,13 @@ The instance is thin: the model, its pool and its process file live in the engin
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from trtpool.errors import InvalidInput
 from trtpool.host.client import HostClient
 from trtpool.model.validate import accept
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, InferenceResponse, PbUtils
 from trtpool.triton.probes import is_probe
 from trtpool.triton.requests import request_tensors
 from trtpool.triton.responders import error_response, response
@@ -21,13 +20,13 @@ from trtpool.triton.responders import error_response, response
 class HostHandler:
     """Forwards each batch to the model's engine host and returns its answers."""
 
-    def __init__(self, pb_utils: Any, client: HostClient, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, client: HostClient, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.client = client
         self.metrics = metrics
 
-    def __call__(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
+    def __call__(self, requests: list[InferenceRequest]) -> list[InferenceResponse | None]:
+        responses: list[InferenceResponse | None] = [None] * len(requests)
         forwarded, tensors, probes = [], [], []
         for index, request in enumerate(requests):
             try:

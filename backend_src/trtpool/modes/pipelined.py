@@ -17,6 +17,7 @@ from trtpool.engine.batching import BatchRunner, Item
 from trtpool.instance import ModelInstance
 from trtpool.runtimes.base import ExecutionContext
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, PbUtils
 from trtpool.triton.requests import kept, request_tensors, without_probes
 from trtpool.triton.responders import SenderResponder
 
@@ -88,12 +89,12 @@ class _SentFrom:
 
 
 class PipelinedHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.stage = instance.stage
         self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
 
-    def __call__(self, requests: list[Any]) -> None:
+    def __call__(self, requests: list[InferenceRequest]) -> None:
         """Start the batch and return None: the requests are answered through their
         response senders. Their tensors are copied into the contexts' own buffers
         before this returns (Triton reuses them afterwards), except with a process

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ctypes
 from math import prod
-from typing import Any
 
 import numpy as np
 
 from trtpool.model.dtypes import BFLOAT16
+from trtpool.triton.pb_api import PbUtils, Tensor
 
 KDL_CPU = 1
 KDL_BFLOAT = 4
@@ -36,12 +36,12 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _dl_tensor(capsule: Any) -> _DLTensor:
+def _dl_tensor(capsule: object) -> _DLTensor:
     """The DLTensor a (not yet consumed) 'dltensor' capsule holds; its first member."""
     return _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
 
 
-def from_triton(tensor: Any) -> np.ndarray:
+def from_triton(tensor: Tensor) -> np.ndarray:
     """A host BF16 pb_utils.Tensor as a bfloat16 array (a copy: the capsule frees its memory)."""
     capsule = tensor.to_dlpack()
     dl = _dl_tensor(capsule)
@@ -78,7 +78,7 @@ def _release(address: int) -> None:
     _lent.pop(address, None)
 
 
-def to_triton(pb_utils: Any, name: str, array: np.ndarray) -> Any:
+def to_triton(pb_utils: PbUtils, name: str, array: np.ndarray) -> Tensor:
     """A pb_utils.Tensor of a host bfloat16 array, lent to the stub without a copy."""
     bits = np.ascontiguousarray(array).view(np.uint16)
     shape = (ctypes.c_int64 * max(bits.ndim, 1))(*bits.shape)

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from trtpool.engine.pool import ContextStats, PoolStats
+from trtpool.triton.pb_api import Metric, MetricFamily, MetricFamilyType
 
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
 SIZE_GAUGES = {
@@ -27,7 +28,7 @@ CHANGE_COUNTERS = {
 
 
 class PoolMetrics:
-    def __init__(self, metric_family: Any, model_name: str) -> None:
+    def __init__(self, metric_family: MetricFamilyType, model_name: str) -> None:
         counter = metric_family.COUNTER
         self._family = metric_family
         self._fetch: Any = None
@@ -60,7 +61,7 @@ class PoolMetrics:
             "Requests that process.py's preprocess refused (pre) or whose postprocess failed (post)"))
         self._stage_ns: Counter[str] = Counter()
         self._stage_failed: Counter[str] = Counter()
-        self._metrics: dict[tuple, Any] = {}
+        self._metrics: dict[tuple, Metric] = {}
         self._gauges: dict[tuple, float] = {}  # (id(family), labels) -> the value last set
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
@@ -76,7 +77,7 @@ class PoolMetrics:
         """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None."""
         self._fetch = fetch
         self._host_pid: int | None = None   # the host whose totals this instance publishes
-        self._host_gauges: dict[str, Any] | None = None
+        self._host_gauges: dict[str, MetricFamily] | None = None
         self._host_last = (0, 0)   # busy_ns, uptime_ns at the previous flush
         self._thread = threading.Thread(target=self._flush_every, args=(max(interval_ms, 100) / 1000,),
                                         name="trtpool-metrics", daemon=True)
@@ -115,7 +116,7 @@ class PoolMetrics:
             self._set(gauges["busy"], round((busy - last_busy) / (uptime - last_uptime), 4))
         self._host_last = (busy, uptime)
 
-    def _host_families(self) -> dict[str, Any]:
+    def _host_families(self) -> dict[str, MetricFamily]:
         if self._host_gauges is None:
             family = self._family
             self._host_gauges = {
@@ -205,13 +206,13 @@ class PoolMetrics:
         while not self._stop.wait(interval_s):
             self.flush()
 
-    def _metric(self, family: Any, **labels: str) -> Any:
+    def _metric(self, family: MetricFamily, **labels: str) -> Metric:
         key = (id(family), *sorted(labels.items()))
         if key not in self._metrics:
             self._metrics[key] = family.Metric(labels={"model": self._model, **labels})
         return self._metrics[key]
 
-    def _set(self, family: Any, value: float, **labels: str) -> None:
+    def _set(self, family: MetricFamily, value: float, **labels: str) -> None:
         """A gauge, set only when it changed (each set is a round trip to the server)."""
         key = (id(family), *sorted(labels.items()))
         if self._gauges.get(key) != value:
@@ -219,7 +220,7 @@ class PoolMetrics:
             self._gauges[key] = value
 
 
-    def _advance(self, family: Any, total: int, **labels: str) -> None:
+    def _advance(self, family: MetricFamily, total: int, **labels: str) -> None:
         """Counters only go up: add what the running total gained since the last flush (on a rebase,
         the total is only remembered)."""
         key = (id(family), *sorted(labels.items()))

@@ -12,16 +12,17 @@ import numpy as np
 
 from trtpool.gpu.device_tensors import from_dlpack, keep_after_execute
 from trtpool.triton import bfloat16
+from trtpool.triton.pb_api import InferenceRequest, PbUtils, Tensor
 from trtpool.triton.probes import is_probe
 from trtpool.triton.responders import SenderResponder
 
 
-def request_tensors(request: Any) -> dict[str, Any]:
+def request_tensors(request: InferenceRequest) -> dict[str, Any]:
     """numpy arrays, or torch tensors for inputs Triton left on the GPU."""
     return {t.name(): _host_array(t) if t.is_cpu() else from_dlpack(t) for t in request.inputs()}
 
 
-def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
+def without_probes(pb_utils: PbUtils, requests: list[InferenceRequest]) -> list[InferenceRequest]:
     """For a model with a process file: answer each probe with no outputs, untouched by user code
     (trtpool.triton.probes says why), and return the other requests."""
     others = []
@@ -33,7 +34,7 @@ def without_probes(pb_utils: Any, requests: list[Any]) -> list[Any]:
     return others
 
 
-def _host_array(tensor: Any) -> np.ndarray:
+def _host_array(tensor: Tensor) -> np.ndarray:
     try:
         return tensor.as_numpy()
     except Exception as refused:  # noqa: BLE001 - the stub refuses BF16 alone ("Use to_dlpack() and from_dlpack() instead")

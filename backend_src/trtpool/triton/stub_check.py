@@ -9,16 +9,15 @@ a new numpy array.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from trtpool.errors import ConfigError
+from trtpool.triton.pb_api import PbUtils
 
 SAMPLE = np.array([1.5, -2.0, 3.25, 4096.0], dtype=np.float32)
 
 
-def check_numpy_handover(pb_utils: Any) -> None:
+def check_numpy_handover(pb_utils: PbUtils) -> None:
     """Raise ConfigError unless the stub returns SAMPLE's values unchanged."""
     try:
         capsule = pb_utils.Tensor("trtpool_stub_check", SAMPLE).to_dlpack()
