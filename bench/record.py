@@ -1,6 +1,7 @@
 """Where a benchmark's figures came from (when, by which command, on what
 machine), how every benchmark writes its JSON record, and where a run writes
 when --out is not given."""
+
 from __future__ import annotations
 
 import json

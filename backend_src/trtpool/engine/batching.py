@@ -10,6 +10,7 @@ A batch runs in two steps, ``start`` (take a free context, submit the batch)
 and ``finish`` (wait, answer, give the context back), so that a pipelined
 caller can start the next batch while this one runs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -71,8 +72,10 @@ class BatchPlanner:
 
     def largest_batch(self, item: Item) -> int:
         """The largest batch any profile takes for this request's other dimensions."""
-        return max((p.max_batch() for p in self.signature.profiles
-                    if p.fits(self._with_batch(item.shapes, p.max_batch()))), default=item.batch)
+        return max(
+            (p.max_batch() for p in self.signature.profiles if p.fits(self._with_batch(item.shapes, p.max_batch()))),
+            default=item.batch,
+        )
 
     def fitting_head(self, items: Sequence[Item]) -> int:
         """How many leading items form a batch some profile admits (at least one:
@@ -181,8 +184,9 @@ class BatchRunner:
             if unstackable:
                 pass
             elif detach:  # host views copied; device outputs are the caller's already
-                outputs = {name: np.array(array) if isinstance(array, np.ndarray) else array
-                           for name, array in outputs.items()}
+                outputs = {
+                    name: np.array(array) if isinstance(array, np.ndarray) else array for name, array in outputs.items()
+                }
             else:
                 self._answer_all(chunk, outputs)
         except Exception as exc:  # noqa: BLE001 - any runtime's failure fails the chunk and rebuilds the context
@@ -227,8 +231,10 @@ class BatchRunner:
         if len(chunk) == 1:  # the outputs are the request's (scalars too)
             per_request = [outputs]
         else:
-            per_request = [{name: out[start:stop] for name, out in outputs.items()}
-                           for start, stop in split_points([i.batch for i in chunk])]
+            per_request = [
+                {name: out[start:stop] for name, out in outputs.items()}
+                for start, stop in split_points([i.batch for i in chunk])
+            ]
         for position, (item, answer) in enumerate(zip(chunk, per_request, strict=True)):
             try:
                 item.responder.send(answer)

@@ -5,6 +5,7 @@ others serve. An elastic pool (parameters.Elasticity) grows off the request path
 wait and closes contexts that idle; nothing above the pool sees the count change.
 The policy in full: docs/design/context-pool.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,7 +33,13 @@ def auto_size(runtime: Runtime, memory_fraction: float, ceiling: int | None = No
     log.info(
         "contexts: auto -> %d = max(1, %s(floor(%d free bytes x %.2f memory_fraction = %d) / "
         "%d bytes per context = %d%s))",
-        size, "min" if ceiling else "", free, memory_fraction, budget, per_context, fits,
+        size,
+        "min" if ceiling else "",
+        free,
+        memory_fraction,
+        budget,
+        per_context,
+        fits,
         f", ceiling {ceiling}" if ceiling else "",
     )
     return size
@@ -51,12 +58,12 @@ class PoolStats:
     contexts: dict[int, ContextStats] = field(default_factory=dict)
     wait_ns: int = 0
     acquisitions: int = 0
-    current: int = 0         # contexts that exist now (free or running)
+    current: int = 0  # contexts that exist now (free or running)
     minimum: int = 0
     maximum: int = 0
-    grown: int = 0           # contexts added by the elastic policy
-    shrunk: int = 0          # contexts closed by the elastic policy
-    grow_failures: int = 0   # contexts the policy could not make
+    grown: int = 0  # contexts added by the elastic policy
+    shrunk: int = 0  # contexts closed by the elastic policy
+    grow_failures: int = 0  # contexts the policy could not make
 
 
 class OutOfService(ExecutionContext):
@@ -66,8 +73,10 @@ class OutOfService(ExecutionContext):
 
     def __init__(self, index: int, cause: Exception, rebuild_error: Exception) -> None:
         self.index = index
-        self._message = (f"context {index} is out of service: it failed ({cause}) and rebuilding it "
-                         f"failed too ({type(rebuild_error).__name__}: {rebuild_error})")
+        self._message = (
+            f"context {index} is out of service: it failed ({cause}) and rebuilding it "
+            f"failed too ({type(rebuild_error).__name__}: {rebuild_error})"
+        )
 
     def submit(self, parts: Parts) -> NoReturn:
         raise ContextFailure(self._message)
@@ -101,13 +110,13 @@ class ContextPool:
         self.stats = PoolStats({index: ContextStats() for index in range(size)}, minimum=minimum, maximum=size)
         self._lock = threading.Lock()
         self._available = threading.Condition(self._lock)  # takers wait here
-        self._changed = threading.Condition(self._lock)    # the policy thread waits here
-        self._free: list[ExecutionContext] = []            # a stack: last given back, first handed out
-        self._idle_since: dict[int, int] = {}              # free context index -> monotonic ns given back
-        self._taken_at: dict[int, int] = {}                # running context index -> monotonic ns taken
-        self._waiting: dict[object, int] = {}              # tickets of waiting takers, oldest first -> ns
-        self._live: set[int] = set()                       # indexes of contexts that exist
-        self._retry_after = 0                              # no growth before this (after a failed one)
+        self._changed = threading.Condition(self._lock)  # the policy thread waits here
+        self._free: list[ExecutionContext] = []  # a stack: last given back, first handed out
+        self._idle_since: dict[int, int] = {}  # free context index -> monotonic ns given back
+        self._taken_at: dict[int, int] = {}  # running context index -> monotonic ns taken
+        self._waiting: dict[object, int] = {}  # tickets of waiting takers, oldest first -> ns
+        self._live: set[int] = set()  # indexes of contexts that exist
+        self._retry_after = 0  # no growth before this (after a failed one)
         self._closing = False
         try:
             for index in range(minimum):
@@ -264,16 +273,25 @@ class ContextPool:
                 self._live.discard(index)
                 self.stats.grow_failures += 1
                 self._retry_after = time.monotonic_ns() + int(self.elastic.shrink_after_idle_s * 1e9)
-            log.warning("elastic pool: context %d could not be made (%s: %s); serving on with %d context(s), "
-                        "next try in %g s", index, type(exc).__name__, exc, len(self._live),
-                        self.elastic.shrink_after_idle_s)
+            log.warning(
+                "elastic pool: context %d could not be made (%s: %s); serving on with %d context(s), next try in %g s",
+                index,
+                type(exc).__name__,
+                exc,
+                len(self._live),
+                self.elastic.shrink_after_idle_s,
+            )
             return
         with self._lock:
             self._push(context)
             self.stats.grown += 1
             self.stats.current = len(self._live)
-        log.info("elastic pool: context %d joined in %.3f s; %d context(s)", index, time.monotonic() - started,
-                 self.stats.current)
+        log.info(
+            "elastic pool: context %d joined in %.3f s; %d context(s)",
+            index,
+            time.monotonic() - started,
+            self.stats.current,
+        )
 
     def _shrink(self, context: ExecutionContext) -> None:
         try:

@@ -4,6 +4,7 @@ same repository; ForwardHandler forwards each request with BLS, each within
 ``forward_timeout_seconds``, and returns its single response. Why the rule and the bound:
 docs/design/front.md.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,9 +32,11 @@ def _declared_config(path: Path) -> Any:
         from google.protobuf import text_format
         from tritonclient.grpc import model_config_pb2
     except ImportError as exc:
-        raise ConfigError(f"a front reads its target's config.pbtxt with tritonclient's ModelConfig schema, "
-                          f"which this serving environment lacks ({exc}); install tritonclient[grpc] "
-                          "(trtpool's 'builder' extra)") from exc
+        raise ConfigError(
+            f"a front reads its target's config.pbtxt with tritonclient's ModelConfig schema, "
+            f"which this serving environment lacks ({exc}); install tritonclient[grpc] "
+            "(trtpool's 'builder' extra)"
+        ) from exc
     try:
         return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
     except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
@@ -49,34 +52,47 @@ def check_front(model_config: dict[str, Any], model_folder: Path) -> str:
     where = f"parameter 'forward_to': '{target}'"
     other = sorted(set(params) - FRONT_PARAMETERS)
     if other:
-        raise ConfigError(f"parameter(s) {other} do not apply to a front (forward_to), which only forwards; "
-                          "remove them")
+        raise ConfigError(
+            f"parameter(s) {other} do not apply to a front (forward_to), which only forwards; remove them"
+        )
     if model_config.get("model_transaction_policy", {}).get("decoupled", False):
-        raise ConfigError(f"a front (forward_to '{target}') answers unary clients, so it must not be decoupled; "
-                          "set model_transaction_policy { decoupled: false }")
+        raise ConfigError(
+            f"a front (forward_to '{target}') answers unary clients, so it must not be decoupled; "
+            "set model_transaction_policy { decoupled: false }"
+        )
     if not target or "/" in target or target in (".", ".."):
         raise ConfigError(f"{where} is not a model name")
     if target == name:
-        raise ConfigError(f"{where} is this model itself; a front forwards to another model, a decoupled "
-                          "trtpool model, and forwarding to itself could never answer")
+        raise ConfigError(
+            f"{where} is this model itself; a front forwards to another model, a decoupled "
+            "trtpool model, and forwarding to itself could never answer"
+        )
     repository = model_folder.parent
     config_path = repository / target / "config.pbtxt"
     if not config_path.is_file():
-        raise ConfigError(f"{where}: no model '{target}' with a config.pbtxt in this model repository "
-                          f"('{repository}'); the target must be a decoupled trtpool model in the front's "
-                          "own repository")
+        raise ConfigError(
+            f"{where}: no model '{target}' with a config.pbtxt in this model repository "
+            f"('{repository}'); the target must be a decoupled trtpool model in the front's "
+            "own repository"
+        )
     declared = _declared_config(config_path)
     if declared.backend != "trtpool":
         kind = f"backend '{declared.backend}'" if declared.backend else f"platform '{declared.platform}'"
-        raise ConfigError(f"{where} is not a trtpool model ({kind} in '{config_path}'); a front forwards only "
-                          "to a decoupled trtpool model")
+        raise ConfigError(
+            f"{where} is not a trtpool model ({kind} in '{config_path}'); a front forwards only "
+            "to a decoupled trtpool model"
+        )
     if not declared.model_transaction_policy.decoupled:
-        raise ConfigError(f"{where} is not decoupled (model_transaction_policy.decoupled is false in "
-                          f"'{config_path}'); unary clients can call it directly, and a front forwards only to "
-                          "a decoupled trtpool model")
+        raise ConfigError(
+            f"{where} is not decoupled (model_transaction_policy.decoupled is false in "
+            f"'{config_path}'); unary clients can call it directly, and a front forwards only to "
+            "a decoupled trtpool model"
+        )
     if "forward_to" in declared.parameters:
-        raise ConfigError(f"{where} is itself a front (forward_to "
-                          f"'{declared.parameters['forward_to'].string_value}'); forward to the decoupled model")
+        raise ConfigError(
+            f"{where} is itself a front (forward_to "
+            f"'{declared.parameters['forward_to'].string_value}'); forward to the decoupled model"
+        )
     return target
 
 
@@ -115,9 +131,10 @@ class ForwardHandler:
     async def _forward(self, request: InferenceRequest) -> InferenceResponse:
         probe = is_probe(request)
         forwarded = self.pb.InferenceRequest(
-            model_name=self.target, inputs=request.inputs(),
+            model_name=self.target,
+            inputs=request.inputs(),
             requested_output_names=self.output_names,
-            parameters=PROBE_MARK if probe else {},   # a probe stays one (trtpool.triton.probes)
+            parameters=PROBE_MARK if probe else {},  # a probe stays one (trtpool.triton.probes)
         )
         call = self._exchange(forwarded)
         try:
@@ -180,7 +197,8 @@ class ForwardHandler:
             f"sent no answer within {self.timeout_s:g} s (this front's forward_timeout_seconds): its stub may have "
             "died (docs/operations.md, 'Recovering from a dead stub') or it is overloaded; retry once it serves "
             f"again ({self.held} call(s) given up on hold BLS threads of the Python backend, 32 by default: "
-            "once all are held, restart the server)")
+            "once all are held, restart the server)"
+        )
 
     def _returned(self, call: asyncio.Future[list[InferenceResponse]]) -> None:
         """A call given up on came back after all (a slow target): its thread is free again."""
@@ -196,8 +214,11 @@ class ForwardHandler:
         return self.pb.InferenceResponse(error=error)
 
     def _unavailable(self, what: str) -> InferenceResponse:
-        return self.pb.InferenceResponse(error=self.pb.TritonError(
-            f"model '{self.target}' (this front's forward_to target) {what}", self.pb.TritonError.UNAVAILABLE))
+        return self.pb.InferenceResponse(
+            error=self.pb.TritonError(
+                f"model '{self.target}' (this front's forward_to target) {what}", self.pb.TritonError.UNAVAILABLE
+            )
+        )
 
     async def __call__(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         return list(await asyncio.gather(*(self._forward(r) for r in requests)))

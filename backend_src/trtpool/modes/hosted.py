@@ -3,6 +3,7 @@
 The instance is thin: the model, its pool and its process file live in the engine host
 (trtpool.host), which merges the batches of every instance of the model on one device.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,9 +32,11 @@ class HostHandler:
         for index, request in enumerate(requests):
             try:
                 # inputs Triton left on the GPU come to the host here (the slab is host memory)
-                inputs = {name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
-                          for name, t in request_tensors(request).items()}
-                if not self.client.process_file:   # the engine's own checks, before anything is sent
+                inputs = {
+                    name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
+                    for name, t in request_tensors(request).items()
+                }
+                if not self.client.process_file:  # the engine's own checks, before anything is sent
                     assert self.client.signature is not None  # learnt by attach(), before this handler was made
                     inputs, _ = accept(self.client.signature, inputs)
             except InvalidInput as exc:
@@ -43,9 +46,10 @@ class HostHandler:
             tensors.append(inputs)
             probes.append(is_probe(request))
         for index, answer in zip(forwarded, self.client.run(tensors, probes), strict=False):
-            responses[index] = (error_response(self.pb, answer) if isinstance(answer, Exception)
-                                else response(self.pb, answer))
+            responses[index] = (
+                error_response(self.pb, answer) if isinstance(answer, Exception) else response(self.pb, answer)
+            )
         return responses
 
     def close(self) -> None:
-        pass   # the model closes the client after the metrics' last flush, which asks the host
+        pass  # the model closes the client after the metrics' last flush, which asks the host

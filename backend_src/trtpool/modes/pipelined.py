@@ -5,6 +5,7 @@ waits for it and answers each request through its response sender, from ``respon
 threads. Every request is answered exactly once, whatever fails. Why and how:
 docs/design/pipelined-mode.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,13 +26,17 @@ log = logging.getLogger("trtpool")
 
 
 class Pipeline:
-    def __init__(self, runner: BatchRunner, response_threads: int = 1,
-                 on_done: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, runner: BatchRunner, response_threads: int = 1, on_done: Callable[[], None] | None = None
+    ) -> None:
         self.runner = runner
         self._on_done = on_done or (lambda: None)
         self._completions = ThreadPoolExecutor(max_workers=runner.pool.size, thread_name_prefix="trtpool-complete")
-        self._senders = (ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
-                         if response_threads > 1 else None)
+        self._senders = (
+            ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
+            if response_threads > 1
+            else None
+        )
 
     def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
         """Start every request's batch; returns before they complete."""
@@ -51,8 +56,9 @@ class Pipeline:
                 self.runner.finish(context, chunk, detach=True)
             else:
                 sent: list[Future] = []
-                queued = [Item(_SentFrom(self._senders, sent, item.responder), item.tensors, item.shapes)
-                          for item in chunk]
+                queued = [
+                    Item(_SentFrom(self._senders, sent, item.responder), item.tensors, item.shapes) for item in chunk
+                ]
                 self.runner.finish(context, queued, detach=True)
                 wait(sent)
         except BaseException as exc:

@@ -3,6 +3,7 @@
 With a process file whose postprocess runs per request, its post workers answer through
 the response senders after execute() returns, overlapping the next batch.
 """
+
 from __future__ import annotations
 
 from trtpool.engine.answer import Responder
@@ -43,8 +44,11 @@ class SyncHandler:
             self.metrics.after_work()
             return responses
         requests = without_probes(self.pb, requests)
-        self.instance.serve(kept([request_tensors(r) for r in requests]),
-                            [SenderResponder(self.pb, request) for request in requests], inline=False)
+        self.instance.serve(
+            kept([request_tensors(r) for r in requests]),
+            [SenderResponder(self.pb, request) for request in requests],
+            inline=False,
+        )
         self.metrics.after_work()
         return None
 

@@ -5,6 +5,7 @@
 has its outputs or its error). What user code returns is checked against the outputs
 config.pbtxt declares; whatever it raises or returns wrongly is that request's ProcessError.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,9 @@ Member = tuple[Responder, Tensors, Tensors]  # a request's responder, its engine
 
 
 class Postprocessor:
-    def __init__(self, process: ProcessFile, declared_outputs: dict[str, str], faces: Faces, threads: int,
-                 observe: StageObserver) -> None:
+    def __init__(
+        self, process: ProcessFile, declared_outputs: dict[str, str], faces: Faces, threads: int, observe: StageObserver
+    ) -> None:
         """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return)."""
         self.process = process
         self.faces = faces
@@ -39,8 +41,7 @@ class Postprocessor:
         self._file = process.path.name
         self._post = ThreadPoolExecutor(threads, thread_name_prefix="trtpool-post")
 
-    def answering(self, responders: list[Responder], inputs: list[Tensors], inline: bool = False
-                  ) -> list[Responder]:
+    def answering(self, responders: list[Responder], inputs: list[Tensors], inline: bool = False) -> list[Responder]:
         """Responders that postprocess before they answer: each alone, or the batch together
         (on a post worker, or with `inline` in the thread that completes the batch)."""
         if self.faces.batch_post:
@@ -74,8 +75,10 @@ class Postprocessor:
                 error = ProcessError(f"{self._file} postprocess_batch() raised {why(exc)}")
                 return [error] * len(outputs)
             if not isinstance(returned, list | tuple) or len(returned) != len(outputs):
-                error = ProcessError(f"{self._file} postprocess_batch() returned a {type(returned).__name__}, "
-                                     f"expected a list of {len(outputs)} (one per request)")
+                error = ProcessError(
+                    f"{self._file} postprocess_batch() returned a {type(returned).__name__}, "
+                    f"expected a list of {len(outputs)} (one per request)"
+                )
                 return [error] * len(outputs)
             outcome["ok"] = True
         answers: list[Tensors | Exception] = []
@@ -93,8 +96,10 @@ class Postprocessor:
         declared = self._declared_names
         if not isinstance(returned, dict) or sorted(returned) != declared:
             given = sorted(returned) if isinstance(returned, dict) else f"a {type(returned).__name__}"
-            raise ProcessError(f"{self._file} {face} returned {given}, expected a dict of the outputs "
-                               f"config.pbtxt declares: {declared}")
+            raise ProcessError(
+                f"{self._file} {face} returned {given}, expected a dict of the outputs "
+                f"config.pbtxt declares: {declared}"
+            )
         outputs = {}
         for name, value in returned.items():
             data_type = self.declared_outputs[name]
@@ -104,8 +109,10 @@ class Postprocessor:
             array = np.asarray(value)
             want = self._output_dtypes[name]
             if array.dtype != want:
-                raise ProcessError(f"{self._file} {face} returned output '{name}' as {array.dtype}, "
-                                   f"config.pbtxt declares {data_type} ({want})")
+                raise ProcessError(
+                    f"{self._file} {face} returned output '{name}' as {array.dtype}, "
+                    f"config.pbtxt declares {data_type} ({want})"
+                )
             outputs[name] = array
         return outputs
 

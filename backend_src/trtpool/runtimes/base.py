@@ -11,6 +11,7 @@ Sync, pipelined and decoupled serving differ only in who calls ``complete``
 and when. Host or device inputs, TensorRT or ONNX Runtime or torch stay
 behind this contract: the pool, batching and serving code only ever see it.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -7,6 +7,7 @@ module reads a host BF16 DLPack capsule into an ml_dtypes bfloat16 array (a
 copy), and lends the stub a bfloat16 array's memory through a DLPack capsule of
 its own making (the DLPack C structs, spelled out below).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,9 +27,16 @@ class _DLDataType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -51,7 +59,7 @@ def from_triton(tensor: Tensor) -> np.ndarray:
     count = prod(shape)
     if count == 0:
         return np.empty(shape, BFLOAT16)
-    if dl.strides and any(dl.strides[a] != prod(shape[a + 1:]) for a in range(dl.ndim)):
+    if dl.strides and any(dl.strides[a] != prod(shape[a + 1 :]) for a in range(dl.ndim)):
         raise ValueError(f"tensor '{tensor.name()}': a strided bfloat16 tensor is not supported")
     address = dl.data + dl.byte_offset
     bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(address))
@@ -59,8 +67,11 @@ def from_triton(tensor: Tensor) -> np.ndarray:
 
 
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+    ]
 
 
 # What each capsule handed to the stub points into, by the address of its DLManagedTensor,

@@ -77,7 +77,9 @@ class InferenceResponse(Protocol):
 class InferenceResponseType(Protocol):
     """pb_utils.InferenceResponse."""
 
-    def __call__(self, output_tensors: Sequence[Tensor] = ..., error: TritonError | None = ...) -> InferenceResponse: ...
+    def __call__(
+        self, output_tensors: Sequence[Tensor] = ..., error: TritonError | None = ...
+    ) -> InferenceResponse: ...
 
 
 class ResponseSender(Protocol):
@@ -107,8 +109,14 @@ class BlsRequest(Protocol):
 class BlsRequestType(Protocol):
     """pb_utils.InferenceRequest, as the front makes one."""
 
-    def __call__(self, *, model_name: str, inputs: Sequence[Tensor], requested_output_names: list[str],
-                 parameters: Mapping[str, bool | int | str]) -> BlsRequest: ...
+    def __call__(
+        self,
+        *,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        requested_output_names: list[str],
+        parameters: Mapping[str, bool | int | str],
+    ) -> BlsRequest: ...
 
 
 class Metric(Protocol):

@@ -4,6 +4,7 @@ Host inputs come as numpy arrays (BF16 through DLPack: trtpool.triton.bfloat16);
 Triton left on the GPU as torch tensors. A request's tensors are valid while execute()
 runs; stages and queues that read them later take kept() copies.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,5 +49,7 @@ def kept(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Requests' tensors in memory trtpool owns, for stages that read them after execute()
     returns: GPU tensors copied (device_tensors.keep_after_execute), host arrays that view
     the request's shared memory copied too (TYPE_STRING arrives as a new object array)."""
-    return [{name: np.array(t) if isinstance(t, np.ndarray) and t.dtype != np.object_ else t
-             for name, t in tensors.items()} for tensors in keep_after_execute(requests)]
+    return [
+        {name: np.array(t) if isinstance(t, np.ndarray) and t.dtype != np.object_ else t for name, t in tensors.items()}
+        for tensors in keep_after_execute(requests)
+    ]

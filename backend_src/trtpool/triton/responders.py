@@ -1,5 +1,6 @@
 """How a request is answered outside execute()'s return value: through its
 response sender, exactly once, with Triton's status code for the error class."""
+
 from __future__ import annotations
 
 import logging
@@ -20,17 +21,24 @@ def triton_error(pb_utils: PbUtils, error: Exception) -> TritonError:
     INVALID_ARG (HTTP 400), a full queue or a restarting engine host UNAVAILABLE (503: retry), a cancelled one
     CANCELLED, anything else INTERNAL (500)."""
     codes = pb_utils.TritonError
-    code = (codes.INVALID_ARG if isinstance(error, InvalidInput)
-            else codes.UNAVAILABLE if isinstance(error, Overloaded | Unavailable)
-            else codes.CANCELLED if isinstance(error, Cancelled)
-            else codes.INTERNAL)
+    code = (
+        codes.INVALID_ARG
+        if isinstance(error, InvalidInput)
+        else codes.UNAVAILABLE
+        if isinstance(error, Overloaded | Unavailable)
+        else codes.CANCELLED
+        if isinstance(error, Cancelled)
+        else codes.INTERNAL
+    )
     return pb_utils.TritonError(str(error), code)
 
 
 def response(pb_utils: PbUtils, outputs: dict[str, np.ndarray]) -> InferenceResponse:
     """An InferenceResponse over host arrays, not copied: the stub copies them into
     shared memory when the response is sent (or when execute() returns it)."""
-    return pb_utils.InferenceResponse(output_tensors=[_tensor(pb_utils, name, array) for name, array in outputs.items()])
+    return pb_utils.InferenceResponse(
+        output_tensors=[_tensor(pb_utils, name, array) for name, array in outputs.items()]
+    )
 
 
 def _tensor(pb_utils: PbUtils, name: str, array: np.ndarray) -> Tensor:

@@ -5,6 +5,7 @@ a decoupled trtpool model's errors other than INTERNAL end in " [status <CODE>]"
 front turns such an error back into one with that code (untagging). Both are views of pb_utils
 with one attribute replaced. Where the code is lost: docs/design/status-relay.md.
 """
+
 from __future__ import annotations
 
 import re

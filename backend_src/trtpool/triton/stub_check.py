@@ -7,6 +7,7 @@ cause named beats serving zeros. The sample takes the same path as a request
 tensor: the stub wraps memory handed to it (here by its own DLPack capsule) in
 a new numpy array.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,4 +32,5 @@ def check_numpy_handover(pb_utils: PbUtils) -> None:
     raise ConfigError(
         f"the Python backend stub mishandles numpy arrays in this serving environment ({fault}; "
         f"numpy {np.__version__} from {np.__file__}). tritonserver 2.51's stub needs numpy<2: "
-        "install numpy 1.26.4 in the environment that starts tritonserver (scripts/setup.sh does)")
+        "install numpy 1.26.4 in the environment that starts tritonserver (scripts/setup.sh does)"
+    )

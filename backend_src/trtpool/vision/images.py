@@ -6,6 +6,7 @@
 Every file is read from its header first; one that is no image, or too large decoded, is refused
 alone (ImageRefused). How the GPU path follows the CPU one: docs/design/image-crops.md.
 """
+
 from __future__ import annotations
 
 import io
@@ -88,8 +89,10 @@ def opened(data: bytes, spec: CropSpec) -> Image.Image:
     width, height = image.size
     if width * height * 3 > spec.max_decoded_bytes:
         image.close()
-        raise ImageRefused(f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
-                           f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}")
+        raise ImageRefused(
+            f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
+            f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}"
+        )
     return image
 
 
@@ -116,8 +119,9 @@ def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
     return ((pixels - mean) / std).transpose(2, 0, 1)
 
 
-def sort_files(files: list[bytes], spec: CropSpec
-               ) -> tuple[list[tuple[int, Header]], list[int], dict[int, ImageRefused]]:
+def sort_files(
+    files: list[bytes], spec: CropSpec
+) -> tuple[list[tuple[int, Header]], list[int], dict[int, ImageRefused]]:
     """By index: the files a GPU decoder takes (with their headers), those Pillow takes, those refused."""
     on_gpu: list[tuple[int, Header]] = []
     on_cpu: list[int] = []

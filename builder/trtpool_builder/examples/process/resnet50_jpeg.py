@@ -25,6 +25,7 @@ A file that is not an image, or is too large (process.json's max_decoded_bytes),
 its request alone: a Refused naming the element and the reason. The folder's process.json gives the crop size,
 labels.txt the class names (synthetic: the example's weights are random).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,8 +49,9 @@ _device_crops: dict = {}
 def setup(model_config: dict, folder: Path) -> None:
     global _spec, _settings, _labels
     _settings = json.loads((folder / "process.json").read_text())
-    _spec = CropSpec.imagenet(int(_settings["image_size"]),
-                              int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
+    _spec = CropSpec.imagenet(
+        int(_settings["image_size"]), int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES))
+    )
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
     if _decodes_on_a_gpu(model_config):
         _check_decoder(_settings.get("decoder", "auto"))
@@ -101,8 +103,9 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     for inputs in batch:
         stop = start + len(inputs["IMAGE"])
         bad = next((i for i in range(start, stop) if i in refused), None)
-        entries.append({"input": pixels[start:stop]} if bad is None else
-                       Refused.element("IMAGE", bad - start, refused[bad]))
+        entries.append(
+            {"input": pixels[start:stop]} if bad is None else Refused.element("IMAGE", bad - start, refused[bad])
+        )
         start = stop
     return entries
 
