@@ -3,6 +3,7 @@
 Triton finds this file as <backend-dir>/trtpool/model.py when a model's
 config.pbtxt says backend: "trtpool"; model folders carry no model.py.
 """
+
 import json
 import logging
 import os
@@ -58,14 +59,16 @@ def _auto_complete(auto_complete_model_config):
     config = auto_complete_model_config.as_dict()
     if "forward_to" in parameters_of(config):
         return auto_complete_model_config  # a front declares its target's I/O
-    version_dir = Path(pb_utils.get_model_dir())   # auto_complete_config gets no path: the stub knows it
+    version_dir = Path(pb_utils.get_model_dir())  # auto_complete_config gets no path: the stub knows it
     added = auto_complete(config, describe(config, version_dir), engine_sections(version_dir))
     if "max_batch_size" in added:
         auto_complete_model_config.set_max_batch_size(added["max_batch_size"])
     if "dynamic_batching" in added:
         auto_complete_model_config.set_dynamic_batching()
-    for section, add in (("input", auto_complete_model_config.add_input),
-                         ("output", auto_complete_model_config.add_output)):
+    for section, add in (
+        ("input", auto_complete_model_config.add_input),
+        ("output", auto_complete_model_config.add_output),
+    ):
         for entry in added.get(section, []):
             add({key: value for key, value in entry.items() if key != "reshape"})
             if "reshape" in entry:  # a per-row scalar; add_input/add_output take no reshape,
@@ -105,30 +108,44 @@ class TritonPythonModel:
         if "forward_to" in parameters_of(model_config):
             target = check_front(model_config, Path(args["model_repository"]))
             # Errors from the target come back over BLS without their status code: status_relay.
-            self.handler = ForwardHandler(untagging(pb_utils), target, [o["name"] for o in model_config["output"]],
-                                          forward_timeout_s(model_config))
+            self.handler = ForwardHandler(
+                untagging(pb_utils),
+                target,
+                [o["name"] for o in model_config["output"]],
+                forward_timeout_s(model_config),
+            )
             return
         device = instance_device(args["model_instance_kind"], args["model_instance_device_id"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
         cfg = parameters.load(model_config, version_dir, device)
         if engine_host_on(cfg):  # a thin instance: the model lives in its engine host (trtpool.host)
-            client = HostClient(Launcher({"model_config": model_config, "version_dir": str(version_dir),
-                                          "device": device, "server_pid": os.getppid()}))
+            client = HostClient(
+                Launcher(
+                    {
+                        "model_config": model_config,
+                        "version_dir": str(version_dir),
+                        "device": device,
+                        "server_pid": os.getppid(),
+                    }
+                )
+            )
             client.attach()
             self.host_client = client
             self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms)
             self.handler = HostHandler(pb_utils, client, self.metrics)
             return
-        self.instance = ModelInstance(model_config, version_dir, device, self.metrics.record_batch,
-                                      self.metrics.record_stage)
+        self.instance = ModelInstance(
+            model_config, version_dir, device, self.metrics.record_batch, self.metrics.record_stage
+        )
         self.metrics.start(self.instance.pool.stats, self.instance.cfg.metrics_interval_ms)
         mode = self.instance.cfg.mode
         if mode == "decoupled":  # a front may forward to it: its errors name their status code
             self.handler = DecoupledHandler(tagging(pb_utils), self.instance, self.metrics)
         else:
-            self.handler = {"sync": SyncHandler, "pipelined": PipelinedHandler}[mode](pb_utils, self.instance,
-                                                                                    self.metrics)
+            self.handler = {"sync": SyncHandler, "pipelined": PipelinedHandler}[mode](
+                pb_utils, self.instance, self.metrics
+            )
 
     def execute(self, requests):
         # The sync handler returns the responses; the forward handler a coroutine,

@@ -9,6 +9,7 @@ over gRPC streaming, the two in turn (bench/paired.py).
 
     .venv/bin/python bench/cancel_check.py --rounds 12 --out bench/results/cpu_cancel_check.json
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,17 +30,22 @@ def main() -> None:
     args = parser.parse_args()
 
     def build(repo: Path, onnx: Path) -> None:
-        options = ServingOptions(runtime="onnxruntime", contexts=str(args.contexts), mode="decoupled",
-                                 instance_kind="cpu")
+        options = ServingOptions(
+            runtime="onnxruntime", contexts=str(args.contexts), mode="decoupled", instance_kind="cpu"
+        )
         profiles = get_example(args.example).serving_profiles()
         for name in ("waited", "every"):
             make_model_folder(repo, name, onnx, profiles, options)
         set_parameters(repo / "every", cancel_check_after_microseconds="0")
 
     rows = serve_and_alternate(build, ("waited", "every"), args, extra=("--streaming",))
-    write_record(args.out, "cancel_check",
-                 f"{args.example} example, fp32, ONNX Runtime CPU, {args.contexts} contexts, decoupled mode",
-                 args.concurrency, rows)
+    write_record(
+        args.out,
+        "cancel_check",
+        f"{args.example} example, fp32, ONNX Runtime CPU, {args.contexts} contexts, decoupled mode",
+        args.concurrency,
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ the issue asks for.
 With --runtime onnxruntime it runs on a CPU machine (no CUDA shared memory),
 which is how its logic is checked without a GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,15 +81,38 @@ def add_null_model(repo: Path, like: str, name: str, **parameters: str) -> None:
 def inprocess_best(args, onnx: Path, scratch: Path, contexts: str = "1,2,4") -> dict:
     """bench/inprocess.py at batch 32 with 1, 2 and 4 contexts, inputs on the host and on the GPU."""
     runs = {}
-    for where in (("host", "device") if args.runtime == "torch" else ("host",)):
+    for where in ("host", "device") if args.runtime == "torch" else ("host",):
         out = scratch / f"inprocess_{where}.json"
-        subprocess.run([sys.executable, str(ROOT / "bench" / "inprocess.py"), "--runtime", args.runtime,
-                        "--model", args.example, "--onnx", str(onnx), "--precision", args.precision,
-                        "--contexts", contexts, "--batches", "32", "--seconds", "2", "--inputs", where,
-                        "--image-size", str(args.image_size),
-                        "--output", str(out)], check=True)
-        runs[where] = [{k: r[k] for k in ("contexts", "batch", "items_per_s")}
-                       for r in json.loads(out.read_text())["results"]]
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "inprocess.py"),
+                "--runtime",
+                args.runtime,
+                "--model",
+                args.example,
+                "--onnx",
+                str(onnx),
+                "--precision",
+                args.precision,
+                "--contexts",
+                contexts,
+                "--batches",
+                "32",
+                "--seconds",
+                "2",
+                "--inputs",
+                where,
+                "--image-size",
+                str(args.image_size),
+                "--output",
+                str(out),
+            ],
+            check=True,
+        )
+        runs[where] = [
+            {k: r[k] for k in ("contexts", "batch", "items_per_s")} for r in json.loads(out.read_text())["results"]
+        ]
     best = max((row for rows in runs.values() for row in rows), key=lambda r: r["items_per_s"])
     return {"runs": runs, "best": best}
 
@@ -99,8 +123,9 @@ def profiled(server: TritonServer, model: str, args, out: Path, **load) -> dict:
     and copies)."""
     with stub_profile(server, model, out, native=args.native) as outcome:
         if "error" not in outcome:
-            outcome["measurement"] = measure(server, model, inputs=INPUTS[args.example],
-                                             **{"concurrency": args.concurrency, "shm": args.shm, **load})
+            outcome["measurement"] = measure(
+                server, model, inputs=INPUTS[args.example], **{"concurrency": args.concurrency, "shm": args.shm, **load}
+            )
     return outcome
 
 
@@ -121,16 +146,26 @@ def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--nulls", default=",".join(NULLS))
-    parser.add_argument("--batch32", default="sync_c1,best_pipelined",
-                        help="variants measured with batch-32 clients; best_pipelined: the best pipelined one")
+    parser.add_argument(
+        "--batch32",
+        default="sync_c1,best_pipelined",
+        help="variants measured with batch-32 clients; best_pipelined: the best pipelined one",
+    )
     parser.add_argument("--profile-variant", default="best_pipelined", help="a variant, best or best_pipelined")
     parser.add_argument("--out", type=Path, default=default_out("ceiling.json"))
     args = parser.parse_args()
     args.shm = "cuda" if args.runtime == "torch" else "none"
     variants = args.variants.split(",")
     nulls = {name: NULLS[name] for name in args.nulls.split(",")}
-    report: dict = {"benchmark": "ceiling", **provenance(), "runtime": args.runtime, "precision": args.precision,
-                    "example": args.example, "concurrency": args.concurrency, "shm": args.shm}
+    report: dict = {
+        "benchmark": "ceiling",
+        **provenance(),
+        "runtime": args.runtime,
+        "precision": args.precision,
+        "example": args.example,
+        "concurrency": args.concurrency,
+        "shm": args.shm,
+    }
 
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -146,8 +181,10 @@ def main() -> None:
         server = TritonServer(repo, scratch / "server.log").start(timeout=600)
         inputs = INPUTS[args.example]
         try:
-            batch1 = {name: measure(server, name, concurrency=args.concurrency, shm=args.shm, inputs=inputs)
-                      for name in (*nulls, *variants)}
+            batch1 = {
+                name: measure(server, name, concurrency=args.concurrency, shm=args.shm, inputs=inputs)
+                for name in (*nulls, *variants)
+            }
             report["batch1"] = batch1
             measured = [n for n in variants if "infer_per_s" in batch1[n]]
             best = max(measured, key=lambda n: batch1[n]["infer_per_s"])
@@ -158,11 +195,15 @@ def main() -> None:
             report["best_plain_grpc"] = measure(server, best, concurrency=args.concurrency, inputs=inputs)
             chosen = {"best": best, "best_pipelined": best_pipelined}
             batch32 = [chosen.get(name, name) for name in args.batch32.split(",")]
-            report["batch32"] = {name: measure(server, name, concurrency=8, batch=32, shm=args.shm, inputs=inputs)
-                                 for name in dict.fromkeys(batch32) if name in variants}
-            report["latency"] = {f"{share:.0%}": measure(server, best, rate=peak * share, shm=args.shm,
-                                                         interval_ms=3000, inputs=inputs)
-                                 for share in (0.5, 0.9)}
+            report["batch32"] = {
+                name: measure(server, name, concurrency=8, batch=32, shm=args.shm, inputs=inputs)
+                for name in dict.fromkeys(batch32)
+                if name in variants
+            }
+            report["latency"] = {
+                f"{share:.0%}": measure(server, best, rate=peak * share, shm=args.shm, interval_ms=3000, inputs=inputs)
+                for share in (0.5, 0.9)
+            }
             if args.profile:
                 target = chosen.get(args.profile_variant, args.profile_variant)
                 report["profile"] = profiled(server, target, args, args.profile)
@@ -183,22 +224,37 @@ def main() -> None:
 
     best32 = max((row.get("infer_per_s") or 0 for row in report["batch32"].values()), default=None)
     at90 = report["latency"]["90%"]
-    report.update({
-        "served_batch1_infer_per_s": served,
-        "null_model_infer_per_s": null,
-        "inprocess_best_items_per_s": inprocess,
-        "ratios": {
-            "served_over_min_inprocess_null": ratio(served, min(inprocess, null) if null else None),
-            "batch32_over_inprocess": ratio(best32, inprocess),
-            "pipelined_best_over_one_context": ratio(rate(report["best_pipelined"]), rate("pipe_c1")),
-            "best_over_sync_one_context": ratio(served, rate("sync_c1")),
-            "p99_over_p50_at_90pct": round(at90["p99_ms"] / at90["p50_ms"], 2) if "p99_ms" in at90 else None,
-        },
-    })
+    report.update(
+        {
+            "served_batch1_infer_per_s": served,
+            "null_model_infer_per_s": null,
+            "inprocess_best_items_per_s": inprocess,
+            "ratios": {
+                "served_over_min_inprocess_null": ratio(served, min(inprocess, null) if null else None),
+                "batch32_over_inprocess": ratio(best32, inprocess),
+                "pipelined_best_over_one_context": ratio(rate(report["best_pipelined"]), rate("pipe_c1")),
+                "best_over_sync_one_context": ratio(served, rate("sync_c1")),
+                "p99_over_p50_at_90pct": round(at90["p99_ms"] / at90["p50_ms"], 2) if "p99_ms" in at90 else None,
+            },
+        }
+    )
     write_json(args.out, report)
-    print(json.dumps({k: report[k] for k in ("served_batch1_infer_per_s", "null_model_infer_per_s",
-                                             "inprocess_best_items_per_s", "best", "best_pipelined", "ratios")},
-                     indent=2))
+    print(
+        json.dumps(
+            {
+                k: report[k]
+                for k in (
+                    "served_batch1_infer_per_s",
+                    "null_model_infer_per_s",
+                    "inprocess_best_items_per_s",
+                    "best",
+                    "best_pipelined",
+                    "ratios",
+                )
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

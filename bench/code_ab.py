@@ -23,6 +23,7 @@ with `git archive REV backend_src/trtpool | tar -x -C DIR`); --runtime torch,
     python bench/code_ab.py --base-dir .whl/base-REV --runtime torch --example resnet50 --shm cuda \
         --batch 32 --concurrency 8 --mode pipelined --contexts 2 --rounds 2 --out cuda_shm_ab.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ from trtpool_builder.examples import write_example  # noqa: E402
 def served(repo: Path, scratch: Path, workdir: Path, args: argparse.Namespace, server_args: tuple[str, ...]) -> dict:
     """One server whose stubs start in `workdir`, measured once."""
     harness.DOUBLES = workdir  # the stub's working directory, first on its import path
-    server = harness.TritonServer(repo, scratch / "server.log", server_args).start(timeout=600)  # a GPU model loads slowly
+    server = harness.TritonServer(repo, scratch / "server.log", server_args).start(
+        timeout=600
+    )  # a GPU model loads slowly
     try:
         load = {"concurrency": args.concurrency, "batch": args.batch, "shm": args.shm, "inputs": INPUTS[args.example]}
         measure(server, "model", **load)  # warm-up, not counted
@@ -68,8 +71,11 @@ def time_runner(model_dir: Path, runs: int = 4000) -> float:
     from trtpool.engine.pool import ContextPool
     from trtpool.runtimes.onnxruntime import OnnxRuntime
 
-    cfg = parameters.load({"name": "model", "max_batch_size": 64, "parameters": {
-        "profile": {"string_value": "INPUT0=1x16:16x16:64x16"}}}, model_dir, "cpu")
+    cfg = parameters.load(
+        {"name": "model", "max_batch_size": 64, "parameters": {"profile": {"string_value": "INPUT0=1x16:16x16:64x16"}}},
+        model_dir,
+        "cpu",
+    )
     runner = BatchRunner(ContextPool(OnnxRuntime(cfg, model_dir / "model.onnx"), 1))
     requests = [{"INPUT0": np.full((1, 16), i, np.float32)} for i in range(16)]
 
@@ -82,15 +88,25 @@ def time_runner(model_dir: Path, runs: int = 4000) -> float:
 
 
 def timed_in(workdir: Path, model_dir: Path) -> float:
-    found = subprocess.run([sys.executable, __file__, "--time-runner", str(model_dir)], cwd=workdir,
-                           capture_output=True, text=True, check=True)
+    found = subprocess.run(
+        [sys.executable, __file__, "--time-runner", str(model_dir)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(found.stdout.strip())
 
 
 def imported_from(workdir: Path) -> str:
     """Where a Python started in `workdir` (as the stub is) finds trtpool."""
-    found = subprocess.run([sys.executable, "-c", "import trtpool.engine.batching as s; print(s.__file__)"],
-                           cwd=workdir, capture_output=True, text=True, check=True)
+    found = subprocess.run(
+        [sys.executable, "-c", "import trtpool.engine.batching as s; print(s.__file__)"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return found.stdout.strip()
 
 
@@ -101,11 +117,13 @@ def earlier_code(args: argparse.Namespace, scratch: Path) -> Iterator[tuple[str,
     if args.base_dir:
         yield args.base_dir.resolve().name, (args.base_dir / "backend_src" / "trtpool").resolve()
         return
-    revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     worktree = scratch / "base"
-    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), revision], cwd=ROOT, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(worktree), revision], cwd=ROOT, check=True, capture_output=True
+    )
     try:
         yield revision, worktree / "backend_src" / "trtpool"
     finally:
@@ -159,15 +177,30 @@ def main() -> None:
                 for name in order:
                     rows[name].append(served(scratch / "repo", scratch, workdirs[name], args, server_args[name]))
                     rows[name][-1]["runner_us_per_16"] = round(timed_in(workdirs[name], tiny_dir), 1)
-                    print(f"round {round_index} {name}: {rows[name][-1].get('infer_per_s')} infer/s, "
-                          f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests", flush=True)
-    record = {"benchmark": "code_ab", **provenance(), "base": revision, "sources": sources,
-              "example": args.example, "runtime": args.runtime, "precision": args.precision, "shm": args.shm,
-              "batch": args.batch, "contexts": args.contexts, "mode": args.mode,
-              "concurrency": args.concurrency, "rounds": rows,
-              "checkout_over_base_throughput": compared(rows["checkout"], rows[revision], "infer_per_s",
-                                                        faster="rounds_checkout_faster"),
-              "checkout_over_base_runner_time": compared(rows["checkout"], rows[revision], "runner_us_per_16")}
+                    print(
+                        f"round {round_index} {name}: {rows[name][-1].get('infer_per_s')} infer/s, "
+                        f"runner {rows[name][-1]['runner_us_per_16']} us per 16 requests",
+                        flush=True,
+                    )
+    record = {
+        "benchmark": "code_ab",
+        **provenance(),
+        "base": revision,
+        "sources": sources,
+        "example": args.example,
+        "runtime": args.runtime,
+        "precision": args.precision,
+        "shm": args.shm,
+        "batch": args.batch,
+        "contexts": args.contexts,
+        "mode": args.mode,
+        "concurrency": args.concurrency,
+        "rounds": rows,
+        "checkout_over_base_throughput": compared(
+            rows["checkout"], rows[revision], "infer_per_s", faster="rounds_checkout_faster"
+        ),
+        "checkout_over_base_runner_time": compared(rows["checkout"], rows[revision], "runner_us_per_16"),
+    }
     write_json(args.out, record)
     print(record["checkout_over_base_throughput"], record["checkout_over_base_runner_time"])
 

@@ -5,6 +5,7 @@ Triton cannot carry (types it lacks, sequences, maps, optionals) is refused by n
 
     .venv/bin/python bench/conformance.py --out bench/results/conformance.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,12 @@ def main() -> None:
 
     started = time.monotonic()
     cases = collect()
-    record = {**provenance(), "corpus": f"onnx {onnx.__version__} node tests (onnx.backend.test.case.node), "
-                                         f"first data set each", "cases": len(cases),
-              "reference": f"onnxruntime {onnxruntime.__version__}"}
+    record = {
+        **provenance(),
+        "corpus": f"onnx {onnx.__version__} node tests (onnx.backend.test.case.node), first data set each",
+        "cases": len(cases),
+        "reference": f"onnxruntime {onnxruntime.__version__}",
+    }
     for variant in VARIANTS:
         began = time.monotonic()
         result = run_corpus(cases, variant)
@@ -51,8 +55,11 @@ def main() -> None:
         print(f"{variant}: {result.right} of {result.valid} right ({len(result.excluded)} excluded)", flush=True)
     left_out = uncarriable(cases)
     mistakes = refusal_mistakes(left_out)
-    record.update(uncarriable_cases=len(left_out), uncarriable_refused_by_name=len(left_out) - len(mistakes),
-                  uncarriable_mistakes=mistakes)
+    record.update(
+        uncarriable_cases=len(left_out),
+        uncarriable_refused_by_name=len(left_out) - len(mistakes),
+        uncarriable_mistakes=mistakes,
+    )
     print(f"Triton cannot carry {len(left_out)}: {len(left_out) - len(mistakes)} refused by name", flush=True)
     record["seconds"] = round(time.monotonic() - started, 1)
     write_json(args.out, record)

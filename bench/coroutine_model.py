@@ -5,6 +5,7 @@ in every respect but one: execute() is `async def`, so the stub runs each call
 on its event-loop thread and waits for it, which is what trtpool's sync mode
 did before its execute became a plain call.
 """
+
 import importlib.util
 from pathlib import Path
 

@@ -8,6 +8,7 @@
 
     .venv/bin/python bench/cpu_serving.py --image-size 64 --contexts 2 --out bench/results/cpu_serving.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,9 @@ TRTPOOL_MODES = ("sync", "pipelined", "decoupled")
 
 def build_repository(repo: Path, onnx: Path, profiles: tuple[str, ...], contexts: int) -> None:
     for mode in TRTPOOL_MODES:
-        make_model_folder(repo, MODELS[mode], onnx, profiles,
-                          ServingOptions(contexts=str(contexts), mode=mode, instance_kind="cpu"))
+        make_model_folder(
+            repo, MODELS[mode], onnx, profiles, ServingOptions(contexts=str(contexts), mode=mode, instance_kind="cpu")
+        )
     naive = repo / MODELS["naive"]
     (naive / "1").mkdir(parents=True)
     shutil.copyfile(onnx, naive / "1" / "model.onnx")
@@ -85,17 +87,22 @@ def sweep(server: TritonServer, levels: list[int], interval_ms: int, stability: 
         rows = []
         for level in levels:
             before = batch_histogram(server.metrics(), model)
-            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(level),
-                                  interval_ms=interval_ms, extra=extra)
+            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(level), interval_ms=interval_ms, extra=extra)
             after = batch_histogram(server.metrics(), model)
-            rows.append({
-                "concurrency": level,
-                "infer_per_s": row["Inferences/Second"],
-                "p50_us": row["p50 latency"], "p99_us": row["p99 latency"],
-                "mean_batch": round(mean_batch(before, after), 2) if kind != "naive" else 1.0,
-            })
-            print(f"{kind:9s} c={level:3d} {row['Inferences/Second']:9.1f} infer/s  "
-                  f"p99 {row['p99 latency'] / 1000:8.1f} ms  batch {rows[-1]['mean_batch']}", flush=True)
+            rows.append(
+                {
+                    "concurrency": level,
+                    "infer_per_s": row["Inferences/Second"],
+                    "p50_us": row["p50 latency"],
+                    "p99_us": row["p99 latency"],
+                    "mean_batch": round(mean_batch(before, after), 2) if kind != "naive" else 1.0,
+                }
+            )
+            print(
+                f"{kind:9s} c={level:3d} {row['Inferences/Second']:9.1f} infer/s  "
+                f"p99 {row['p99 latency'] / 1000:8.1f} ms  batch {rows[-1]['mean_batch']}",
+                flush=True,
+            )
         results[kind] = rows
     return results
 
@@ -107,8 +114,12 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,4,8,16")
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
-    parser.add_argument("--stability", type=int, default=20,
-                        help="perf_analyzer's --stability-percentage (its default 10 rarely settles on 2 shared cores)")
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=20,
+        help="perf_analyzer's --stability-percentage (its default 10 rarely settles on 2 shared cores)",
+    )
     parser.add_argument("--out", type=Path, default=default_out("cpu_serving.json"))
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -138,8 +149,10 @@ def main() -> None:
             inputs = get_example("resnet50").sample_inputs(batch, image_size=args.image_size)
             result = inprocess_throughput(runtime, workers, inputs, args.inprocess_seconds)
             inprocess.append({"for": kind, "workers": workers, "batch": batch, **result})
-            print(f"in-process ({kind} config) workers={workers} batch={batch}: "
-                  f"{result['items_per_s']:.1f} items/s", flush=True)
+            print(
+                f"in-process ({kind} config) workers={workers} batch={batch}: {result['items_per_s']:.1f} items/s",
+                flush=True,
+            )
 
     def inproc(kind: str) -> float:
         return next(r["items_per_s"] for r in inprocess if r["for"] == kind)

@@ -13,6 +13,7 @@ machine a ratio holds where an absolute figure does not.
 
     .venv/bin/python bench/cpu_vs_naive.py --rounds 6 --out bench/results/cpu_vs_naive.json
 """
+
 from __future__ import annotations
 
 import sys
@@ -39,8 +40,12 @@ def ratios(rows: dict[str, list[dict]], first: str, second: str) -> dict:
     """Per round: first's throughput and p99 over second's; their medians."""
     throughput = compared(rows[first], rows[second], "infer_per_s")
     p99 = compared(rows[first], rows[second], "p99_us")
-    return {"throughput_per_round": throughput["per_round"], "throughput_median": throughput["median"],
-            "p99_per_round": p99["per_round"], "p99_median": p99["median"]}
+    return {
+        "throughput_per_round": throughput["per_round"],
+        "throughput_median": throughput["median"],
+        "p99_per_round": p99["per_round"],
+        "p99_median": p99["median"],
+    }
 
 
 def naive_loop(onnx: Path, inputs: dict[str, np.ndarray], seconds: float) -> float:
@@ -72,8 +77,12 @@ def batching_ceiling(repo: Path, onnx: Path, image_size: int, seconds: float) ->
         print(f"in-process trtpool sync runtime, batch {batch}: {trtpool[batch]} items/s", flush=True)
     naive = round(naive_loop(onnx, example.sample_inputs(1, image_size=image_size), seconds), 1)
     print(f"in-process naive loop, batch 1: {naive} items/s", flush=True)
-    return {"seconds": seconds, "trtpool_runtime_items_per_s_by_batch": trtpool, "naive_loop_items_per_s": naive,
-            "best_batched_over_naive_loop": round(max(trtpool.values()) / naive, 3)}
+    return {
+        "seconds": seconds,
+        "trtpool_runtime_items_per_s_by_batch": trtpool,
+        "naive_loop_items_per_s": naive,
+        "best_batched_over_naive_loop": round(max(trtpool.values()) / naive, 3),
+    }
 
 
 def main() -> None:
@@ -83,9 +92,15 @@ def main() -> None:
     parser.add_argument("--modes", default="sync,pipelined")
     parser.add_argument("--inprocess-seconds", type=float, default=5.0)
     args = parser.parse_args()
-    record = {"benchmark": "cpu_vs_naive", **provenance(),
-              "model": f"resnet50-shaped, input 3x{args.image_size}x{args.image_size}, fp32, ONNX Runtime CPU",
-              "contexts": args.contexts, "concurrency": args.concurrency, "rounds": args.rounds, "modes": {}}
+    record = {
+        "benchmark": "cpu_vs_naive",
+        **provenance(),
+        "model": f"resnet50-shaped, input 3x{args.image_size}x{args.image_size}, fp32, ONNX Runtime CPU",
+        "contexts": args.contexts,
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "modes": {},
+    }
     with tempfile.TemporaryDirectory() as scratch:
         base = Path(scratch)
         onnx = write_example("resnet50", base / "resnet50.onnx", image_size=args.image_size)
@@ -94,8 +109,9 @@ def main() -> None:
         server = TritonServer(base / "repo", base / "server.log").start()
         try:
             for mode in args.modes.split(","):
-                rows = alternate(server, (MODELS[mode], MODELS["naive"]), args.rounds, args.concurrency,
-                                 args.interval_ms)
+                rows = alternate(
+                    server, (MODELS[mode], MODELS["naive"]), args.rounds, args.concurrency, args.interval_ms
+                )
                 record["modes"][mode] = {"rows": rows, "over_naive": ratios(rows, MODELS[mode], MODELS["naive"])}
                 print(mode, record["modes"][mode]["over_naive"], flush=True)
         finally:

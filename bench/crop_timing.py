@@ -13,6 +13,7 @@ kernel's crops from crop_reference (its arithmetic in float64) on the same decod
 
     python3 bench/crop_timing.py --previous .probe/crop_kernel_previous.py --out $OUT/crop_timing.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,12 +89,15 @@ def main() -> None:
         files = images(batch, seed=7, png_every=0)
         decoded = crops.decoder.decode(files, stream)
         stream.synchronize()
-        rows = {"decode_gpu_us": gpu_us(lambda: crops.decoder.decode(files, stream), stream, args.runs) / batch,
-                "decode_host_us": host_us(lambda: (crops.decoder.decode(files, stream), stream.synchronize()),
-                                          args.runs) / batch}
+        rows = {
+            "decode_gpu_us": gpu_us(lambda: crops.decoder.decode(files, stream), stream, args.runs) / batch,
+            "decode_host_us": host_us(lambda: (crops.decoder.decode(files, stream), stream.synchronize()), args.runs)
+            / batch,
+        }
 
         def table() -> np.ndarray:
             return np.array([crops.table_row(image, index) for index, image in enumerate(decoded)], np.int64)
+
         rows["table_host_us"] = host_us(table, args.runs) / batch
         table_rows = table()
         device_table = cuda.DeviceBuffer(table_rows.nbytes)
@@ -102,12 +106,15 @@ def main() -> None:
         expected = [crop_reference(image.permute(1, 2, 0).cpu().numpy(), spec) for image in decoded]
         levels = np.array(spec.std).reshape(3, 1, 1) * 255
         for name, kernel in kernels.items():
+
             def launch() -> None:
                 kernel.launch(device_table.ptr, batch, out.data_ptr(), spec.crop, crops.scale, crops.shift, stream)
+
             rows[f"{name}_gpu_us"] = gpu_us(launch, stream, args.runs) / batch
             served = out.cpu().numpy()
-            rows[f"{name}_max_levels_from_reference"] = round(max(
-                float((np.abs(served[i] - expected[i]) * levels).max()) for i in range(batch)), 3)
+            rows[f"{name}_max_levels_from_reference"] = round(
+                max(float((np.abs(served[i] - expected[i]) * levels).max()) for i in range(batch)), 3
+            )
         with torch.no_grad():
             rows["torch_resize_gpu_us"] = gpu_us(lambda: torch_crop_pass(spec, decoded), stream, args.runs) / batch
         rows = {k: round(v, 2) for k, v in rows.items()}

@@ -11,6 +11,7 @@ output when shrinking, shown for speed only). OpenCV is not a trtpool dependency
     .venv/bin/python -m pip install --target /tmp/cv opencv-python-headless==4.10.0.84 --no-deps
     .venv/bin/python bench/decode_choice.py --opencv-path /tmp/cv --out bench/results/decode_choice.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,7 @@ def pillow(data: bytes) -> np.ndarray:
         image.draft("RGB", (RESIZE, RESIZE))
         rgb = image.convert("RGB")
     width, height = _scaled(*rgb.size)
-    rgb = rgb.resize((width, height), Image.BILINEAR)
+    rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
     left, top = (width - CROP) // 2, (height - CROP) // 2
     return _normalized(np.asarray(rgb.crop((left, top, left + CROP, top + CROP))))
 
@@ -65,14 +66,15 @@ def opencv(interpolation: str):
         width, height = _scaled(bgr.shape[1], bgr.shape[0])
         bgr = cv2.resize(bgr, (width, height), interpolation=flag)
         left, top = (width - CROP) // 2, (height - CROP) // 2
-        return _normalized(cv2.cvtColor(bgr[top:top + CROP, left:left + CROP], cv2.COLOR_BGR2RGB))
+        return _normalized(cv2.cvtColor(bgr[top : top + CROP, left : left + CROP], cv2.COLOR_BGR2RGB))
+
     return run
 
 
 def rate(function, files: list[bytes], threads: int, count: int) -> float:
     work = [files[i % len(files)] for i in range(count)]
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(function, work[:threads * 2]))
+        list(pool.map(function, work[: threads * 2]))
         begun = time.perf_counter()
         list(pool.map(function, work))
         return count / (time.perf_counter() - begun)
@@ -87,10 +89,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.opencv_path:
         sys.path.insert(0, str(args.opencv_path))
-    sets = {"mixed": [f for i, f in enumerate(images(12, seed=5)) if i % 3 != 2],  # the JPEGs
-            "camera": [f for i, f in enumerate(images(6, seed=6, sizes=CAMERA)) if i % 3 != 2]}
-    variants = {"pillow_draft_bilinear": pillow, "opencv_inter_area": opencv("INTER_AREA"),
-                "opencv_inter_linear": opencv("INTER_LINEAR")}
+    sets = {
+        "mixed": [f for i, f in enumerate(images(12, seed=5)) if i % 3 != 2],  # the JPEGs
+        "camera": [f for i, f in enumerate(images(6, seed=6, sizes=CAMERA)) if i % 3 != 2],
+    }
+    variants = {
+        "pillow_draft_bilinear": pillow,
+        "opencv_inter_area": opencv("INTER_AREA"),
+        "opencv_inter_linear": opencv("INTER_LINEAR"),
+    }
     results = {s: {name: {"1": [], "2": []} for name in variants} for s in sets}
     for round_index in range(args.rounds):  # interleaved: the machine's load hits each alike
         for set_name, files in sets.items():
@@ -99,12 +106,21 @@ def main() -> int:
                 for threads in (1, 2):
                     found = rate(function, files, threads, count)
                     results[set_name][name][str(threads)].append(found)
-                    print(f"round {round_index} {set_name:6s} {name:22s} threads {threads} {found:7.1f} img/s",
-                          flush=True)
-    record = {**provenance(), "what": "images/s preprocessed, by file set, library and threads",
-              "sets": {"mixed": "120x90 .. 1024x768", "camera": "1920x1080 .. 4032x3024"},
-              "images_per_s": {s: {n: {t: {"rounds": r, "median": float(np.median(r))} for t, r in per.items()}
-                                   for n, per in by_name.items()} for s, by_name in results.items()}}
+                    print(
+                        f"round {round_index} {set_name:6s} {name:22s} threads {threads} {found:7.1f} img/s", flush=True
+                    )
+    record = {
+        **provenance(),
+        "what": "images/s preprocessed, by file set, library and threads",
+        "sets": {"mixed": "120x90 .. 1024x768", "camera": "1920x1080 .. 4032x3024"},
+        "images_per_s": {
+            s: {
+                n: {t: {"rounds": r, "median": float(np.median(r))} for t, r in per.items()}
+                for n, per in by_name.items()
+            }
+            for s, by_name in results.items()
+        },
+    }
     write_json(args.out, record)
     return 0
 

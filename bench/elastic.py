@@ -25,9 +25,11 @@ seconds_to_peak and seconds_to_min (from each step to the first sample at the
 peak count and at the minimum), memory_fixed_mib (the fixed pool once loaded),
 and every sample.
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import queue
 import statistics
@@ -47,8 +49,8 @@ from bench.paired import alternate, compared  # noqa: E402
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
-from trtpool.parameters import Elasticity  # noqa: E402
 from tests.harness.server import TritonServer, rss_bytes  # noqa: E402
+from trtpool.parameters import Elasticity  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder  # noqa: E402
 
@@ -61,11 +63,21 @@ NUMPY_TYPES = {"FP32": np.float32, "FP16": np.float16, "INT64": np.int64, "INT32
 
 # ---- the served models ---------------------------------------------------------------------
 
+
 def add_model(repo: Path, onnx: Path, name: str, args, parameters: dict[str, str]) -> None:
     options = {"image_size": args.image_size} if args.example == "resnet50" else {}
-    folder = make_model_folder(repo, name, onnx, get_example(args.example).serving_profiles(**options),
-                               ServingOptions(runtime=args.runtime, mode="decoupled", max_queue_delay_microseconds=100,
-                                              instance_kind="gpu" if args.runtime == "torch" else "cpu"))
+    folder = make_model_folder(
+        repo,
+        name,
+        onnx,
+        get_example(args.example).serving_profiles(**options),
+        ServingOptions(
+            runtime=args.runtime,
+            mode="decoupled",
+            max_queue_delay_microseconds=100,
+            instance_kind="gpu" if args.runtime == "torch" else "cpu",
+        ),
+    )
     if args.runtime == "torch":
         parameters = {"model_file": "model.onnx", "precision": args.precision, **parameters}
     set_parameters(folder, metrics_interval_ms="250", **parameters)
@@ -83,12 +95,14 @@ def request_inputs(server: TritonServer, model: str, seq_len: int) -> dict[str, 
     for tensor in metadata["inputs"]:
         shape = [1, *(seq_len if d == -1 else d for d in tensor["shape"][1:])]
         dtype = NUMPY_TYPES[tensor["datatype"]]
-        inputs[tensor["name"]] = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-                                  else np.ones(shape, dtype))
+        inputs[tensor["name"]] = (
+            rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.ones(shape, dtype)
+        )
     return inputs
 
 
 # ---- clients -------------------------------------------------------------------------------
+
 
 def client(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, control, answered, failed) -> None:
     """One batch-1 client: while control[slot] is BUSY, one request at a time on a stream of that
@@ -130,6 +144,7 @@ def _burst(url: str, model: str, inputs: dict[str, np.ndarray], slot: int, contr
 
 # ---- sampling ------------------------------------------------------------------------------
 
+
 class Sampler:
     def __init__(self, server: TritonServer, model: str, runtime: str, baseline_mib: int | None) -> None:
         self.server, self.model, self.baseline = server, model, baseline_mib
@@ -152,8 +167,17 @@ class Sampler:
         return self.server.metric_total("trtpool_contexts", self.model)
 
 
-def run_phase(name: str, clients: int, seconds: float, control, answered, failed, sampler: Sampler,
-              started: float, samples: list[dict]) -> list[dict]:
+def run_phase(
+    name: str,
+    clients: int,
+    seconds: float,
+    control,
+    answered,
+    failed,
+    sampler: Sampler,
+    started: float,
+    samples: list[dict],
+) -> list[dict]:
     """`clients` clients on the model for `seconds`, sampled every second."""
     for slot in range(len(control)):
         control[slot] = BUSY if slot < clients else IDLE
@@ -164,9 +188,16 @@ def run_phase(name: str, clients: int, seconds: float, control, answered, failed
         tick += 1.0
         time.sleep(max(0.0, tick - time.monotonic()))
         total = sum(answered[:])
-        sample = {"t_s": round(time.monotonic() - started, 1), "phase": name, "second": second + 1,
-                  "clients": clients, "infer_per_s": total - last, "contexts": sampler.contexts(),
-                  "memory_mib": sampler.memory_mib(), "errors": sum(failed[:])}
+        sample = {
+            "t_s": round(time.monotonic() - started, 1),
+            "phase": name,
+            "second": second + 1,
+            "clients": clients,
+            "infer_per_s": total - last,
+            "contexts": sampler.contexts(),
+            "memory_mib": sampler.memory_mib(),
+            "errors": sum(failed[:]),
+        }
         last = total
         phase.append(sample)
         print(sample, flush=True)
@@ -191,23 +222,41 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="the requests' sequence length (BERT)")
     parser.add_argument("--low", type=int, default=1, help="batch-1 clients at low load")
     parser.add_argument("--peak", type=int, default=8, help="batch-1 clients at the peak")
-    parser.add_argument("--max-contexts", type=int, default=4,
-                        help="the elastic pool's maximum, the fixed pool's count")
-    parser.add_argument("--phases", type=lambda t: [float(x) for x in t.split(",")], default=[20, 30, 40],
-                        help="seconds of low, peak, low")
+    parser.add_argument(
+        "--max-contexts", type=int, default=4, help="the elastic pool's maximum, the fixed pool's count"
+    )
+    parser.add_argument(
+        "--phases",
+        type=lambda t: [float(x) for x in t.split(",")],
+        default=[20, 30, 40],
+        help="seconds of low, peak, low",
+    )
     parser.add_argument("--rounds", type=int, default=4, help="perf_analyzer rounds per pool at the peak (ABBA)")
     parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer's measurement interval")
     parser.add_argument("--idle", type=float, default=10, help="shrink_after_idle_seconds of the elastic pool")
-    parser.add_argument("--grow-after-us", type=int, default=Elasticity().grow_after_wait_us,
-                        help="grow_after_wait_microseconds (default: the parameter's)")
+    parser.add_argument(
+        "--grow-after-us",
+        type=int,
+        default=Elasticity().grow_after_wait_us,
+        help="grow_after_wait_microseconds (default: the parameter's)",
+    )
     parser.add_argument("--settle", type=int, default=5, help="seconds at the start of a peak left out of its rate")
     parser.add_argument("--out", type=Path, default=default_out("elastic_cpu.json"))
     args = parser.parse_args()
     elastic, fixed = f"{args.example}_elastic", f"{args.example}_fixed"
-    report: dict = {"benchmark": "elastic", **provenance(), "runtime": args.runtime, "example": args.example,
-                    "clients": {"low": args.low, "peak": args.peak}, "max_contexts": args.max_contexts,
-                    "policy": {"min_contexts": 1, "grow_after_wait_microseconds": args.grow_after_us,
-                               "shrink_after_idle_seconds": args.idle}}
+    report: dict = {
+        "benchmark": "elastic",
+        **provenance(),
+        "runtime": args.runtime,
+        "example": args.example,
+        "clients": {"low": args.low, "peak": args.peak},
+        "max_contexts": args.max_contexts,
+        "policy": {
+            "min_contexts": 1,
+            "grow_after_wait_microseconds": args.grow_after_us,
+            "shrink_after_idle_seconds": args.idle,
+        },
+    }
     if args.runtime == "torch":
         report["precision"] = args.precision
 
@@ -216,10 +265,19 @@ def main() -> None:
         options = {"image_size": args.image_size} if args.example == "resnet50" else {}
         onnx = write_example(args.example, base / f"{args.example}.onnx", **options)
         repo = base / "repo"
-        add_model(repo, onnx, elastic, args, {"contexts": "auto", "min_contexts": "1",
-                                             "max_contexts": str(args.max_contexts),
-                                             "grow_after_wait_microseconds": str(args.grow_after_us),
-                                             "shrink_after_idle_seconds": str(args.idle)})
+        add_model(
+            repo,
+            onnx,
+            elastic,
+            args,
+            {
+                "contexts": "auto",
+                "min_contexts": "1",
+                "max_contexts": str(args.max_contexts),
+                "grow_after_wait_microseconds": str(args.grow_after_us),
+                "shrink_after_idle_seconds": str(args.idle),
+            },
+        )
         add_model(repo, onnx, fixed, args, {"contexts": str(args.max_contexts)})
         server = TritonServer(repo, base / "server.log", ("--model-control-mode=explicit",)).start(timeout=600)
         spawn = mp.get_context("spawn")
@@ -232,9 +290,12 @@ def main() -> None:
             baseline = gpu_memory.used_mib()
             admin.load_model(elastic)
             inputs = request_inputs(server, elastic, args.seq_len)
-            processes = [spawn.Process(target=client, args=(server.grpc_url, elastic, inputs, slot, control,
-                                                             answered, failed), daemon=True)
-                         for slot in range(args.peak)]
+            processes = [
+                spawn.Process(
+                    target=client, args=(server.grpc_url, elastic, inputs, slot, control, answered, failed), daemon=True
+                )
+                for slot in range(args.peak)
+            ]
             for process in processes:
                 process.start()
             samples: list[dict] = []
@@ -260,15 +321,20 @@ def main() -> None:
                 the rounds compare the pools at the peak, not the elastic pool's growth."""
                 if model != elastic:
                     return {}
-                try:
-                    perf_analyzer(model, server.grpc_url, concurrency=str(args.peak), interval_ms=1000, max_trials=3,
-                                  extra=("--stability-percentage", "100", *streaming))
-                except PerfAnalyzerFailed:
-                    pass  # a warm-up: the count it reached is what matters, and is kept
+                with contextlib.suppress(PerfAnalyzerFailed):  # a warm-up: the count it reached is what matters
+                    perf_analyzer(
+                        model,
+                        server.grpc_url,
+                        concurrency=str(args.peak),
+                        interval_ms=1000,
+                        max_trials=3,
+                        extra=("--stability-percentage", "100", *streaming),
+                    )
                 return {"contexts_at_start": sampler.contexts()}
 
-            rounds = alternate(server, (elastic, fixed), args.rounds, args.peak, args.interval_ms, streaming,
-                               before=at_peak)
+            rounds = alternate(
+                server, (elastic, fixed), args.rounds, args.peak, args.interval_ms, streaming, before=at_peak
+            )
         finally:
             control[:] = [STOP] * args.peak
             for process in processes:
@@ -279,27 +345,30 @@ def main() -> None:
 
     most = max(s["contexts"] for s in peak)
     peak_memory = max((s["memory_mib"] for s in peak if s["memory_mib"] is not None), default=None)
-    report.update({
-        "contexts_low": last_low[-1]["contexts"],
-        "contexts_peak": most,
-        "memory_low_mib": last_low[-1]["memory_mib"],
-        "memory_peak_mib": peak_memory,
-        "throughput_peak_elastic": statistics.median(r["infer_per_s"] for r in rounds[elastic]),
-        "throughput_peak_fixed": statistics.median(r["infer_per_s"] for r in rounds[fixed]),
-        "elastic_over_fixed_throughput": compared(rounds[elastic], rounds[fixed], "infer_per_s",
-                                                  faster="rounds_elastic_faster"),
-        "seconds_to_peak": first_second(peak, most),
-        "seconds_to_min": first_second(last_low, 1),
-        "step_peak_infer_per_s": mean_rate(peak, args.settle),
-        "contexts_first_low": first_low[-1]["contexts"],
-        "memory_first_low_mib": first_low[-1]["memory_mib"],
-        "memory_fixed_mib": fixed_memory,
-        "memory_source": sampler.source,
-        "step_errors": sum(failed[:]),
-        "step_answers": sum(answered[:]),
-        "rounds": rounds,
-        "samples": samples,
-    })
+    report.update(
+        {
+            "contexts_low": last_low[-1]["contexts"],
+            "contexts_peak": most,
+            "memory_low_mib": last_low[-1]["memory_mib"],
+            "memory_peak_mib": peak_memory,
+            "throughput_peak_elastic": statistics.median(r["infer_per_s"] for r in rounds[elastic]),
+            "throughput_peak_fixed": statistics.median(r["infer_per_s"] for r in rounds[fixed]),
+            "elastic_over_fixed_throughput": compared(
+                rounds[elastic], rounds[fixed], "infer_per_s", faster="rounds_elastic_faster"
+            ),
+            "seconds_to_peak": first_second(peak, most),
+            "seconds_to_min": first_second(last_low, 1),
+            "step_peak_infer_per_s": mean_rate(peak, args.settle),
+            "contexts_first_low": first_low[-1]["contexts"],
+            "memory_first_low_mib": first_low[-1]["memory_mib"],
+            "memory_fixed_mib": fixed_memory,
+            "memory_source": sampler.source,
+            "step_errors": sum(failed[:]),
+            "step_answers": sum(answered[:]),
+            "rounds": rounds,
+            "samples": samples,
+        }
+    )
     if report["memory_low_mib"] and peak_memory:
         report["memory_low_over_peak"] = round(report["memory_low_mib"] / peak_memory, 3)
     write_json(args.out, report)

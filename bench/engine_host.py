@@ -19,6 +19,7 @@ case's figures into --out (a record of several calls).
     .venv/bin/python bench/engine_host.py --case tiny --out bench/results/engine_host_cpu.json
     python3 bench/engine_host.py --runtime torch --case jpeg --out $OUT/engine_host.json   # bench/gpu/h200.sh
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,10 +49,12 @@ from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
 from trtpool_builder.folder.load_check import as_triton_hands_it  # noqa: E402
 from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 
-JPEG_BATCH = 64   # today's record batches up to 64 files (README)
+JPEG_BATCH = 64  # today's record batches up to 64 files (README)
 KEYS = {  # the issue's headline keys: (case, variant family, transport)
-    "resnet50_b1_grpc": ("resnet50", "none"), "resnet50_b1_cudashm": ("resnet50", "cuda"),
-    "bert_b1_grpc": ("bert_base", "none"), "bert_b1_cudashm": ("bert_base", "cuda"),
+    "resnet50_b1_grpc": ("resnet50", "none"),
+    "resnet50_b1_cudashm": ("resnet50", "cuda"),
+    "bert_b1_grpc": ("bert_base", "none"),
+    "bert_b1_cudashm": ("bert_base", "cuda"),
     "tiny_b1_grpc": ("tiny", "none"),
 }
 
@@ -62,15 +65,18 @@ def gpu(args: argparse.Namespace) -> bool:
 
 def set_instances(folder: Path, count: int, kind: str) -> None:
     from tritonclient.grpc import model_config_pb2 as mc
+
     config = read_config(folder)
     del config.instance_group[:]
-    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU if kind == "gpu" else mc.ModelInstanceGroup.KIND_CPU,
-                              count=count)
+    config.instance_group.add(
+        kind=mc.ModelInstanceGroup.KIND_GPU if kind == "gpu" else mc.ModelInstanceGroup.KIND_CPU, count=count
+    )
     config.dynamic_batching.max_queue_delay_microseconds = 100
     write_config(folder, config)
 
 
 # --- the JPEG case ------------------------------------------------------------------------
+
 
 def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
     """resnet50_jpeg at --image-size, batches up to 64 files, on the runtime asked for."""
@@ -93,23 +99,31 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     variants = {}
     for count in args.host_instances:
         name = f"host_x{count}"
-        set_instances(add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on"),
-                      count, kind)
+        set_instances(
+            add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on"), count, kind
+        )
         variants[name] = f"jpeg_{name}"
     if args.profile_host:
         shutil.rmtree(jpeg)
         return variants
     set_instances(add_mode(jpeg, "sync", "jpeg_now_x6", contexts="1", engine_host="off"), 6, kind)
     variants["now_x6"] = "jpeg_now_x6"
-    python_model(repo, "null_x6", NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
-                 [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
-                 extra="dynamic_batching { max_queue_delay_microseconds: 100 }\ninstance_group { kind: KIND_CPU count: 6 }")
+    python_model(
+        repo,
+        "null_x6",
+        NULL_JPEG_MODEL,
+        [tensor("IMAGE", "BYTES", [1])],
+        [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])],
+        max_batch_size=32,
+        extra="dynamic_batching { max_queue_delay_microseconds: 100 }\ninstance_group { kind: KIND_CPU count: 6 }",
+    )
     variants["null_x6"] = "null_x6"
-    shutil.rmtree(jpeg)   # only the variants load
+    shutil.rmtree(jpeg)  # only the variants load
     return variants
 
 
 # --- the tensor cases ---------------------------------------------------------------------
+
 
 def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     onnx = repo.parent / f"{args.case}.onnx"
@@ -118,18 +132,37 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     for count in args.host_instances:
         name = f"host_x{count}"
         # Triton copies CUDA-shm inputs to host memory for the thin instance: it holds no CUDA context.
-        add_model(repo, onnx, f"{args.case}_{name}", args.case, args, contexts=args.host_contexts, mode="sync",
-                  instances=count, parameters={"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"})
+        add_model(
+            repo,
+            onnx,
+            f"{args.case}_{name}",
+            args.case,
+            args,
+            contexts=args.host_contexts,
+            mode="sync",
+            instances=count,
+            parameters={"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"},
+        )
         variants[name] = f"{args.case}_{name}"
     for count, contexts in ((1, 1), (2, 1)):
         name = f"now_x{count}"
-        add_model(repo, onnx, f"{args.case}_{name}", args.case, args, contexts=contexts, mode="sync",
-                  instances=count, parameters={"engine_host": "off"})
+        add_model(
+            repo,
+            onnx,
+            f"{args.case}_{name}",
+            args.case,
+            args,
+            contexts=contexts,
+            mode="sync",
+            instances=count,
+            parameters={"engine_host": "off"},
+        )
         variants[name] = f"{args.case}_{name}"
     return variants
 
 
 # --- measuring ----------------------------------------------------------------------------
+
 
 def processes_of(server: TritonServer, model: str) -> list[int]:
     stubs = [pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
@@ -141,16 +174,30 @@ def memory_mib(server: TritonServer, model: str) -> int | None:
     return sum(held[pid][1] for pid in processes_of(server, model) if pid in held) if held else None
 
 
-def point(server: TritonServer, model: str, concurrency: int, transport: str, args: argparse.Namespace,
-          input_data: Path | None) -> dict:
+def point(
+    server: TritonServer,
+    model: str,
+    concurrency: int,
+    transport: str,
+    args: argparse.Namespace,
+    input_data: Path | None,
+) -> dict:
     if input_data is not None:
         return perf_row(server.grpc_url, model, concurrency, input_data, args.interval_ms)
-    return measure(server, model, concurrency=concurrency, shm=transport, inputs=INPUTS[args.case],
-                   interval_ms=args.interval_ms, stability=args.stability)
+    return measure(
+        server,
+        model,
+        concurrency=concurrency,
+        shm=transport,
+        inputs=INPUTS[args.case],
+        interval_ms=args.interval_ms,
+        stability=args.stability,
+    )
 
 
-def measure_all(server: TritonServer, variants: dict[str, str], args: argparse.Namespace,
-                input_data: Path | None) -> dict:
+def measure_all(
+    server: TritonServer, variants: dict[str, str], args: argparse.Namespace, input_data: Path | None
+) -> dict:
     transports = ["none"] + (["cuda"] if gpu(args) and input_data is None else [])
     table: dict = {t: {v: {} for v in variants} for t in transports}
     memory = {v: {"after_load": memory_mib(server, m)} for v, m in variants.items()}
@@ -167,12 +214,13 @@ def measure_all(server: TritonServer, variants: dict[str, str], args: argparse.N
                     row["gpu_utilization_percent"] = utilization.mean
                     table[transport][variant][str(concurrency)] = row
                     memory[variant]["under_load"] = memory_mib(server, variants[variant])
-    except KeyboardInterrupt:   # a time limit's SIGINT (timeout -s INT): keep what was measured
+    except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): keep what was measured
         interrupted = f"interrupted at {transport}, {concurrency} clients, {variant}"
         print(interrupted, flush=True)
-    best = {t: {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0))
-                for v, rows in by_variant.items() if rows}
-            for t, by_variant in table.items()}
+    best = {
+        t: {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in by_variant.items() if rows}
+        for t, by_variant in table.items()
+    }
     return {"by_concurrency": table, "best": best, "gpu_memory_mib": memory, "interrupted": interrupted}
 
 
@@ -190,15 +238,27 @@ def headline(case: str, result: dict) -> dict:
     for transport, best in result["best"].items():
         host_name, host = family_best(best, "host_")
         now_name, now = family_best(best, "now_")
-        key = "jpeg" if case == "jpeg" else next((k for k, (c, t) in KEYS.items() if c == case and t == transport),
-                                                 f"{case}_{transport}")
+        key = (
+            "jpeg"
+            if case == "jpeg"
+            else next((k for k, (c, t) in KEYS.items() if c == case and t == transport), f"{case}_{transport}")
+        )
         if case == "jpeg":
-            figures |= {"jpeg_host_infer_per_s": host.get("infer_per_s"), "jpeg_now_infer_per_s": now.get("infer_per_s"),
-                        "jpeg_host_p99_ms": host.get("p99_ms"), "jpeg_now_p99_ms": now.get("p99_ms"),
-                        "jpeg_host_best": host_name, "jpeg_null_x6_infer_per_s": best.get("null_x6", {}).get("infer_per_s")}
+            figures |= {
+                "jpeg_host_infer_per_s": host.get("infer_per_s"),
+                "jpeg_now_infer_per_s": now.get("infer_per_s"),
+                "jpeg_host_p99_ms": host.get("p99_ms"),
+                "jpeg_now_p99_ms": now.get("p99_ms"),
+                "jpeg_host_best": host_name,
+                "jpeg_null_x6_infer_per_s": best.get("null_x6", {}).get("infer_per_s"),
+            }
         else:
-            figures |= {f"{key}_host": host.get("infer_per_s"), f"{key}_now": now.get("infer_per_s"),
-                        f"{key}_host_best": host_name, f"{key}_now_best": now_name}
+            figures |= {
+                f"{key}_host": host.get("infer_per_s"),
+                f"{key}_now": now.get("infer_per_s"),
+                f"{key}_host_best": host_name,
+                f"{key}_now_best": now_name,
+            }
         if host.get("infer_per_s") and now.get("infer_per_s"):
             figures[f"{key}_host_over_now"] = round(host["infer_per_s"] / now["infer_per_s"], 3)
     memory = result["gpu_memory_mib"]
@@ -229,20 +289,24 @@ def served(args: argparse.Namespace) -> dict:
     return {"variants": variants, **result, **headline(args.case, result)}
 
 
-def profile_host(server: TritonServer, variants: dict[str, str], args: argparse.Namespace,
-                 input_data: Path | None) -> dict:
+def profile_host(
+    server: TritonServer, variants: dict[str, str], args: argparse.Namespace, input_data: Path | None
+) -> dict:
     """py-spy's samples of the first variant's engine host, the thread holding the GIL only, while
     perf_analyzer loads it at the first concurrency: where the host's one GIL goes."""
     from bench.stub_profile import stub_profile
+
     model = next(iter(variants.values()))
-    point(server, model, args.concurrency[0], "none", args, input_data)   # warm: kernels, graphs
-    with stub_profile(server, model, Path(args.profile_host), gil=True, seconds=12,
-                      pid=server.host_pids(model)[0]) as outcome:
+    point(server, model, args.concurrency[0], "none", args, input_data)  # warm: kernels, graphs
+    with stub_profile(
+        server, model, Path(args.profile_host), gil=True, seconds=12, pid=server.host_pids(model)[0]
+    ) as outcome:
         outcome["measurement"] = point(server, model, args.concurrency[0], "none", args, input_data)
     return outcome
 
 
 # --- (f): the in-process ceiling ----------------------------------------------------------
+
 
 class _Count:
     """A responder that counts answers."""
@@ -265,6 +329,7 @@ def ceiling(args: argparse.Namespace) -> dict:
     """K threads, each serving batches of --ceiling-batch JPEG files through one hosted ModelInstance
     of K contexts (decode, crop, engine and postprocess as the host runs them), for --seconds."""
     from trtpool.instance import ModelInstance
+
     files = images(args.files, seed=7, png_every=0)
     with tempfile.TemporaryDirectory() as scratch:
         folder = jpeg_folder(Path(scratch) / "repo", args)
@@ -282,10 +347,14 @@ def ceiling(args: argparse.Namespace) -> dict:
                     chosen = rng.integers(0, len(files), args.ceiling_batch)
                     requests = [as_request("IMAGE", files[i]) for i in chosen]
                     instance.serve(requests, [_Count(tally) for _ in requests], inline=True)
+
             workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
             # warm-up: the first batches build kernels and graphs
-            instance.serve([as_request("IMAGE", f) for f in files[:args.ceiling_batch]],
-                           [_Count({"ok": 0, "failed": 0}) for _ in range(args.ceiling_batch)], inline=True)
+            instance.serve(
+                [as_request("IMAGE", f) for f in files[: args.ceiling_batch]],
+                [_Count({"ok": 0, "failed": 0}) for _ in range(args.ceiling_batch)],
+                inline=True,
+            )
             start_ok, start = tally["ok"], time.monotonic()
             for worker in workers:
                 worker.start()
@@ -294,19 +363,24 @@ def ceiling(args: argparse.Namespace) -> dict:
             for worker in workers:
                 worker.join()
             elapsed = time.monotonic() - start
-            results[str(threads)] = {"images_per_s": round((tally["ok"] - start_ok) / elapsed, 1),
-                                     "failed": tally["failed"], "error": tally.get("error")}
+            results[str(threads)] = {
+                "images_per_s": round((tally["ok"] - start_ok) / elapsed, 1),
+                "failed": tally["failed"],
+                "error": tally.get("error"),
+            }
             print(f"ceiling threads={threads}: {results[str(threads)]}", flush=True)
             instance.close()
     best = max(results.values(), key=lambda r: r["images_per_s"])
-    return {"by_threads": results, "jpeg_inprocess_ceiling_images_per_s": best["images_per_s"],
-            "batch": args.ceiling_batch}
+    return {
+        "by_threads": results,
+        "jpeg_inprocess_ceiling_images_per_s": best["images_per_s"],
+        "batch": args.ceiling_batch,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", choices=("jpeg", "ceiling", "resnet50", "bert_base", "tiny"),
-                        required=True)
+    parser.add_argument("--case", choices=("jpeg", "ceiling", "resnet50", "bert_base", "tiny"), required=True)
     parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime")
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--image-size", type=int, default=224)
@@ -314,23 +388,35 @@ def main() -> int:
     parser.add_argument("--host-contexts", type=int, default=4)
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256, 512])
     parser.add_argument("--interval-ms", type=int, default=2000)
-    parser.add_argument("--stability", type=int, default=None,
-                        help="perf_analyzer's --stability-percentage for the tensor cases (a noisy machine: 50)")
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=None,
+        help="perf_analyzer's --stability-percentage for the tensor cases (a noisy machine: 50)",
+    )
     parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--profile-host", metavar="FILE",
-                        help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
-                             "engine host under load, into FILE")
+    parser.add_argument(
+        "--profile-host",
+        metavar="FILE",
+        help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
+        "engine host under load, into FILE",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     result = {"ceiling": ceiling}.get(args.case, served)(args)
     record = json.loads(args.out.read_text()) if args.out.exists() else {}
-    record.setdefault("cases", {})[args.case] = {**provenance(), "settings": {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, **result}
-    for case in record["cases"].values():   # the headline keys at the top, from every case so far
-        record.update({k: v for k, v in case.items() if not isinstance(v, dict | list) and k not in ("date", "command")})
+    record.setdefault("cases", {})[args.case] = {
+        **provenance(),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        **result,
+    }
+    for case in record["cases"].values():  # the headline keys at the top, from every case so far
+        record.update(
+            {k: v for k, v in case.items() if not isinstance(v, dict | list) and k not in ("date", "command")}
+        )
     write_json(args.out, record)
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))
     return 0

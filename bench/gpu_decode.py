@@ -18,6 +18,7 @@ that crashes (nvImageCodec aborted the first run on the H200) is recorded and th
 
     python3 bench/gpu_decode.py --out $OUT/gpu_decode.json     # bench/gpu/h200.sh stage `decode`
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,13 @@ from trtpool.gpu import cuda  # noqa: E402
 from trtpool.vision.device_crops import Decoder, DeviceCrops  # noqa: E402
 from trtpool.vision.images import CropSpec, cpu_crop, placement, sort_files  # noqa: E402
 
-WAYS = {"torchvision": ("torchvision", ()), "nvimgcodec": ("nvimgcodec", ()),
-        "nvimgcodec_hw": ("nvimgcodec", ("HW_GPU_ONLY",)), "nvimgcodec_cuda": ("nvimgcodec", ("GPU_ONLY",)),
-        "torch_resize": ("torchvision", ())}
+WAYS = {
+    "torchvision": ("torchvision", ()),
+    "nvimgcodec": ("nvimgcodec", ()),
+    "nvimgcodec_hw": ("nvimgcodec", ("HW_GPU_ONLY",)),
+    "nvimgcodec_cuda": ("nvimgcodec", ("GPU_ONLY",)),
+    "torch_resize": ("torchvision", ()),
+}
 
 
 def per_thread_stream() -> Callable[[], cuda.Stream]:
@@ -54,6 +59,7 @@ def per_thread_stream() -> Callable[[], cuda.Stream]:
         if getattr(local, "stream", None) is None:
             local.stream = cuda.Stream()
         return local.stream
+
     return stream
 
 
@@ -65,6 +71,7 @@ def decode_only(decoder: Decoder):
         stream = stream_of()
         decoder.decode(files, stream)
         stream.synchronize()
+
     return decode
 
 
@@ -86,7 +93,7 @@ def torch_crop_pass(spec: CropSpec, decoded: list):
         if draft > 1:
             pixels = functional.avg_pool2d(pixels, draft, draft, ceil_mode=True).round_()
         pixels = functional.interpolate(pixels, size=(height, width), mode="bilinear", antialias=True)
-        pixels = pixels[:, :, top:top + spec.crop, left:left + spec.crop].clamp_(0, 255).round_()
+        pixels = pixels[:, :, top : top + spec.crop, left : left + spec.crop].clamp_(0, 255).round_()
         batch[torch.tensor(indices, device="cuda")] = pixels * scale - shift
     return batch
 
@@ -104,6 +111,7 @@ def torch_resize(crops: DeviceCrops):
             batch = torch_crop_pass(crops.spec, crops.decoder.decode([files[i] for i, _ in on_gpu], stream))
         stream.synchronize()
         return batch, {}
+
     return crop
 
 
@@ -131,8 +139,11 @@ def one_way(way: str, args: argparse.Namespace) -> dict:
             "mean_of_means": round(statistics.mean(float(d.mean()) for d in diffs), 3),
             "worst_mean": round(max(float(d.mean()) for d in diffs), 3),
             "worst_p99": round(max(float(np.percentile(d, 99)) for d in diffs), 2),
-            "worst_max": round(max(float(d.max()) for d in diffs), 2)},
-        "decode_images_per_s": {}, "crop_images_per_s": {}}
+            "worst_max": round(max(float(d.max()) for d in diffs), 2),
+        },
+        "decode_images_per_s": {},
+        "crop_images_per_s": {},
+    }
     for threads in args.threads:
         for batch in args.batches:
             key = f"batch{batch}_threads{threads}"
@@ -153,6 +164,7 @@ def rate(work, files: list[bytes], batch: int, threads: int, seconds: float) -> 
             done += batch
             turn += 1
         return done
+
     with ThreadPoolExecutor(threads) as pool:
         begun = time.perf_counter()
         total = sum(pool.map(loop, range(threads)))
@@ -178,17 +190,36 @@ def main() -> int:
 
     spec = CropSpec.imagenet(args.image_size)
     files = images(args.files, seed=7, png_every=0)
-    record = {**provenance(), "gpu": torch.cuda.get_device_name(0),
-              "files": {"count": len(files), "mean_bytes": sum(map(len, files)) // len(files)},
-              "pillow_one_core_images_per_s": rate(lambda b: [cpu_crop(f, spec) for f in b], files, 1, 1,
-                                                   args.seconds),
-              "ways": {}}
+    record = {
+        **provenance(),
+        "gpu": torch.cuda.get_device_name(0),
+        "files": {"count": len(files), "mean_bytes": sum(map(len, files)) // len(files)},
+        "pillow_one_core_images_per_s": rate(lambda b: [cpu_crop(f, spec) for f in b], files, 1, 1, args.seconds),
+        "ways": {},
+    }
     print(f"pillow, one core: {record['pillow_one_core_images_per_s']} images/s", flush=True)
     for way in args.ways:
-        done = subprocess.run([sys.executable, __file__, "--one-way", way, "--image-size", str(args.image_size),
-                               "--files", str(args.files), "--seconds", str(args.seconds),
-                               "--batches", *map(str, args.batches), "--threads", *map(str, args.threads)],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one-way",
+                way,
+                "--image-size",
+                str(args.image_size),
+                "--files",
+                str(args.files),
+                "--seconds",
+                str(args.seconds),
+                "--batches",
+                *map(str, args.batches),
+                "--threads",
+                *map(str, args.threads),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         lines = done.stdout.strip().splitlines()
         try:
             record["ways"][way] = json.loads(lines[-1])

@@ -1,4 +1,5 @@
 """GPU memory as nvidia-smi reports it, for the benchmarks (None or empty without nvidia-smi)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,8 +8,9 @@ from pathlib import Path
 
 def _query(*arguments: str) -> list[list[str]] | None:
     try:
-        out = subprocess.run(["nvidia-smi", *arguments, "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", *arguments, "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return [line.split(", ") for line in out.strip().splitlines() if line.strip()]

@@ -14,6 +14,7 @@
 With --runtime onnxruntime it runs on a CPU machine too (no CUDA shared memory,
 no GPU memory figures), which is how its logic is checked without a GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,44 @@ def example_options(example: str, args) -> dict:
     return {"image_size": args.image_size} if example == "resnet50" else {}
 
 
-def add_model(repo: Path, onnx: Path, name: str, example: str, args, *, contexts: int, mode: str,
-              instances: int = 1, parameters: dict[str, str] | None = None,
-              profiles: tuple[str, ...] | None = None) -> None:
+def add_model(
+    repo: Path,
+    onnx: Path,
+    name: str,
+    example: str,
+    args,
+    *,
+    contexts: int,
+    mode: str,
+    instances: int = 1,
+    parameters: dict[str, str] | None = None,
+    profiles: tuple[str, ...] | None = None,
+) -> None:
     kind = "gpu" if args.runtime == "torch" else "cpu"
-    folder = make_model_folder(repo, name, onnx,
-                               profiles or get_example(example).serving_profiles(**example_options(example, args)),
-                               ServingOptions(runtime=args.runtime, contexts=str(contexts), mode=mode,
-                                              instance_kind=kind, max_queue_delay_microseconds=100))
+    folder = make_model_folder(
+        repo,
+        name,
+        onnx,
+        profiles or get_example(example).serving_profiles(**example_options(example, args)),
+        ServingOptions(
+            runtime=args.runtime,
+            contexts=str(contexts),
+            mode=mode,
+            instance_kind=kind,
+            max_queue_delay_microseconds=100,
+        ),
+    )
     config = read_config(folder)
     config.instance_group[0].count = instances
     write_config(folder, config)
     if args.runtime == "torch":
         # GPU inputs (CUDA shared memory) reach the backend on the GPU, by DLPack.
-        parameters = {"model_file": "model.onnx", "precision": args.precision,
-                      "FORCE_CPU_ONLY_INPUT_TENSORS": "no", **(parameters or {})}
+        parameters = {
+            "model_file": "model.onnx",
+            "precision": args.precision,
+            "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+            **(parameters or {}),
+        }
     set_parameters(folder, **(parameters or {}))
 
 
@@ -84,9 +108,19 @@ def server_breakdown(before: dict[str, int], after: dict[str, int]) -> dict[str,
     return breakdown
 
 
-def measure(server: TritonServer, model: str, *, concurrency: int | None = None, rate: float | None = None,
-            batch: int = 1, streaming: bool = False, shm: str = "none", inputs: tuple[str, ...] = (),
-            interval_ms: int = 1500, stability: int | None = None) -> dict:
+def measure(
+    server: TritonServer,
+    model: str,
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    batch: int = 1,
+    streaming: bool = False,
+    shm: str = "none",
+    inputs: tuple[str, ...] = (),
+    interval_ms: int = 1500,
+    stability: int | None = None,
+) -> dict:
     """One perf_analyzer point with Triton's per-stage times. `stability`: perf_analyzer's
     criterion (percent) from the start, for a machine too noisy for its default (recorded)."""
     extra = ["-b", str(batch), "--shared-memory", shm]
@@ -105,25 +139,43 @@ def measure(server: TritonServer, model: str, *, concurrency: int | None = None,
     before = server_counters(server, model)
     try:
         try:
-            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1),
-                                  interval_ms=interval_ms, max_trials=4 if stability is None else 8,
-                                  extra=tuple(extra))
+            [row] = perf_analyzer(
+                model,
+                server.grpc_url,
+                concurrency=str(concurrency or 1),
+                interval_ms=interval_ms,
+                max_trials=4 if stability is None else 8,
+                extra=tuple(extra),
+            )
         except PerfAnalyzerFailed as exc:
             if "stable measurement" not in str(exc) or rate is not None or stability is not None:
                 raise
             # Once more with longer windows and a looser stability criterion (recorded).
             result["stability_percentage"] = 25
-            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency or 1),
-                                  interval_ms=2 * interval_ms, max_trials=6,
-                                  extra=(*extra, "--stability-percentage", "25"))
+            [row] = perf_analyzer(
+                model,
+                server.grpc_url,
+                concurrency=str(concurrency or 1),
+                interval_ms=2 * interval_ms,
+                max_trials=6,
+                extra=(*extra, "--stability-percentage", "25"),
+            )
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-2000:]}
     # perf_analyzer's inferences/s already count batch items: requests/s x client batch.
-    result.update({"infer_per_s": row["Inferences/Second"],
-                   "p50_ms": row["p50 latency"] / 1000, "p99_ms": row["p99 latency"] / 1000,
-                   "server": server_breakdown(before, server_counters(server, model))})
-    print(f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
-          f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms {result['server']}", flush=True)
+    result.update(
+        {
+            "infer_per_s": row["Inferences/Second"],
+            "p50_ms": row["p50 latency"] / 1000,
+            "p99_ms": row["p99 latency"] / 1000,
+            "server": server_breakdown(before, server_counters(server, model)),
+        }
+    )
+    print(
+        f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
+        f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms {result['server']}",
+        flush=True,
+    )
     return result
 
 
@@ -139,7 +191,11 @@ SERVED_MODELS = {
 PREFIX = {"resnet50": "resnet", "bert_base": "bert"}
 # perf_analyzer's input options: BERT at sequence 128, token ids 0 (random int64
 # ids could fall outside the vocabulary).
-INPUTS = {"tiny": (), "resnet50": (), "bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero")}
+INPUTS = {
+    "tiny": (),
+    "resnet50": (),
+    "bert_base": ("--shape", "input_ids:128", "--shape", "attention_mask:128", "--input-data", "zero"),
+}
 
 
 def served_names(text: str) -> list[str]:
@@ -158,26 +214,52 @@ def throughput_section(server: TritonServer, args) -> dict:
     for suffix in args.models:
         model, streaming = f"{PREFIX[args.example]}_{suffix}", SERVED_MODELS[suffix][1] == "decoupled"
         plan = [(1, level, "none") for level in args.levels] + [(1, args.levels[-1], shm)]
-        plan += [(batch, level, memory) for batch in (8, 32) for level in args.batch_levels
-                 for memory in dict.fromkeys((shm, "none")) if memory in args.transports]
+        plan += [
+            (batch, level, memory)
+            for batch in (8, 32)
+            for level in args.batch_levels
+            for memory in dict.fromkeys((shm, "none"))
+            if memory in args.transports
+        ]
         for batch, level, memory in dict.fromkeys(plan):
-            rows.append({"model": model, "batch": batch, "concurrency": level, "shm": memory,
-                         "streaming": streaming,
-                         **measure(server, model, concurrency=level, batch=batch, streaming=streaming, shm=memory,
-                                   inputs=INPUTS[args.example])})
+            rows.append(
+                {
+                    "model": model,
+                    "batch": batch,
+                    "concurrency": level,
+                    "shm": memory,
+                    "streaming": streaming,
+                    **measure(
+                        server,
+                        model,
+                        concurrency=level,
+                        batch=batch,
+                        streaming=streaming,
+                        shm=memory,
+                        inputs=INPUTS[args.example],
+                    ),
+                }
+            )
     return {"rows": rows}
 
 
-def latency_section(server: TritonServer, peak: float, models: list[tuple[str, bool]], shm: str,
-                    inputs: tuple[str, ...]) -> list[dict]:
+def latency_section(
+    server: TritonServer, peak: float, models: list[tuple[str, bool]], shm: str, inputs: tuple[str, ...]
+) -> list[dict]:
     """Each (model, streaming) at 50% and 90% of `peak`, the models side by side at each rate."""
     rows = []
     for share in (0.5, 0.9):
         rate = peak * share
         for model, streaming in models:
-            rows.append({"model": model, "share_of_peak": share, "request_rate": round(rate, 1), "shm": shm,
-                         **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000,
-                                   inputs=inputs)})
+            rows.append(
+                {
+                    "model": model,
+                    "share_of_peak": share,
+                    "request_rate": round(rate, 1),
+                    "shm": shm,
+                    **measure(server, model, rate=rate, streaming=streaming, shm=shm, interval_ms=3000, inputs=inputs),
+                }
+            )
     return rows
 
 
@@ -192,13 +274,16 @@ MEMORY_LOADS = {
     "in_use": {"concurrency": 16, "batch": 1},
     "largest": {"concurrency": 8, "batch": 32},
 }
-LARGEST_INPUTS = {"resnet50": (), "bert_base": ("--shape", "input_ids:512", "--shape", "attention_mask:512",
-                                                "--input-data", "zero")}
+LARGEST_INPUTS = {
+    "resnet50": (),
+    "bert_base": ("--shape", "input_ids:512", "--shape", "attention_mask:512", "--input-data", "zero"),
+}
 
 
 def memory_readings(server: TritonServer, model: str, example: str, before: int | None) -> dict:
     """GPU memory the model adds after load, after a load at the served shape and after
     one at the profile's largest shapes (activations are sized to the shapes in use)."""
+
     def added() -> int | None:
         now = gpu_memory.used_mib()
         return None if now is None or before is None else now - before
@@ -208,9 +293,16 @@ def memory_readings(server: TritonServer, model: str, example: str, before: int 
         inputs = LARGEST_INPUTS[example] if state == "largest" else INPUTS[example]
         figures = measure(server, model, inputs=inputs, interval_ms=1000, shm="none", **load)
         time.sleep(2)
-        readings[state] = {"mib": added(), "processes": processes_mib(),
-                           "load": {**load, "inputs": " ".join(inputs), "infer_per_s": figures.get("infer_per_s"),
-                                    "error": figures.get("error")}}
+        readings[state] = {
+            "mib": added(),
+            "processes": processes_mib(),
+            "load": {
+                **load,
+                "inputs": " ".join(inputs),
+                "infer_per_s": figures.get("infer_per_s"),
+                "error": figures.get("error"),
+            },
+        }
     return readings
 
 
@@ -231,8 +323,7 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
     time.sleep(2)
     serving = gpu_memory.used_mib()
     # tritonserver with no model loaded: its CUDA context and CUDA memory pool
-    figures: dict = {"server_alone_mib": None if idle is None else serving - idle,
-                     "server_alone": processes_mib()}
+    figures: dict = {"server_alone_mib": None if idle is None else serving - idle, "server_alone": processes_mib()}
     try:
         for model in (contexts_model, instances_model):
             time.sleep(2)
@@ -248,11 +339,16 @@ def memory_section(repo: Path, base: Path, onnx: Path, args) -> dict:
         server.stop()
     if figures[contexts_model]["mib"] and figures[instances_model]["mib"]:
         figures["ratio_contexts_over_instances"] = round(
-            figures[contexts_model]["mib"] / figures[instances_model]["mib"], 3)
+            figures[contexts_model]["mib"] / figures[instances_model]["mib"], 3
+        )
         figures["ratios_by_state"] = {
-            state: round(figures[contexts_model]["readings"][state]["mib"]
-                         / figures[instances_model]["readings"][state]["mib"], 3)
-            for state in ("loaded", *MEMORY_LOADS) if figures[instances_model]["readings"][state]["mib"]}
+            state: round(
+                figures[contexts_model]["readings"][state]["mib"] / figures[instances_model]["readings"][state]["mib"],
+                3,
+            )
+            for state in ("loaded", *MEMORY_LOADS)
+            if figures[instances_model]["readings"][state]["mib"]
+        }
     return {"n": n, "example": example, "profile": args.memory_profile or "the example's default", **figures}
 
 
@@ -264,30 +360,57 @@ def main() -> None:
     parser.add_argument("--levels", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 32])
     parser.add_argument("--memory-n", type=int, default=4)
     parser.add_argument("--sections", default="throughput,latency,memory")
-    parser.add_argument("--peak", type=float, default=None,
-                        help="batch-1 peak infer/s for the latency section without a throughput run; "
-                             "then every --models model is measured at 50%% and 90%% of it")
-    parser.add_argument("--batch-levels", type=lambda t: [int(x) for x in t.split(",") if x], default=[8],
-                        help="client concurrencies for the batch-8 and batch-32 clients")
-    parser.add_argument("--transports", type=lambda t: t.split(","), default=["cuda", "none"],
-                        help="shared-memory kinds for the batch-8 and batch-32 clients")
-    parser.add_argument("--memory-profile", default=None,
-                        help="the models' profile for the memory section (default: the example's, for BERT "
-                             "up to 32 x 512 tokens), e.g. input_ids=1x1:8x128:8x128,attention_mask=1x1:8x128:8x128")
-    parser.add_argument("--example", choices=tuple(PREFIX), default="resnet50",
-                        help="the example the throughput and latency sections serve")
-    parser.add_argument("--models", type=served_names, default=list(SERVED_MODELS),
-                        help="which of the served models (c1, c4, c4_dec, c1_inline) the throughput section measures")
-    parser.add_argument("--server-arg", action="append", default=[],
-                        help="an extra tritonserver argument, e.g. --cuda-memory-pool-byte-size=0:1073741824")
+    parser.add_argument(
+        "--peak",
+        type=float,
+        default=None,
+        help="batch-1 peak infer/s for the latency section without a throughput run; "
+        "then every --models model is measured at 50%% and 90%% of it",
+    )
+    parser.add_argument(
+        "--batch-levels",
+        type=lambda t: [int(x) for x in t.split(",") if x],
+        default=[8],
+        help="client concurrencies for the batch-8 and batch-32 clients",
+    )
+    parser.add_argument(
+        "--transports",
+        type=lambda t: t.split(","),
+        default=["cuda", "none"],
+        help="shared-memory kinds for the batch-8 and batch-32 clients",
+    )
+    parser.add_argument(
+        "--memory-profile",
+        default=None,
+        help="the models' profile for the memory section (default: the example's, for BERT "
+        "up to 32 x 512 tokens), e.g. input_ids=1x1:8x128:8x128,attention_mask=1x1:8x128:8x128",
+    )
+    parser.add_argument(
+        "--example",
+        choices=tuple(PREFIX),
+        default="resnet50",
+        help="the example the throughput and latency sections serve",
+    )
+    parser.add_argument(
+        "--models",
+        type=served_names,
+        default=list(SERVED_MODELS),
+        help="which of the served models (c1, c4, c4_dec, c1_inline) the throughput section measures",
+    )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="an extra tritonserver argument, e.g. --cuda-memory-pool-byte-size=0:1073741824",
+    )
     parser.add_argument("--out", type=Path, default=default_out("gpu_serving.json"))
     args = parser.parse_args()
     sections = args.sections.split(",")
-    report: dict = {"benchmark": "gpu_serving", **provenance(), "runtime": args.runtime,
-                    "precision": args.precision}
+    report: dict = {"benchmark": "gpu_serving", **provenance(), "runtime": args.runtime, "precision": args.precision}
     try:
-        report["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                       capture_output=True, text=True).stdout.strip()
+        report["gpu"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         report["gpu"] = None
 
@@ -299,8 +422,9 @@ def main() -> None:
             repo = base / "serving"
             for suffix in dict.fromkeys([*args.models, "c1"]):  # c1: the latency section's
                 contexts, mode, parameters = SERVED_MODELS[suffix]
-                add_model(repo, onnx, f"{prefix}_{suffix}", example, args, contexts=contexts, mode=mode,
-                          parameters=parameters)
+                add_model(
+                    repo, onnx, f"{prefix}_{suffix}", example, args, contexts=contexts, mode=mode, parameters=parameters
+                )
             server = TritonServer(repo, base / "serving.log", tuple(args.server_arg)).start(timeout=600)
             shm = "cuda" if args.runtime == "torch" else "none"
             try:
@@ -309,11 +433,15 @@ def main() -> None:
                 if "latency" in sections:
                     if args.peak:  # from an earlier run's throughput section: every --models model
                         peak = args.peak
-                        models = [(f"{prefix}_{suffix}", SERVED_MODELS[suffix][1] == "decoupled")
-                                  for suffix in args.models]
+                        models = [
+                            (f"{prefix}_{suffix}", SERVED_MODELS[suffix][1] == "decoupled") for suffix in args.models
+                        ]
                     else:  # the best batch-1 model of this run's throughput section
-                        batch1 = [r for r in report["throughput"]["rows"]
-                                  if r["batch"] == 1 and "infer_per_s" in r and r["shm"] == shm]
+                        batch1 = [
+                            r
+                            for r in report["throughput"]["rows"]
+                            if r["batch"] == 1 and "infer_per_s" in r and r["shm"] == shm
+                        ]
                         best = max(batch1, key=lambda r: r["infer_per_s"])
                         peak, models = best["infer_per_s"], [(best["model"], best["streaming"])]
                     report["latency"] = latency_section(server, peak, models, shm, INPUTS[example])

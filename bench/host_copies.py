@@ -15,6 +15,7 @@ row (batch-1 clients) and as one request of 32 (a batch-32 client). Medians of
     python bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \\
         --output bench/results/h200/host_copies.json
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,12 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool.gpu import cuda  # noqa: E402
-from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads  # noqa: E402
-from trtpool.runtimes.base import Parts  # noqa: E402
-from trtpool_builder.examples import write_example  # noqa: E402
+from bench.inprocess import example_options, inputs_for, load, parse_args
+from bench.record import provenance, write_json
+from trtpool.gpu import cuda
+from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads
+from trtpool.runtimes.base import Parts
+from trtpool_builder.examples import write_example
 
 UPLOADERS = {"one_piece": ONE_PIECE, "sliced": {}}
 BATCH = 32
@@ -62,8 +63,12 @@ def upload_alone(uploader: HostUploader, parts: Parts, context: Any, repeats: in
         for resource in (*targets.values(), start, end, stream):
             resource.close()
     nbytes = sum(context.staging.view(n, s).nbytes for n, s in shapes.items())
-    return {"bytes": nbytes, "host_ms": median_ms(host), "until_on_device_ms": median_ms(device),
-            "gb_per_s": round(nbytes / statistics.median(device) / 1e9, 2)}
+    return {
+        "bytes": nbytes,
+        "host_ms": median_ms(host),
+        "until_on_device_ms": median_ms(device),
+        "gb_per_s": round(nbytes / statistics.median(device) / 1e9, 2),
+    }
 
 
 def whole_batch(parts: Parts, context: Any, repeats: int) -> dict[str, float]:
@@ -87,18 +92,28 @@ def main() -> None:
     runtime = load(args, 1)
     context = runtime.create_context(0)
     batch = inputs_for(args, BATCH)
-    shapes = {"requests_32x1": {name: [t[i:i + 1].copy() for i in range(BATCH)] for name, [t] in batch.items()},
-              "request_1x32": batch}
-    report: dict[str, Any] = {"benchmark": "host_copies", **provenance(), "model": args.model,
-                              "precision": args.precision, "batch": BATCH, "repeats": repeats,
-                              "sliced_uploader": {"threads": default_threads(), "slice_bytes": SLICE_BYTES}}
+    shapes = {
+        "requests_32x1": {name: [t[i : i + 1].copy() for i in range(BATCH)] for name, [t] in batch.items()},
+        "request_1x32": batch,
+    }
+    report: dict[str, Any] = {
+        "benchmark": "host_copies",
+        **provenance(),
+        "model": args.model,
+        "precision": args.precision,
+        "batch": BATCH,
+        "repeats": repeats,
+        "sliced_uploader": {"threads": default_threads(), "slice_bytes": SLICE_BYTES},
+    }
     try:
         for name, options in UPLOADERS.items():
             runtime.uploader.close()
             runtime.uploader = HostUploader(**options)
             for layout, parts in shapes.items():
-                row = {"upload": upload_alone(runtime.uploader, parts, context, repeats),
-                       "batch": whole_batch(parts, context, repeats)}
+                row = {
+                    "upload": upload_alone(runtime.uploader, parts, context, repeats),
+                    "batch": whole_batch(parts, context, repeats),
+                }
                 report[f"{name}_{layout}"] = row
                 print(f"{name:9s} {layout:14s} {row}", file=sys.stderr, flush=True)
     finally:

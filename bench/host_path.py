@@ -27,6 +27,7 @@ record's headline keys, and the ratios the issue sets goals for:
     .venv/bin/python bench/host_path.py --runtime onnxruntime --image-size 64 --concurrency 16 \\
         --variants sync_c1,pipe_c2 --interval-ms 4000 --stability 50 --out bench/results/host_path_cpu.json
 """
+
 from __future__ import annotations
 
 import json
@@ -60,15 +61,18 @@ def served(server: TritonServer, variants: list[str], args) -> dict:
     common = {"inputs": INPUTS[args.example], "interval_ms": args.interval_ms, "stability": args.stability}
     report: dict = {"system_shm_b32": {}, "grpc_b1": {}}
     for name in variants:
-        report["system_shm_b32"][name] = measure(server, name, concurrency=B32_CLIENTS, batch=32, shm="system",
-                                                 **common)
+        report["system_shm_b32"][name] = measure(
+            server, name, concurrency=B32_CLIENTS, batch=32, shm="system", **common
+        )
     for name in (NULL, *variants):
         report["grpc_b1"][name] = measure(server, name, concurrency=args.concurrency, **common)
     if args.runtime == "torch":  # the GPU path beside it, same server, same run
-        report["cuda_shm_b32"] = {name: measure(server, name, concurrency=B32_CLIENTS, batch=32, shm="cuda",
-                                                **common) for name in variants}
-        report["cuda_shm_b1"] = {name: measure(server, name, concurrency=args.concurrency, shm="cuda", **common)
-                                 for name in variants}
+        report["cuda_shm_b32"] = {
+            name: measure(server, name, concurrency=B32_CLIENTS, batch=32, shm="cuda", **common) for name in variants
+        }
+        report["cuda_shm_b1"] = {
+            name: measure(server, name, concurrency=args.concurrency, shm="cuda", **common) for name in variants
+        }
     return report
 
 
@@ -76,11 +80,17 @@ def headline(report: dict, variants: list[str]) -> dict:
     """The issue's keys and ratios from one run's figures."""
     host = {row["contexts"]: row["items_per_s"] for row in report["inprocess"]["runs"]["host"]}
     b32, b1 = report["served"]["system_shm_b32"], report["served"]["grpc_b1"]
-    by_variant = {name: {"contexts": VARIANTS[name][0], "system_shm_b32": rate(b32[name]),
-                         "inprocess_host_b32_same_contexts": host.get(VARIANTS[name][0]),
-                         "system_shm_b32_over_inprocess_host": ratio(rate(b32[name]), host.get(VARIANTS[name][0])),
-                         "grpc_b1": rate(b1[name]), "grpc_b1_over_null": ratio(rate(b1[name]), rate(b1[NULL]))}
-                  for name in variants}
+    by_variant = {
+        name: {
+            "contexts": VARIANTS[name][0],
+            "system_shm_b32": rate(b32[name]),
+            "inprocess_host_b32_same_contexts": host.get(VARIANTS[name][0]),
+            "system_shm_b32_over_inprocess_host": ratio(rate(b32[name]), host.get(VARIANTS[name][0])),
+            "grpc_b1": rate(b1[name]),
+            "grpc_b1_over_null": ratio(rate(b1[name]), rate(b1[NULL])),
+        }
+        for name in variants
+    }
     best32 = max(variants, key=lambda n: rate(b32[n]) or 0)
     best1 = max(variants, key=lambda n: rate(b1[n]) or 0)
     figures = {
@@ -98,8 +108,9 @@ def headline(report: dict, variants: list[str]) -> dict:
         "grpc_b1_over_null": ratio(figures["served_grpc_b1_infer_per_s"], null),
         # Where the model itself is slower than the null model (ONNX Runtime on a CPU),
         # the lower of the two ceilings is the one batch-1 clients can reach.
-        "grpc_b1_over_min_null_inprocess_host": ratio(figures["served_grpc_b1_infer_per_s"],
-                                                      min(null or 0, max(host.values())) or None),
+        "grpc_b1_over_min_null_inprocess_host": ratio(
+            figures["served_grpc_b1_infer_per_s"], min(null or 0, max(host.values())) or None
+        ),
     }
     if "cuda_shm_b32" in report["served"]:
         cuda32, cuda1 = report["served"]["cuda_shm_b32"], report["served"]["cuda_shm_b1"]
@@ -110,15 +121,30 @@ def headline(report: dict, variants: list[str]) -> dict:
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--interval-ms", type=int, default=1500, help="perf_analyzer's measurement window")
-    parser.add_argument("--stability", type=int, help="perf_analyzer's stability percentage from the start "
-                        "(default: its own 10, then 25 with longer windows); for a loaded machine")
-    parser.add_argument("--profile-clients", choices=("b32_system_shm", "b1_grpc"), default="b32_system_shm",
-                        help="the load the profile is taken under")
+    parser.add_argument(
+        "--stability",
+        type=int,
+        help="perf_analyzer's stability percentage from the start "
+        "(default: its own 10, then 25 with longer windows); for a loaded machine",
+    )
+    parser.add_argument(
+        "--profile-clients",
+        choices=("b32_system_shm", "b1_grpc"),
+        default="b32_system_shm",
+        help="the load the profile is taken under",
+    )
     parser.add_argument("--variants", default="sync_c1,pipe_c2,pipe_c4", help=f"of {', '.join(VARIANTS)}")
-    parser.add_argument("--inprocess-only", action="store_true",
-                        help="measure and write the in-process section alone (a device call of its own)")
-    parser.add_argument("--inprocess-from", type=Path, metavar="JSON",
-                        help="take the in-process section from an earlier --inprocess-only run's file")
+    parser.add_argument(
+        "--inprocess-only",
+        action="store_true",
+        help="measure and write the in-process section alone (a device call of its own)",
+    )
+    parser.add_argument(
+        "--inprocess-from",
+        type=Path,
+        metavar="JSON",
+        help="take the in-process section from an earlier --inprocess-only run's file",
+    )
     parser.add_argument("--out", type=Path, default=default_out("host_path.json"))
     args = parser.parse_args()
     if args.runtime == "onnxruntime":
@@ -129,9 +155,17 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown variants {unknown}; expected some of {', '.join(VARIANTS)}")
     contexts = ",".join(str(c) for c in sorted({VARIANTS[name][0] for name in variants}))
-    report: dict = {"benchmark": "host_path", **provenance(), "runtime": args.runtime, "precision": args.precision,
-                    "example": args.example, "image_size": args.image_size, "batch1_clients": args.concurrency,
-                    "batch32_clients": B32_CLIENTS, "variants": {n: VARIANTS[n] for n in variants}}
+    report: dict = {
+        "benchmark": "host_path",
+        **provenance(),
+        "runtime": args.runtime,
+        "precision": args.precision,
+        "example": args.example,
+        "image_size": args.image_size,
+        "batch1_clients": args.concurrency,
+        "batch32_clients": B32_CLIENTS,
+        "variants": {n: VARIANTS[n] for n in variants},
+    }
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         onnx = write_example(args.example, scratch / f"{args.example}.onnx", **example_options(args.example, args))
@@ -164,9 +198,22 @@ def main() -> None:
             server.stop()
             report["server_log_tail"] = server.log_tail(40)
             write_json(args.out, report)
-    print(json.dumps({k: report.get(k) for k in ("inprocess_host_b32_items_per_s", "served_system_shm_b32_infer_per_s",
-                                                 "served_grpc_b1_infer_per_s", "null_grpc_b1_infer_per_s",
-                                                 "ratios", "cuda_shm")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: report.get(k)
+                for k in (
+                    "inprocess_host_b32_items_per_s",
+                    "served_system_shm_b32_infer_per_s",
+                    "served_grpc_b1_infer_per_s",
+                    "null_grpc_b1_infer_per_s",
+                    "ratios",
+                    "cuda_shm",
+                )
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

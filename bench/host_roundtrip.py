@@ -12,6 +12,7 @@ DIR writes the tiny example's model and the host's spec there (on a machine with
     .venv/bin/python bench/host_roundtrip.py --prepare .whl/roundtrip        # then, on the H200:
     python3 bench/host_roundtrip.py --from .whl/roundtrip --out $OUT/host_roundtrip.json   # bench/gpu/h200.sh
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ def prepare(folder: Path) -> None:
 
 
 def timed(call: Callable[[], object], runs: int) -> dict[str, float]:
-    for _ in range(max(runs // 10, 1)):   # warm-up
+    for _ in range(max(runs // 10, 1)):  # warm-up
         call()
     samples = []
     for _ in range(runs):
@@ -62,8 +63,12 @@ def measure(folder: Path, runs: int, requests: int) -> dict:
     from trtpool.host.client import HostClient
     from trtpool.host.launch import Launcher
 
-    spec = {**json.loads((folder / SPEC).read_text()), "version_dir": str(folder), "device": "cpu",
-            "server_pid": os.getpid()}
+    spec = {
+        **json.loads((folder / SPEC).read_text()),
+        "version_dir": str(folder),
+        "device": "cpu",
+        "server_pid": os.getpid(),
+    }
     client = HostClient(Launcher(spec))
     client.attach()
     try:
@@ -74,8 +79,12 @@ def measure(folder: Path, runs: int, requests: int) -> dict:
         in_process = timed(lambda: session.run(None, stacked), runs)
     finally:
         client.close()
-    return {"requests_per_run": requests, "host_round_trip": host, "in_process": in_process,
-            "round_trip_us": round(host["us_median"] - in_process["us_median"], 1)}
+    return {
+        "requests_per_run": requests,
+        "host_round_trip": host,
+        "in_process": in_process,
+        "round_trip_us": round(host["us_median"] - in_process["us_median"], 1),
+    }
 
 
 def main() -> int:

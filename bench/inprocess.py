@@ -15,6 +15,7 @@ sequences) of completed runs over the wall time from the start until the last
 thread's last run ended. GPU memory comes from torch's allocator statistics
 and cudaMemGetInfo, relative to before the model was loaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool import parameters  # noqa: E402
-from trtpool.engine.pool import ContextPool  # noqa: E402
-from trtpool.runtimes.base import Parts, Runtime  # noqa: E402
-from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from bench.record import provenance, write_json
+from trtpool import parameters
+from trtpool.engine.pool import ContextPool
+from trtpool.runtimes.base import Parts, Runtime
+from trtpool_builder.examples import get_example, write_example
 
 WARMUP_RUNS = 3  # per context and batch size, sequential
 WARMUP_SECONDS = 1.0  # concurrent, not counted
@@ -51,8 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runtime", choices=("torch", "onnxruntime"), default="torch")
     parser.add_argument("--model", choices=("tiny", "resnet50", "bert_base"), default="resnet50")
-    parser.add_argument("--onnx", type=Path, help="the model's ONNX file; generated with the example's "
-                        "defaults if missing (default: <tmp>/trtpool-bench/<model>.onnx)")
+    parser.add_argument(
+        "--onnx",
+        type=Path,
+        help="the model's ONNX file; generated with the example's "
+        "defaults if missing (default: <tmp>/trtpool-bench/<model>.onnx)",
+    )
     parser.add_argument("--contexts", type=ints, default=[1, 2, 4, 8])
     parser.add_argument("--batches", type=ints, default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per (contexts, batch)")
@@ -60,8 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=128, help="bert_base: tokens per sequence")
     parser.add_argument("--image-size", type=int, default=224, help="resnet50: input height and width")
     parser.add_argument("--device", default="cuda:0", help="torch: the GPU")
-    parser.add_argument("--inputs", choices=("host", "device"), default="host",
-                        help="torch: where the batch's inputs lie when submitted")
+    parser.add_argument(
+        "--inputs",
+        choices=("host", "device"),
+        default="host",
+        help="torch: where the batch's inputs lie when submitted",
+    )
     parser.add_argument("--output", type=Path, help="write the JSON here (default: stdout)")
     args = parser.parse_args(argv)
     if args.runtime == "onnxruntime" and args.precision != "fp32":
@@ -76,18 +85,27 @@ def example_options(args: argparse.Namespace) -> dict[str, int]:
 
 def load(args: argparse.Namespace, contexts: int) -> Runtime:
     example = get_example(args.model)
-    params = {"runtime": args.runtime, "model_file": args.onnx.name, "contexts": str(contexts),
-              "profile": example.serving_profiles(**example_options(args))[0]}
+    params = {
+        "runtime": args.runtime,
+        "model_file": args.onnx.name,
+        "contexts": str(contexts),
+        "profile": example.serving_profiles(**example_options(args))[0],
+    }
     if args.runtime == "torch":
         params["precision"] = args.precision
-    config = {"name": args.model, "max_batch_size": example.max_batch_size(),
-              "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    config = {
+        "name": args.model,
+        "max_batch_size": example.max_batch_size(),
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
+    }
     device = args.device if args.runtime == "torch" else "cpu"
     cfg = parameters.load(config, args.onnx.parent, device)
     if args.runtime == "torch":
         from trtpool.runtimes.torch.runtime import TorchRuntime
+
         return TorchRuntime(cfg, args.onnx)  # exact sequence lengths (no sequence_buckets): one --seq-len
     from trtpool.runtimes.onnxruntime import OnnxRuntime
+
     return OnnxRuntime(cfg, args.onnx)
 
 
@@ -99,8 +117,10 @@ def inputs_for(args: argparse.Namespace, batch: int) -> Parts:
     else:
         rng = np.random.default_rng(0)
         vocab = example.options()["vocab_size"]
-        inputs = {"input_ids": rng.integers(0, vocab, size=(batch, args.seq_len), dtype=np.int64),
-                  "attention_mask": np.ones((batch, args.seq_len), np.int64)}
+        inputs = {
+            "input_ids": rng.integers(0, vocab, size=(batch, args.seq_len), dtype=np.int64),
+            "attention_mask": np.ones((batch, args.seq_len), np.int64),
+        }
     if args.inputs == "device":
         import torch
 
@@ -144,7 +164,7 @@ def timed(pool: ContextPool, parts: Parts, seconds: float) -> dict[str, Any]:
             while (run_start := time.perf_counter()) < deadline:
                 run_once(pool, parts)
                 mine.append(time.perf_counter() - run_start)
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(mine,)) for mine in latencies]
@@ -159,10 +179,15 @@ def timed(pool: ContextPool, parts: Parts, seconds: float) -> dict[str, Any]:
     if errors:
         raise errors[0]
     every = np.array([t for mine in latencies for t in mine]) * 1e3
-    return {"runs": int(every.size), "elapsed_s": round(elapsed, 4),
-            "latency_ms": {"p50": round(float(np.percentile(every, 50)), 3),
-                           "p99": round(float(np.percentile(every, 99)), 3),
-                           "mean": round(float(every.mean()), 3)}}
+    return {
+        "runs": int(every.size),
+        "elapsed_s": round(elapsed, 4),
+        "latency_ms": {
+            "p50": round(float(np.percentile(every, 50)), 3),
+            "p99": round(float(np.percentile(every, 99)), 3),
+            "mean": round(float(every.mean()), 3),
+        },
+    }
 
 
 class GpuMemory:
@@ -183,10 +208,12 @@ class GpuMemory:
     def read(self) -> dict[str, int]:
         torch, device = self.torch, self.device
         torch.cuda.synchronize(device)
-        return {"allocated_bytes": torch.cuda.memory_allocated(device) - self.allocated,
-                "max_allocated_bytes": torch.cuda.max_memory_allocated(device) - self.allocated,
-                "reserved_bytes": torch.cuda.memory_reserved(device) - self.reserved,
-                "used_bytes": self.free - torch.cuda.mem_get_info(device)[0]}
+        return {
+            "allocated_bytes": torch.cuda.memory_allocated(device) - self.allocated,
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(device) - self.allocated,
+            "reserved_bytes": torch.cuda.memory_reserved(device) - self.reserved,
+            "used_bytes": self.free - torch.cuda.mem_get_info(device)[0],
+        }
 
 
 def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict], dict]:
@@ -210,10 +237,16 @@ def bench_contexts(args: argparse.Namespace, contexts: int) -> tuple[list[dict],
             timed(pool, parts, min(WARMUP_SECONDS, args.seconds))
             result = timed(pool, parts, args.seconds)
             result = {"contexts": contexts, "batch": batch, "items_per_s": items_per_s(result, batch), **result}
-            print(f"contexts {contexts:2d}  batch {batch:3d}  {result['items_per_s']:10.1f} items/s  "
-                  f"p50 {result['latency_ms']['p50']:.2f} ms", file=sys.stderr, flush=True)
+            print(
+                f"contexts {contexts:2d}  batch {batch:3d}  {result['items_per_s']:10.1f} items/s  "
+                f"p50 {result['latency_ms']['p50']:.2f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
             results.append(result)
-        memory.update(gpu.read() if gpu else {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10})
+        memory.update(
+            gpu.read() if gpu else {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
+        )
     finally:
         pool.close()  # closes the runtime too
     return results, memory
@@ -226,15 +259,20 @@ def main(argv: list[str] | None = None) -> None:
         write_example(args.model, args.onnx, **example_options(args))
     report: dict[str, Any] = {
         **provenance(),
-        "runtime": args.runtime, "model": args.model, "onnx": str(args.onnx), "precision": args.precision,
-        "seconds": args.seconds, "seq_len": args.seq_len if args.model == "bert_base" else None,
+        "runtime": args.runtime,
+        "model": args.model,
+        "onnx": str(args.onnx),
+        "precision": args.precision,
+        "seconds": args.seconds,
+        "seq_len": args.seq_len if args.model == "bert_base" else None,
         "inputs": args.inputs,
     }
     if args.runtime == "torch":
         import torch
 
-        report.update(device=args.device, gpu=torch.cuda.get_device_name(torch.device(args.device)),
-                      torch=torch.__version__)
+        report.update(
+            device=args.device, gpu=torch.cuda.get_device_name(torch.device(args.device)), torch=torch.__version__
+        )
     report["results"], report["memory"] = [], []
     for contexts in args.contexts:
         results, memory = bench_contexts(args, contexts)

@@ -17,6 +17,7 @@ Each check is recorded with what trtpool said and whether it is what the check e
               version-compatible, for this GPU: a corrupt, an empty and a truncated file and a
               TensorRT-RTX engine, each refused with TensorRT's words inside trtpool's message
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,13 @@ def check(name: str, expected: str, run: Callable[[], tuple[bool, str]]) -> Chec
         ok, said = run()
     except Exception as exc:  # noqa: BLE001 - recorded as the check's outcome
         ok, said = False, f"{type(exc).__name__}: {exc}"
-    return {"check": name, "expected": expected, "as_expected": ok, "said": said,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "check": name,
+        "expected": expected,
+        "as_expected": ok,
+        "said": said,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def refused_in_tensorrts_words(exc: TrtpoolError) -> bool:
@@ -77,7 +83,8 @@ def logger_check(trt: ModuleType) -> tuple[bool, str]:
     same = trt_api.process_logger(trt) is logger
     return isinstance(logger, trt.ILogger) and same, (
         f"ILogger subclass {type(logger).__name__}, one per process: {same}; "
-        f"init_libnvinfer_plugins in the module: {hasattr(trt, 'init_libnvinfer_plugins')}")
+        f"init_libnvinfer_plugins in the module: {hasattr(trt, 'init_libnvinfer_plugins')}"
+    )
 
 
 def host_code_check(trt: ModuleType) -> tuple[bool, str]:
@@ -118,22 +125,38 @@ def engine_folder(root: Path, name: str, data: bytes, trt: ModuleType) -> Path:
     path = root / name / "1" / "model.plan"
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
-    write_sidecar(path, Sidecar(
-        engine=str(path), module="tensorrt", module_version=trt.__version__,
-        target=Target((gpu.compute_capability,), gpu.name, version_compatible=True),
-        precision=Precision("fp32", strongly_typed=True), profiles=("x=1x4:4x4:8x4",),
-        inputs=(TensorInfo("x", "float32", (-1, 4)),), outputs=(TensorInfo("y", "float32", (-1, 4)),),
-        onnx_path="model.onnx", onnx_sha256="0" * 64,
-        build_options={"onnx": "model.onnx", "output": str(path), "trt_module": "tensorrt",
-                       "version_compatible": True}))
+    write_sidecar(
+        path,
+        Sidecar(
+            engine=str(path),
+            module="tensorrt",
+            module_version=trt.__version__,
+            target=Target((gpu.compute_capability,), gpu.name, version_compatible=True),
+            precision=Precision("fp32", strongly_typed=True),
+            profiles=("x=1x4:4x4:8x4",),
+            inputs=(TensorInfo("x", "float32", (-1, 4)),),
+            outputs=(TensorInfo("y", "float32", (-1, 4)),),
+            onnx_path="model.onnx",
+            onnx_sha256="0" * 64,
+            build_options={
+                "onnx": "model.onnx",
+                "output": str(path),
+                "trt_module": "tensorrt",
+                "version_compatible": True,
+            },
+        ),
+    )
     return path
 
 
 def engine_check(path: Path) -> tuple[bool, str]:
     from trtpool.runtimes.tensorrt import TensorRTRuntime
 
-    cfg = parameters.load({"name": path.parent.parent.name, "max_batch_size": 8,
-                            "parameters": {"runtime": {"string_value": "tensorrt"}}}, path.parent, "cuda:0")
+    cfg = parameters.load(
+        {"name": path.parent.parent.name, "max_batch_size": 8, "parameters": {"runtime": {"string_value": "tensorrt"}}},
+        path.parent,
+        "cuda:0",
+    )
     try:
         runtime = TensorRTRuntime(cfg, path, module_name="tensorrt")
     except EngineError as exc:
@@ -143,8 +166,12 @@ def engine_check(path: Path) -> tuple[bool, str]:
 
 
 def engines(rtx_engine: bytes) -> dict[str, bytes]:
-    return {"corrupt": b"not an engine, " * 64, "empty": b"", "truncated": rtx_engine[:len(rtx_engine) // 2],
-            "tensorrt_rtx": rtx_engine}
+    return {
+        "corrupt": b"not an engine, " * 64,
+        "empty": b"",
+        "truncated": rtx_engine[: len(rtx_engine) // 2],
+        "tensorrt_rtx": rtx_engine,
+    }
 
 
 def run_checks(rtx_engine: bytes) -> tuple[list[Check], list[tuple[str, str]]]:
@@ -166,17 +193,28 @@ def _checks(rtx_engine: bytes, records: Records) -> list[Check]:
         return checks
     trt = trt_api.import_tensorrt("tensorrt", runtime_only=True)
     checks.append(check("logger", "one ILogger of the module; no plugins to register", lambda: logger_check(trt)))
-    checks.append(check("runtime", "a Runtime (an EngineError with TensorRT's words where CUDA is unusable)",
-                        lambda: (trt_api.new_runtime(trt, host_code=False) is not None, "created")))
+    checks.append(
+        check(
+            "runtime",
+            "a Runtime (an EngineError with TensorRT's words where CUDA is unusable)",
+            lambda: (trt_api.new_runtime(trt, host_code=False) is not None, "created"),
+        )
+    )
     if not checks[-1]["as_expected"]:
         return checks  # nothing below can run without a runtime
     checks.append(check("host_code", "False by default, True when asked", lambda: host_code_check(trt)))
-    checks.append(check("capture", "the failing thread's block only; the log at ERROR",
-                        lambda: capture_check(trt, records)))
+    checks.append(
+        check("capture", "the failing thread's block only; the log at ERROR", lambda: capture_check(trt, records))
+    )
     with tempfile.TemporaryDirectory(prefix="lean-runtime-") as root:
         for name, data in engines(rtx_engine).items():
-            checks.append(check(f"engine {name} ({len(data)} bytes)", "refused with TensorRT's words",
-                                lambda: engine_check(engine_folder(Path(root), name, data, trt))))
+            checks.append(
+                check(
+                    f"engine {name} ({len(data)} bytes)",
+                    "refused with TensorRT's words",
+                    lambda: engine_check(engine_folder(Path(root), name, data, trt)),
+                )
+            )
     return checks
 
 
@@ -187,14 +225,21 @@ def write_rtx_engine(path: Path) -> None:
 
     from trtpool_builder.engine.build import BuildOptions, build_engine
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
     with tempfile.TemporaryDirectory() as work:
         model = Path(work) / "relu.onnx"
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
-        built = build_engine(model, Path(work) / "relu.plan",
-                             BuildOptions(trt_module="tensorrt_rtx", shapes=("x=1x4:4x4:8x4",)), log=lambda _: None)
+        built = build_engine(
+            model,
+            Path(work) / "relu.plan",
+            BuildOptions(trt_module="tensorrt_rtx", shapes=("x=1x4:4x4:8x4",)),
+            log=lambda _: None,
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(built.engine.read_bytes())
     print(f"wrote {path} ({path.stat().st_size} bytes, tensorrt_rtx {built.sidecar.module_version})")
@@ -212,9 +257,15 @@ def main() -> int:
     if args.rtx_engine is None or args.out is None:
         parser.error("--rtx-engine and --out are required (or --write-rtx-engine)")
     checks, log = run_checks(args.rtx_engine.read_bytes())
-    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
-              "machine": platform.node(), "gpus": cuda.device_count(), "checks": checks,
-              "all_as_expected": all(c["as_expected"] for c in checks), "log": log}
+    report = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": sys.version.split()[0],
+        "machine": platform.node(),
+        "gpus": cuda.device_count(),
+        "checks": checks,
+        "all_as_expected": all(c["as_expected"] for c in checks),
+        "log": log,
+    }
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for c in checks:
         print(f"{'ok ' if c['as_expected'] else 'NO '} {c['check']}: {c['said'][:400]}")

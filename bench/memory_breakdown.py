@@ -17,6 +17,7 @@ own share (its CUDA context and CUDA memory pool) is the memory section's
     python3 bench/memory_breakdown.py --model bert_base --onnx /tmp/bert_base.onnx --precision fp16 \\
         --contexts 4 --seq-len 128 --output $OUT/memory_breakdown_bert_base.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import gpu_memory  # noqa: E402
-from bench.inprocess import example_options, inputs_for, load, parse_args  # noqa: E402
-from bench.record import provenance, write_json  # noqa: E402
-from trtpool.model.shapes import parse_profile  # noqa: E402
-from trtpool_builder.examples import get_example, write_example  # noqa: E402
+from bench import gpu_memory
+from bench.inprocess import example_options, inputs_for, load, parse_args
+from bench.record import provenance, write_json
+from trtpool.model.shapes import parse_profile
+from trtpool_builder.examples import get_example, write_example
 
 MIB = 1 << 20
 IN_USE_BATCHES = (1, 16)
@@ -48,10 +49,14 @@ class Steps:
     def read(self, step: str) -> None:
         now = gpu_memory.used_mib() - self._baseline
         mine = gpu_memory.by_process().get(os.getpid())  # None where a container hides the pid
-        row = {"step": step, "added_since_start_mib": now, "step_mib": now - self._last,
-               "process_mib": mine[1] if mine else None,
-               "torch_allocated_mib": round(self.torch.cuda.memory_allocated() / MIB),
-               "torch_reserved_mib": round(self.torch.cuda.memory_reserved() / MIB)}
+        row = {
+            "step": step,
+            "added_since_start_mib": now,
+            "step_mib": now - self._last,
+            "process_mib": mine[1] if mine else None,
+            "torch_allocated_mib": round(self.torch.cuda.memory_allocated() / MIB),
+            "torch_reserved_mib": round(self.torch.cuda.memory_reserved() / MIB),
+        }
         self._last = now
         self.rows.append(row)
         print(row, file=sys.stderr, flush=True)
@@ -101,9 +106,16 @@ def main() -> None:
         for context in contexts:
             context.close()
         runtime.close()
-    report = {"benchmark": "memory_breakdown", **provenance(), "model": args.model, "precision": args.precision,
-              "contexts": count, "served_seq_len": args.seq_len if args.model == "bert_base" else None,
-              "in_use_batches": list(IN_USE_BATCHES), "steps": steps.rows}
+    report = {
+        "benchmark": "memory_breakdown",
+        **provenance(),
+        "model": args.model,
+        "precision": args.precision,
+        "contexts": count,
+        "served_seq_len": args.seq_len if args.model == "bert_base" else None,
+        "in_use_batches": list(IN_USE_BATCHES),
+        "steps": steps.rows,
+    }
     if args.output:
         write_json(args.output, report)
 

@@ -1,6 +1,7 @@
 """The pattern ../shared/background.md warns against, as a baseline: a plain
 Python-backend model that runs each request alone on one ONNX Runtime session,
 with fresh input and output arrays per request, no pool and no batching."""
+
 import json
 from pathlib import Path
 
@@ -21,6 +22,9 @@ class TritonPythonModel:
         for request in requests:
             feeds = {t.name(): np.array(t.as_numpy()) for t in request.inputs()}
             outputs = self.session.run(self.output_names, feeds)
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor(n, o) for n, o in zip(self.output_names, outputs)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor(n, o) for n, o in zip(self.output_names, outputs, strict=True)]
+                )
+            )
         return responses

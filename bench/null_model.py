@@ -8,6 +8,7 @@ one round trip to the server for the whole batch; `send` answers each request
 through its response sender (a round trip each), from `send_threads` threads:
 the ceiling of any design that answers after execute() has returned.
 """
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,8 +32,7 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse([pb_utils.Tensor(self.output_name, self.zeros[:batch])])
 
     def _send(self, request):
-        request.get_response_sender().send(self._response(request),
-                                           flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        request.get_response_sender().send(self._response(request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def execute(self, requests):
         if not self.send:

@@ -2,6 +2,7 @@
 by perf_analyzer with the order swapped every round (ABBA), and compared pair
 by pair: on a noisy machine a ratio taken within one round holds where an
 absolute figure does not."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,9 @@ def arguments(doc: str, result_name: str, concurrency: int) -> argparse.Argument
     return parser
 
 
-def serve_and_alternate(build: Callable[[Path, Path], None], models: tuple[str, str], args: argparse.Namespace,
-                        extra: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+def serve_and_alternate(
+    build: Callable[[Path, Path], None], models: tuple[str, str], args: argparse.Namespace, extra: tuple[str, ...] = ()
+) -> dict[str, list[dict]]:
     """build(repo, onnx) writes the two model folders; one server serves both."""
     with tempfile.TemporaryDirectory() as scratch:
         base = Path(scratch)
@@ -41,20 +43,35 @@ def serve_and_alternate(build: Callable[[Path, Path], None], models: tuple[str, 
             server.stop()
 
 
-def alternate(server: TritonServer, models: tuple[str, str], rounds: int, concurrency: int,
-              interval_ms: int, extra: tuple[str, ...] = (),
-              before: Callable[[str], dict] | None = None) -> dict[str, list[dict]]:
+def alternate(
+    server: TritonServer,
+    models: tuple[str, str],
+    rounds: int,
+    concurrency: int,
+    interval_ms: int,
+    extra: tuple[str, ...] = (),
+    before: Callable[[str], dict] | None = None,
+) -> dict[str, list[dict]]:
     """perf_analyzer rounds of the two models in ABBA order; `before(model)` runs ahead of
     each of a model's rounds, and what it returns is kept with the round."""
     rows: dict[str, list[dict]] = {model: [] for model in models}
     for round_index in range(rounds):
-        for model in (models if round_index % 2 == 0 else models[::-1]):
+        for model in models if round_index % 2 == 0 else models[::-1]:
             noted = before(model) if before else {}
-            [row] = perf_analyzer(model, server.grpc_url, concurrency=str(concurrency), interval_ms=interval_ms,
-                                  max_trials=10, extra=("--stability-percentage", "30", *extra))
+            [row] = perf_analyzer(
+                model,
+                server.grpc_url,
+                concurrency=str(concurrency),
+                interval_ms=interval_ms,
+                max_trials=10,
+                extra=("--stability-percentage", "30", *extra),
+            )
             rows[model].append({"infer_per_s": row["Inferences/Second"], "p99_us": row["p99 latency"], **noted})
-            print(f"round {round_index} {model:12s} {row['Inferences/Second']:8.1f} infer/s "
-                  f"p99 {row['p99 latency'] / 1000:6.1f} ms", flush=True)
+            print(
+                f"round {round_index} {model:12s} {row['Inferences/Second']:8.1f} infer/s "
+                f"p99 {row['p99 latency'] / 1000:6.1f} ms",
+                flush=True,
+            )
     return rows
 
 
@@ -62,9 +79,11 @@ def compared(first: list[dict], second: list[dict], key: str, faster: str | None
     """first's `key` over second's, round by round, and their median; with `faster`,
     also how many rounds the ratio was above 1, under that name. A round where either
     measurement failed (no `key`: perf_analyzer found no stable window) is left out, and counted."""
-    ratios = [a[key] / b[key] for a, b in zip(first, second) if a.get(key) and b.get(key)]
-    summary: dict = {"per_round": [round(r, 3) for r in ratios],
-                     "median": round(statistics.median(ratios), 3) if ratios else None}
+    ratios = [a[key] / b[key] for a, b in zip(first, second, strict=False) if a.get(key) and b.get(key)]
+    summary: dict = {
+        "per_round": [round(r, 3) for r in ratios],
+        "median": round(statistics.median(ratios), 3) if ratios else None,
+    }
     if len(ratios) < len(first):
         summary["failed_rounds"] = len(first) - len(ratios)
     if faster:
@@ -81,8 +100,9 @@ def write_record(out: Path, benchmark: str, model: str, concurrency: int, rows: 
         "model": model,
         "concurrency": concurrency,
         "rounds": rows,
-        f"{first}_over_{second}_throughput": compared(rows[first], rows[second], "infer_per_s",
-                                                      faster=f"rounds_{first}_faster"),
+        f"{first}_over_{second}_throughput": compared(
+            rows[first], rows[second], "infer_per_s", faster=f"rounds_{first}_faster"
+        ),
     }
     write_json(out, record)
     print(json.dumps(record[f"{first}_over_{second}_throughput"]))

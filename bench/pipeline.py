@@ -44,6 +44,7 @@ plus nvidia-smi's GPU utilization sampled while (a) runs.
     python3 bench/pipeline.py --runtime torch --gpu-variants --concurrency 1 16 64 256 \
         --out $OUT/pipeline.json      # bench/gpu/h200.sh stages `pipeline-gpu`, `pipeline-final`
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,7 +88,7 @@ from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
 # The stage models' common start: import the folder's process.py and set it up.
-PROCESS_MODEL_HEAD = '''
+PROCESS_MODEL_HEAD = """
 import importlib.util
 import json
 from pathlib import Path
@@ -103,9 +104,11 @@ class TritonPythonModel:
         self.process = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.process)
         self.process.setup(config, folder)
-'''
+"""
 # A Python-backend model running one process.py function per request (the ensemble's stages).
-STAGE_MODEL = PROCESS_MODEL_HEAD + '''        self.stage = config["parameters"]["stage"]["string_value"]
+STAGE_MODEL = (
+    PROCESS_MODEL_HEAD
+    + """        self.stage = config["parameters"]["stage"]["string_value"]
         self.outputs = [o["name"] for o in config["output"]]
 
     def execute(self, requests):
@@ -123,12 +126,15 @@ STAGE_MODEL = PROCESS_MODEL_HEAD + '''        self.stage = config["parameters"][
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
         return responses
-'''
+"""
+)
 
 
 # (d): the GPU decode a Triton user builds today: a Python-backend model on the GPU running the
 # same preprocess_batch, its device tensor handed to the next step by DLPack.
-GPU_STAGE_MODEL = PROCESS_MODEL_HEAD + '''        on_gpu = args["model_instance_kind"] == "GPU"
+GPU_STAGE_MODEL = (
+    PROCESS_MODEL_HEAD
+    + """        on_gpu = args["model_instance_kind"] == "GPU"
         self.device = f"cuda:{args['model_instance_device_id']}" if on_gpu else "cpu"
         if on_gpu:
             import torch
@@ -150,9 +156,10 @@ GPU_STAGE_MODEL = PROCESS_MODEL_HEAD + '''        on_gpu = args["model_instance_
                     pb_utils.Tensor("input", pixels) if type(pixels).__module__ == "numpy"
                     else pb_utils.Tensor.from_dlpack("input", self.to_dlpack(pixels))]))
         return responses
-'''
+"""
+)
 # (e): the server's ceiling for this payload: takes the JPEG, answers the declared outputs at once.
-NULL_JPEG_MODEL = '''
+NULL_JPEG_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -165,34 +172,56 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("LABELS", self.labels),
                                             pb_utils.Tensor("SCORES", self.scores)]) for _ in requests]
-'''
+"""
 # (a) in sync mode with N instances (N stubs, each its own engine and GIL): gpu_inprocess_sync_xN
 SYNC_INSTANCES = (2, 3, 4, 6, 8)
 # (a) batching up to 64 files (nvJPEG decodes a batch of 64 at 60 us an image on the H200, of 32 at 75:
 # bench/results/h200/crop_timing.json): name -> mode, instances, contexts
-WIDE = {"sync_x6_b64": ("sync", 6, "1"), "sync_x8_b64": ("sync", 8, "1"), "sync_x10_b64": ("sync", 10, "1"),
-        "pipelined_x2_b64": ("pipelined", 2, "2"), "pipelined_x3_b64": ("pipelined", 3, "2")}
-GPU_VARIANTS = {"gpu_inprocess_pipelined": "resnet50_jpeg", "gpu_inprocess_sync": "resnet50_jpeg_sync",
-                **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
-                **{f"gpu_inprocess_{name}": f"resnet50_jpeg_{name}" for name in WIDE},
-                "gpu_inprocess_nvimgcodec": "resnet50_jpeg_nvimgcodec", "cpu_inprocess": "resnet50_jpeg_cpu",
-                "cpu_ensemble": "ensemble_cpu", "gpu_ensemble": "ensemble_gpu", "null_jpeg": "null_jpeg",
-                "null_jpeg_x6": "null_jpeg_x6"}
+WIDE = {
+    "sync_x6_b64": ("sync", 6, "1"),
+    "sync_x8_b64": ("sync", 8, "1"),
+    "sync_x10_b64": ("sync", 10, "1"),
+    "pipelined_x2_b64": ("pipelined", 2, "2"),
+    "pipelined_x3_b64": ("pipelined", 3, "2"),
+}
+GPU_VARIANTS = {
+    "gpu_inprocess_pipelined": "resnet50_jpeg",
+    "gpu_inprocess_sync": "resnet50_jpeg_sync",
+    **{f"gpu_inprocess_sync_x{n}": f"resnet50_jpeg_sync_x{n}" for n in SYNC_INSTANCES},
+    **{f"gpu_inprocess_{name}": f"resnet50_jpeg_{name}" for name in WIDE},
+    "gpu_inprocess_nvimgcodec": "resnet50_jpeg_nvimgcodec",
+    "cpu_inprocess": "resnet50_jpeg_cpu",
+    "cpu_ensemble": "ensemble_cpu",
+    "gpu_ensemble": "ensemble_gpu",
+    "null_jpeg": "null_jpeg",
+    "null_jpeg_x6": "null_jpeg_x6",
+}
 # (a)'s arrangements: the headline is the best of them
 GPU_INPROCESS = tuple(v for v in GPU_VARIANTS if v.startswith("gpu_inprocess"))
 # (e)'s arrangements: the ceiling is the best of them
 NULL_JPEG = tuple(v for v in GPU_VARIANTS if v.startswith("null_jpeg"))
 # the models an ensemble variant calls besides itself
-ENSEMBLE_STEPS = {"ensemble_cpu": ("pre_cpu", "resnet50_plain", "post"),
-                  "ensemble_gpu": ("pre_gpu", "resnet50_plain", "post")}
+ENSEMBLE_STEPS = {
+    "ensemble_cpu": ("pre_cpu", "resnet50_plain", "post"),
+    "ensemble_gpu": ("pre_gpu", "resnet50_plain", "post"),
+}
 
 
-def stage_model(repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str],
-                outputs: list[str]) -> None:
-    folder = python_model(repo, name, STAGE_MODEL, inputs, outputs, max_batch_size=32, extra=f"""\
+def stage_model(
+    repo: Path, name: str, source: Path, stage: str, count: int, inputs: list[str], outputs: list[str]
+) -> None:
+    folder = python_model(
+        repo,
+        name,
+        STAGE_MODEL,
+        inputs,
+        outputs,
+        max_batch_size=32,
+        extra=f"""\
 dynamic_batching {{ max_queue_delay_microseconds: 100 }}
 instance_group {{ kind: KIND_CPU count: {count} }}
-parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}""")
+parameters {{ key: "stage" value {{ string_value: "{stage}" }} }}""",
+    )
     for file in ("process.py", "labels.txt", "process.json"):
         shutil.copyfile(source / file, folder / file)
 
@@ -252,8 +281,14 @@ def instances(folder: Path, count: int) -> None:
 def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None:
     """(b) to (e) beside (a), the GPU folder `jpeg` (resnet50_jpeg) and the ensembles' engine
     (on a machine without a GPU, for a dry run: the same models on the CPU)."""
-    variant(jpeg, args.mode, "resnet50_jpeg_cpu", contexts=str(args.contexts), process_faces="request",
-             preprocess_processes=str(args.pre_processes))
+    variant(
+        jpeg,
+        args.mode,
+        "resnet50_jpeg_cpu",
+        contexts=str(args.contexts),
+        process_faces="request",
+        preprocess_processes=str(args.pre_processes),
+    )
     set_parameters(jpeg, preprocess_processes="0")  # (a) decodes on the GPU, in the stub's threads
     # (a) in sync mode: execute() runs the batch whole and returns the responses; once more with
     # two instances (two stubs, each its own engine and GIL)
@@ -262,8 +297,13 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
         instances(variant(jpeg, "sync", f"resnet50_jpeg_sync_x{count}", contexts="1"), count)
     side = args.image_size
     for name, (mode, count, contexts) in WIDE.items():
-        wide = variant(jpeg, mode, f"resnet50_jpeg_{name}", contexts=contexts,
-                       profile=f"input=1x3x{side}x{side}:32x3x{side}x{side}:64x3x{side}x{side}")
+        wide = variant(
+            jpeg,
+            mode,
+            f"resnet50_jpeg_{name}",
+            contexts=contexts,
+            profile=f"input=1x3x{side}x{side}:32x3x{side}x{side}:64x3x{side}x{side}",
+        )
         instances(wide, count)
         config = read_config(wide)
         config.max_batch_size = 64
@@ -271,21 +311,40 @@ def build_gpu_variants(repo: Path, jpeg: Path, args: argparse.Namespace) -> None
         write_config(wide, config)
     set_process_settings(variant(jpeg, "sync", "resnet50_jpeg_nvimgcodec", contexts="1"), decoder="nvimgcodec")
     set_parameters(repo / "resnet50_plain", FORCE_CPU_ONLY_INPUT_TENSORS="no")  # (d)'s GPU tensor stays there
-    stage_model(repo, "pre_cpu", jpeg / "1", "pre", max(args.pre_instances), [tensor("IMAGE", "BYTES", [1])],
-                [tensor("input", "FP32", [3, args.image_size, args.image_size])])
+    stage_model(
+        repo,
+        "pre_cpu",
+        jpeg / "1",
+        "pre",
+        max(args.pre_instances),
+        [tensor("IMAGE", "BYTES", [1])],
+        [tensor("input", "FP32", [3, args.image_size, args.image_size])],
+    )
     ensemble(repo, "ensemble_cpu", "pre_cpu", "resnet50_plain", "post")
-    folder = python_model(repo, "pre_gpu", GPU_STAGE_MODEL, [tensor("IMAGE", "BYTES", [1])],
-                          [tensor("input", "FP32", [3, args.image_size, args.image_size])], max_batch_size=32,
-                          extra=f"""\
+    folder = python_model(
+        repo,
+        "pre_gpu",
+        GPU_STAGE_MODEL,
+        [tensor("IMAGE", "BYTES", [1])],
+        [tensor("input", "FP32", [3, args.image_size, args.image_size])],
+        max_batch_size=32,
+        extra=f"""\
 dynamic_batching {{ max_queue_delay_microseconds: 100 }}
-instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} count: {args.gpu_pre_instances} }}""")
+instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} count: {args.gpu_pre_instances} }}""",
+    )
     for file in ("process.py", "labels.txt", "process.json"):
         shutil.copyfile(jpeg / "1" / file, folder / file)
     ensemble(repo, "ensemble_gpu", "pre_gpu", "resnet50_plain", "post")
     for name, group in (("null_jpeg", ""), ("null_jpeg_x6", "\ninstance_group { kind: KIND_CPU count: 6 }")):
-        python_model(repo, name, NULL_JPEG_MODEL, [tensor("IMAGE", "BYTES", [1])],
-                     [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])], max_batch_size=32,
-                     extra="dynamic_batching { max_queue_delay_microseconds: 100 }" + group)
+        python_model(
+            repo,
+            name,
+            NULL_JPEG_MODEL,
+            [tensor("IMAGE", "BYTES", [1])],
+            [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])],
+            max_batch_size=32,
+            extra="dynamic_batching { max_queue_delay_microseconds: 100 }" + group,
+        )
     # only the measured variants' models load (each loaded instance holds GPU memory and start-up time)
     needed = {m for v in args.variants for m in (GPU_VARIANTS[v], *ENSEMBLE_STEPS.get(GPU_VARIANTS[v], ()))}
     for folder in repo.iterdir():
@@ -296,29 +355,62 @@ instance_group {{ kind: {"KIND_GPU" if args.runtime == "torch" else "KIND_CPU"} 
 def build(repo: Path, args: argparse.Namespace) -> Path:
     size = args.image_size
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", {"image_size": size}).folder
-    set_parameters(jpeg, preprocess_threads=str(args.pre_threads), postprocess_threads=str(args.post_threads),
-                   preprocess_processes=str(args.pre_processes))
+    set_parameters(
+        jpeg,
+        preprocess_threads=str(args.pre_threads),
+        postprocess_threads=str(args.post_threads),
+        preprocess_processes=str(args.pre_processes),
+    )
     serving(jpeg, args)
-    plain = make_model_folder(repo, "resnet50_plain", jpeg / "1" / "model.onnx",
-                              get_example("resnet50").serving_profiles(image_size=size), ServingOptions())
+    plain = make_model_folder(
+        repo,
+        "resnet50_plain",
+        jpeg / "1" / "model.onnx",
+        get_example("resnet50").serving_profiles(image_size=size),
+        ServingOptions(),
+    )
     serving(plain, args)
-    stage_model(repo, "post", jpeg / "1", "post", args.post_instances,
-                [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
-                [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])])
+    stage_model(
+        repo,
+        "post",
+        jpeg / "1",
+        "post",
+        args.post_instances,
+        [tensor("logits", "FP32", [1000]), tensor("IMAGE", "BYTES", [1])],
+        [tensor("LABELS", "BYTES", [5]), tensor("SCORES", "FP32", [5])],
+    )
     if args.gpu_variants:
         build_gpu_variants(repo, jpeg, args)
         return jpeg
     for count in args.pre_instances:
-        stage_model(repo, f"pre_{count}", jpeg / "1", "pre", count, [tensor("IMAGE", "BYTES", [1])],
-                    [tensor("input", "FP32", [3, size, size])])
+        stage_model(
+            repo,
+            f"pre_{count}",
+            jpeg / "1",
+            "pre",
+            count,
+            [tensor("IMAGE", "BYTES", [1])],
+            [tensor("input", "FP32", [3, size, size])],
+        )
         ensemble(repo, f"ensemble_{count}", f"pre_{count}", "resnet50_plain", "post")
     return jpeg
 
 
 # --- the clients ------------------------------------------------------------------------
 
-def _client_process(url: str, model: str, folder: str, files: list[bytes], expected: list[bytes],
-                    threads: int, warmup_s: float, seconds: float, offset: int, queue) -> None:
+
+def _client_process(
+    url: str,
+    model: str,
+    folder: str,
+    files: list[bytes],
+    expected: list[bytes],
+    threads: int,
+    warmup_s: float,
+    seconds: float,
+    offset: int,
+    queue,
+) -> None:
     """`threads` batch-1 clients in one process; puts (latencies_s, wrong, errors) on `queue`."""
     import tritonclient.grpc as grpcclient
 
@@ -348,7 +440,7 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
                     sent.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
                     labels = client.infer(model, [sent]).as_numpy("LABELS")
                 ok = labels[0][0] == expected[turn % len(files)]
-            except Exception:
+            except Exception:  # noqa: BLE001 - any failed call counts as an error of the run
                 with lock:
                     counts["errors"] += 1
                 turn += 1
@@ -370,16 +462,27 @@ def _client_process(url: str, model: str, folder: str, files: list[bytes], expec
     queue.put((latencies, counts["wrong"], counts["errors"]))
 
 
-def measure(url: str, model: str, folder: Path, files: list[bytes], expected: list[bytes],
-            concurrency: int, processes: int, seconds: float) -> dict:
+def measure(
+    url: str,
+    model: str,
+    folder: Path,
+    files: list[bytes],
+    expected: list[bytes],
+    concurrency: int,
+    processes: int,
+    seconds: float,
+) -> dict:
     processes = min(processes, concurrency)
     queue = multiprocessing.get_context("spawn").Queue()
     workers = []
     for p in range(processes):
         threads = concurrency // processes + (p < concurrency % processes)
-        workers.append(multiprocessing.get_context("spawn").Process(
-            target=_client_process,
-            args=(url, model, str(folder), files, expected, threads, 2.0, seconds, p * 7, queue)))
+        workers.append(
+            multiprocessing.get_context("spawn").Process(
+                target=_client_process,
+                args=(url, model, str(folder), files, expected, threads, 2.0, seconds, p * 7, queue),
+            )
+        )
     for worker in workers:
         worker.start()
     results = [queue.get(timeout=seconds + 120) for _ in workers]
@@ -387,10 +490,14 @@ def measure(url: str, model: str, folder: Path, files: list[bytes], expected: li
         worker.join()
     latencies = sorted(t for r in results for t in r[0])
     wrong, errors = sum(r[1] for r in results), sum(r[2] for r in results)
-    return {"infer_per_s": len(latencies) / seconds,
-            "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
-            "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None,
-            "requests": len(latencies), "wrong_answers": wrong, "errors": errors}
+    return {
+        "infer_per_s": len(latencies) / seconds,
+        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None,
+        "requests": len(latencies),
+        "wrong_answers": wrong,
+        "errors": errors,
+    }
 
 
 def main() -> int:
@@ -402,24 +509,42 @@ def main() -> int:
     parser.add_argument("--contexts", type=int, default=2)
     parser.add_argument("--pre-threads", default="auto")
     parser.add_argument("--post-threads", default="auto")
-    parser.add_argument("--pre-processes", type=int, default=0,
-                        help="the in-process model's preprocess_processes (0: preprocess on its threads)")
-    parser.add_argument("--pre-instances", type=int, nargs="+", default=[1, 2, 4],
-                        help="the ensemble's preprocessing model's instance counts tried; the best is reported")
+    parser.add_argument(
+        "--pre-processes",
+        type=int,
+        default=0,
+        help="the in-process model's preprocess_processes (0: preprocess on its threads)",
+    )
+    parser.add_argument(
+        "--pre-instances",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="the ensemble's preprocessing model's instance counts tried; the best is reported",
+    )
     parser.add_argument("--post-instances", type=int, default=1)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--client-processes", type=int, default=1)
     parser.add_argument("--files", type=int, default=48)
-    parser.add_argument("--gpu-variants", action="store_true",
-                        help="(a)-(e) above, by perf_analyzer alone (the torch runtime on a GPU)")
+    parser.add_argument(
+        "--gpu-variants", action="store_true", help="(a)-(e) above, by perf_analyzer alone (the torch runtime on a GPU)"
+    )
     parser.add_argument("--gpu-pre-instances", type=int, default=2, help="(d)'s GPU preprocessing instances")
-    parser.add_argument("--variants", nargs="+", choices=list(GPU_VARIANTS), default=list(GPU_VARIANTS),
-                        help="with --gpu-variants: those measured (all are served)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(GPU_VARIANTS),
+        default=list(GPU_VARIANTS),
+        help="with --gpu-variants: those measured (all are served)",
+    )
     parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer's measurement interval")
-    parser.add_argument("--profile", choices=list(GPU_VARIANTS),
-                        help="with --gpu-variants: py-spy samples this variant's stub (one of them) under load")
+    parser.add_argument(
+        "--profile",
+        choices=list(GPU_VARIANTS),
+        help="with --gpu-variants: py-spy samples this variant's stub (one of them) under load",
+    )
     parser.add_argument("--profile-out", type=Path, default=default_out("stub_profile.txt"))
     parser.add_argument("--profile-concurrency", type=int, default=64)
     parser.add_argument("--native", action="store_true", help="the profile's C/C++ frames too")
@@ -437,11 +562,16 @@ def main() -> int:
         expected = [reference(as_request("IMAGE", f))["LABELS"][0][0] for f in files]
         server = TritonServer(repo, Path(scratch) / "server.log").start()
         try:
+
             def run(model: str, concurrency: int) -> dict:
-                row = measure(server.grpc_url, model, folder, files, expected, concurrency,
-                              args.client_processes, args.seconds)
-                print(f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {ms(row['p50_ms'])} ms "
-                      f"p99 {ms(row['p99_ms'])} ms wrong {row['wrong_answers']} errors {row['errors']}", flush=True)
+                row = measure(
+                    server.grpc_url, model, folder, files, expected, concurrency, args.client_processes, args.seconds
+                )
+                print(
+                    f"{model:16s} c={concurrency:3d} {row['infer_per_s']:8.1f} infer/s p50 {ms(row['p50_ms'])} ms "
+                    f"p99 {ms(row['p99_ms'])} ms wrong {row['wrong_answers']} errors {row['errors']}",
+                    flush=True,
+                )
                 return row
 
             # The ensemble's fairest instance count: the best at the highest concurrency.
@@ -458,21 +588,32 @@ def main() -> int:
                         rows[variant].append(run(variants[variant], concurrency))
                 by_concurrency[str(concurrency)] = summary(rows)
             input_data = write_input_data(Path(scratch) / "files.json", files)
-            by_perf_analyzer = {str(c): {variant: perf_row(server.grpc_url, variants[variant], c, input_data)
-                                         for variant in ("inprocess", "ensemble")} for c in args.concurrency}
+            by_perf_analyzer = {
+                str(c): {
+                    variant: perf_row(server.grpc_url, variants[variant], c, input_data)
+                    for variant in ("inprocess", "ensemble")
+                }
+                for c in args.concurrency
+            }
             # Where the in-process model's time went, over the whole run (warm-ups and tuning included).
-            stages = {stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
-                      for stage in ("pre", "queue", "engine", "post")}
+            stages = {
+                stage: server.metric_total("trtpool_stage_us_total", "resnet50_jpeg", stage=stage)
+                for stage in ("pre", "queue", "engine", "post")
+            }
         finally:
             server.stop()
 
     headline = by_concurrency[str(max(args.concurrency))]
     record = {
         **provenance(),
-        "what": "batch-1 gRPC clients sending JPEG/PNG files of mixed sizes; top-1 labels checked against the reference loop",
+        "what": "batch-1 gRPC clients sending JPEG/PNG files of mixed sizes; "
+        "top-1 labels checked against the reference loop",
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "ensemble_instances": {"pre": best, "post": args.post_instances,
-                               "tuning_infer_per_s": {str(c): r["infer_per_s"] for c, r in tuning.items()}},
+        "ensemble_instances": {
+            "pre": best,
+            "post": args.post_instances,
+            "tuning_infer_per_s": {str(c): r["infer_per_s"] for c, r in tuning.items()},
+        },
         "inprocess_infer_per_s": headline["inprocess"]["infer_per_s"],
         "ensemble_infer_per_s": headline["ensemble"]["infer_per_s"],
         "client_side_infer_per_s": headline["client_side"]["infer_per_s"],
@@ -492,8 +633,16 @@ def main() -> int:
 def write_input_data(path: Path, files: list[bytes]) -> Path:
     """perf_analyzer's --input-data: each file as one IMAGE element (a BYTES tensor's "b64" is the
     serialized tensor: each element's 4-byte little-endian length, then its bytes)."""
-    path.write_text(json.dumps({"data": [
-        {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}} for f in files]}))
+    path.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {"IMAGE": {"b64": base64.b64encode(struct.pack("<I", len(f)) + f).decode(), "shape": [1]}}
+                    for f in files
+                ]
+            }
+        )
+    )
     return path
 
 
@@ -504,9 +653,11 @@ class GpuUtilization:
         self.samples: list[float] = []
         self._process = None
         if shutil.which("nvidia-smi"):
-            self._process = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu",
-                                              "--format=csv,noheader,nounits", "-lms", "200"],
-                                             stdout=subprocess.PIPE, text=True)
+            self._process = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             threading.Thread(target=self._read, daemon=True).start()
         return self
 
@@ -533,8 +684,9 @@ def gpu_variants(args: argparse.Namespace) -> int:
         repo = Path(scratch) / "repo"
         build(repo, args)
         input_data = write_input_data(Path(scratch) / "files.json", files)
-        server = TritonServer(repo, Path(scratch) / "server.log",
-                              ("--cuda-memory-pool-byte-size=0:2147483648",)).start(timeout=900)
+        server = TritonServer(repo, Path(scratch) / "server.log", ("--cuda-memory-pool-byte-size=0:2147483648",)).start(
+            timeout=900
+        )
         memory = gpu_memory_by_model(server, sorted(folder.name for folder in repo.iterdir()))  # steps too
         table: dict[str, dict[str, dict]] = {v: {} for v in args.variants}
         busy: dict[str, dict[str, float | None]] = {}
@@ -545,8 +697,9 @@ def gpu_variants(args: argparse.Namespace) -> int:
                     order = list(args.variants) if turn % 2 == 0 else list(args.variants)[::-1]
                     for variant in order:
                         with GpuUtilization() as utilization:
-                            row = perf_row(server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data,
-                                           args.interval_ms)
+                            row = perf_row(
+                                server.grpc_url, GPU_VARIANTS[variant], concurrency, input_data, args.interval_ms
+                            )
                         row["gpu_utilization_percent"] = utilization.mean
                         table[variant][str(concurrency)] = row
                         if variant in GPU_INPROCESS:
@@ -554,16 +707,22 @@ def gpu_variants(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): the record keeps what was measured
                 interrupted = f"interrupted at {concurrency} clients, {variant}"
                 print(interrupted, flush=True)
-            stages = {GPU_VARIANTS[v]: {stage: server.metric_total("trtpool_stage_us_total", GPU_VARIANTS[v],
-                                                                   stage=stage)
-                                        for stage in ("pre_batch", "queue", "engine", "post_batch")}
-                      for v in GPU_INPROCESS if v in args.variants}
+            stages = {
+                GPU_VARIANTS[v]: {
+                    stage: server.metric_total("trtpool_stage_us_total", GPU_VARIANTS[v], stage=stage)
+                    for stage in ("pre_batch", "queue", "engine", "post_batch")
+                }
+                for v in GPU_INPROCESS
+                if v in args.variants
+            }
             profile = None
             if args.profile:  # after the table: the sampling slows the stub it samples
-                with stub_profile(server, GPU_VARIANTS[args.profile], args.profile_out, native=args.native,
-                                  gil=args.gil, seconds=12) as profile:
-                    profile["measurement"] = perf_row(server.grpc_url, GPU_VARIANTS[args.profile],
-                                                      args.profile_concurrency, input_data, 3000)
+                with stub_profile(
+                    server, GPU_VARIANTS[args.profile], args.profile_out, native=args.native, gil=args.gil, seconds=12
+                ) as profile:
+                    profile["measurement"] = perf_row(
+                        server.grpc_url, GPU_VARIANTS[args.profile], args.profile_concurrency, input_data, 3000
+                    )
         finally:
             server.stop()
     best = {v: max(rows.values(), key=lambda r: r.get("infer_per_s", 0.0)) for v, rows in table.items() if rows}
@@ -571,9 +730,11 @@ def gpu_variants(args: argparse.Namespace) -> int:
     ceiling = max((v for v in NULL_JPEG if v in best), key=lambda v: best[v].get("infer_per_s", 0.0), default=None)
     record = {
         **provenance(),
-        "what": ("batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
-                 f"({len(files)} files, {sum(map(len, files)) // len(files):,} bytes on average); "
-                 "the best concurrency of each variant"),
+        "what": (
+            "batch-1 gRPC clients (perf_analyzer) sending JPEG files of mixed sizes "
+            f"({len(files)} files, {sum(map(len, files)) // len(files):,} bytes on average); "
+            "the best concurrency of each variant"
+        ),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         **{f"{v}_infer_per_s": best[v].get("infer_per_s") for v in best},
         **{f"{v}_{q}": best[v].get(q) for v in best for q in ("p50_ms", "p99_ms", "concurrency")},
@@ -583,8 +744,10 @@ def gpu_variants(args: argparse.Namespace) -> int:
         "gpu_inprocess_best_infer_per_s": best[headline].get("infer_per_s"),
         "gpu_inprocess_best_p99_ms": best[headline].get("p99_ms"),
         "null_jpeg_best": ceiling,
-        **{f"null_jpeg_best_{q}": best[ceiling].get(q) if ceiling else None
-           for q in ("infer_per_s", "p50_ms", "p99_ms", "concurrency")},
+        **{
+            f"null_jpeg_best_{q}": best[ceiling].get(q) if ceiling else None
+            for q in ("infer_per_s", "p50_ms", "p99_ms", "concurrency")
+        },
         "gpu_inprocess_gpu_busy_percent": busy,
         "gpu_inprocess_stage_us_total": stages,
         "gpu_memory_mib_by_model": memory,
@@ -594,8 +757,11 @@ def gpu_variants(args: argparse.Namespace) -> int:
     }
     a, e = record["gpu_inprocess_best_infer_per_s"] or 0, record["null_jpeg_best_infer_per_s"] or 0
     c, d = record.get("cpu_ensemble_infer_per_s") or 0, record.get("gpu_ensemble_infer_per_s") or 0
-    record["ratios"] = {"a_over_e": round(a / e, 3) if e else None, "a_over_c": round(a / c, 2) if c else None,
-                        "a_over_d": round(a / d, 2) if d else None}
+    record["ratios"] = {
+        "a_over_e": round(a / e, 3) if e else None,
+        "a_over_c": round(a / c, 2) if c else None,
+        "a_over_d": round(a / d, 2) if d else None,
+    }
     write_json(args.out, record)
     print(json.dumps(record["ratios"]), f"wrote {args.out}")
     return 0
@@ -607,22 +773,36 @@ def gpu_memory_by_model(server: TritonServer, models: list[str]) -> dict[str, in
     held = by_process()
     memory = {}
     for model in models:
-        stubs = [pid for pid in server.stub_pids()
-                 if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        stubs = [
+            pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
         memory[model] = sum(held[pid][1] for pid in stubs if pid in held) if held else None
     return memory
 
 
 def perf_row(url: str, model: str, concurrency: int, input_data: Path, interval_ms: int = 5000) -> dict:
     try:
-        [row] = perf_analyzer(model, url, concurrency=str(concurrency), interval_ms=interval_ms, max_trials=5,
-                              extra=("--input-data", str(input_data), "--stability-percentage", "30"))
+        [row] = perf_analyzer(
+            model,
+            url,
+            concurrency=str(concurrency),
+            interval_ms=interval_ms,
+            max_trials=5,
+            extra=("--input-data", str(input_data), "--stability-percentage", "30"),
+        )
     except PerfAnalyzerFailed as exc:
         return {"error": str(exc)[-500:]}
-    found = {"infer_per_s": row["Inferences/Second"], "p50_ms": row["p50 latency"] / 1000,
-             "p99_ms": row["p99 latency"] / 1000, "concurrency": concurrency}
-    print(f"perf_analyzer {model:16s} c={concurrency:3d} {found['infer_per_s']:8.1f} infer/s "
-          f"p99 {found['p99_ms']:7.1f} ms", flush=True)
+    found = {
+        "infer_per_s": row["Inferences/Second"],
+        "p50_ms": row["p50 latency"] / 1000,
+        "p99_ms": row["p99 latency"] / 1000,
+        "concurrency": concurrency,
+    }
+    print(
+        f"perf_analyzer {model:16s} c={concurrency:3d} {found['infer_per_s']:8.1f} infer/s "
+        f"p99 {found['p99_ms']:7.1f} ms",
+        flush=True,
+    )
     return found
 
 
@@ -639,8 +819,10 @@ def median(values: list[float | None]) -> float | None:
 
 def summary(rows: dict[str, list[dict]]) -> dict:
     """Per variant the median over rounds; in-process over each other variant, round by round."""
-    out = {variant: {key: median([r[key] for r in runs]) for key in ("infer_per_s", "p50_ms", "p99_ms")}
-           | {"rounds": runs} for variant, runs in rows.items()}
+    out = {
+        variant: {key: median([r[key] for r in runs]) for key in ("infer_per_s", "p50_ms", "p99_ms")} | {"rounds": runs}
+        for variant, runs in rows.items()
+    }
     for other in ("ensemble", "client_side"):
         out[f"inprocess_over_{other}"] = compared(rows["inprocess"], rows[other], "infer_per_s")
     return out

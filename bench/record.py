@@ -1,6 +1,7 @@
 """Where a benchmark's figures came from (when, by which command, on what
 machine), how every benchmark writes its JSON record, and where a run writes
 when --out is not given."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
 
 # A run's output without --out: ignored by git. The tracked records under bench/results/ are
 # written only where --out names them, so no run replaces one by default.

@@ -5,6 +5,7 @@ stubs' resident memory sampled along the way.
 
     nice -n 10 .venv/bin/python bench/soak.py --duration 600 --out bench/results/cpu_soak.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,12 @@ MIB = 2**20
 
 
 def memory(server: TritonServer, started: float) -> dict[str, float]:
-    return {"at_s": round(time.monotonic() - started, 1), "server_rss_mib": round(server.rss_bytes() / MIB, 1),
-            "stubs_rss_mib": round(server.stubs_rss_bytes() / MIB, 1), "stubs": len(server.stub_pids())}
+    return {
+        "at_s": round(time.monotonic() - started, 1),
+        "server_rss_mib": round(server.rss_bytes() / MIB, 1),
+        "stubs_rss_mib": round(server.stubs_rss_bytes() / MIB, 1),
+        "stubs": len(server.stub_pids()),
+    }
 
 
 def main() -> None:
@@ -72,9 +77,11 @@ def main() -> None:
         "server_ready_at_end": still_ready,
     }
     write_json(args.out, record)
-    print(f"{record['totals']} in {record['duration_s']} s; server RSS {samples[0]['server_rss_mib']} -> "
-          f"{samples[-1]['server_rss_mib']} MiB, stubs {samples[0]['stubs_rss_mib']} -> "
-          f"{samples[-1]['stubs_rss_mib']} MiB; {args.out}")
+    print(
+        f"{record['totals']} in {record['duration_s']} s; server RSS {samples[0]['server_rss_mib']} -> "
+        f"{samples[-1]['server_rss_mib']} MiB, stubs {samples[0]['stubs_rss_mib']} -> "
+        f"{samples[-1]['stubs_rss_mib']} MiB; {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """py-spy samples of one model's stub process while a load runs (bench/ceiling.py,
 bench/host_path.py, bench/pipeline.py): raw stacks, one line per stack and its count."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,16 @@ from tests.harness.server import TritonServer
 
 
 @contextmanager
-def stub_profile(server: TritonServer, model: str, out: Path, *, native: bool = False, gil: bool = False,
-                 seconds: int = 12, pid: int | None = None) -> Iterator[dict]:
+def stub_profile(
+    server: TritonServer,
+    model: str,
+    out: Path,
+    *,
+    native: bool = False,
+    gil: bool = False,
+    seconds: int = 12,
+    pid: int | None = None,
+) -> Iterator[dict]:
     """Samples `model`'s stub (every thread) for `seconds` while the block runs; the yielded dict
     gets the outcome. native: the C/C++ frames too (py-spy then pauses the process at each
     sample); gil: only the samples of the thread holding the GIL (where a stub's one core goes);
@@ -26,10 +35,28 @@ def stub_profile(server: TritonServer, model: str, out: Path, *, native: bool = 
         yield outcome
         return
     sampling = ["--native"] if native else ["--nonblocking"]
-    recorder = subprocess.Popen(["py-spy", "record", "--threads", *sampling, *(["--gil"] if gil else []),
-                                 "--format", "raw", "--rate", "200", "--duration", str(seconds),
-                                 "--pid", str(pid), "--output", str(out)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    recorder = subprocess.Popen(
+        [
+            "py-spy",
+            "record",
+            "--threads",
+            *sampling,
+            *(["--gil"] if gil else []),
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--duration",
+            str(seconds),
+            "--pid",
+            str(pid),
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1)
     try:
         yield outcome

@@ -8,6 +8,7 @@ execute). perf_analyzer over gRPC, the two in turn (bench/paired.py).
 
     .venv/bin/python bench/sync_execute.py --rounds 8 --out bench/results/cpu_sync_execute.json
 """
+
 from __future__ import annotations
 
 import shutil
@@ -36,8 +37,13 @@ def main() -> None:
         shutil.copyfile(ROOT / "bench" / "coroutine_model.py", repo / "coroutine" / "1" / "model.py")
 
     rows = serve_and_alternate(build, ("plain", "coroutine"), args)
-    write_record(args.out, "sync_execute", f"{args.example} example, fp32, ONNX Runtime CPU, 1 context, sync mode",
-                 args.concurrency, rows)
+    write_record(
+        args.out,
+        "sync_execute",
+        f"{args.example} example, fp32, ONNX Runtime CPU, 1 context, sync mode",
+        args.concurrency,
+        rows,
+    )
 
 
 if __name__ == "__main__":

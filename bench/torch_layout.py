@@ -9,6 +9,7 @@ CUDA events) and each output's relative difference from the NCHW module's, in fl
 
     python3 bench/torch_layout.py --out $OUT/torch_layout.json       # bench/gpu/h200.sh stage torch-layout
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,13 @@ from trtpool.runtimes.torch.convert import convert  # noqa: E402
 from trtpool_builder.examples import write_example  # noqa: E402
 
 # name: (channels_last weights, channels_last input, cuDNN autotuner)
-VARIANTS = {"nchw": (False, False, False), "nchw_autotuned": (False, False, True),
-            "channels_last": (True, True, False), "channels_last_autotuned": (True, True, True),
-            "as_served": (None, False, False)}
+VARIANTS = {
+    "nchw": (False, False, False),
+    "nchw_autotuned": (False, False, True),
+    "channels_last": (True, True, False),
+    "channels_last_autotuned": (True, True, True),
+    "as_served": (None, False, False),
+}
 
 
 def images_per_s(module: torch.nn.Module, x: torch.Tensor, runs: int) -> tuple[float, torch.Tensor]:
@@ -81,11 +86,18 @@ def main() -> None:
         print(f"{name:24s} {rate:9.1f} images/s  rel. diff {difference:.2e}", flush=True)
         del module
         torch.cuda.empty_cache()
-    record = {**provenance(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "batch": args.batch, "image_size": args.image_size, "variants": rows,
-              "channels_last_over_nchw": round(rows["channels_last_autotuned"]["images_per_s"]
-                                               / rows["nchw"]["images_per_s"], 3),
-              "as_served_over_nchw": round(rows["as_served"]["images_per_s"] / rows["nchw"]["images_per_s"], 3)}
+    record = {
+        **provenance(),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "batch": args.batch,
+        "image_size": args.image_size,
+        "variants": rows,
+        "channels_last_over_nchw": round(
+            rows["channels_last_autotuned"]["images_per_s"] / rows["nchw"]["images_per_s"], 3
+        ),
+        "as_served_over_nchw": round(rows["as_served"]["images_per_s"] / rows["nchw"]["images_per_s"], 3),
+    }
     write_json(args.out, record)
 
 

@@ -26,6 +26,7 @@ search and the re-measures in the next call, the grid read back:
 Writes, per case, chosen_infer_per_s and grid_best_infer_per_s (as each run measured
 them), measurements_used, grid_measurements, and the ABBA and p99 re-measures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -119,13 +120,28 @@ def side_by_side(folder: Path, record: dict, named: dict[str, Candidate], rounds
     """The candidates served by one server, measured in turn with the order reversed every round."""
     served = read_config(folder)
     client = record["client"]
-    profile = ClientProfile(client["batch"], client.get("concurrency", 1), client.get("request_rate"),
-                            client["protocol"], client["shm"], tuple(client["shapes"]), client["input_data"])
+    profile = ClientProfile(
+        client["batch"],
+        client.get("concurrency", 1),
+        client.get("request_rate"),
+        client["protocol"],
+        client["shm"],
+        tuple(client["shapes"]),
+        client["input_data"],
+    )
     tensors = [t.name for t in (*served.input, *served.output)]
     # Longer windows than the search's, and more of them: a re-measure that settles.
     window = perf.Window(max(1000, 2 * record["window"]["interval_ms"]), 8, record["window"]["stability"])
-    measurer = Measurer(folder, served, tensors, profile, window, str(TRITONSERVER),
-                        perf.find_perf_analyzer(None, str(TRITONSERVER)), scratch)
+    measurer = Measurer(
+        folder,
+        served,
+        tensors,
+        profile,
+        window,
+        str(TRITONSERVER),
+        perf.find_perf_analyzer(None, str(TRITONSERVER)),
+        scratch,
+    )
     models = measurer.stage_all(scratch / "repo", named)
     rows: dict[str, list[dict]] = {name: [] for name in named}
     with serving(str(TRITONSERVER), scratch / "repo", scratch / "server.log") as server:
@@ -136,13 +152,15 @@ def side_by_side(folder: Path, record: dict, named: dict[str, Candidate], rounds
                 where.mkdir()
                 try:
                     reading = measurer.drive(server, models[name], named[name].mode == "decoupled", where)
-                except perf.PerfFailed as exc:   # kept as a failed round (compared() leaves it out)
+                except perf.PerfFailed as exc:  # kept as a failed round (compared() leaves it out)
                     rows[name].append({"error": str(exc)[-300:]})
                     print(f"  round {round_index} {name:10s} failed: {exc}", flush=True)
                     continue
                 m = figures(named[name], reading, 0)
                 rows[name].append({"infer_per_s": round(m.infer_per_s, 1), "p99_ms": round(m.p99_ms, 3)})
-                print(f"  round {round_index} {name:10s} {m.infer_per_s:9.1f} infer/s p99 {m.p99_ms:.2f} ms", flush=True)
+                print(
+                    f"  round {round_index} {name:10s} {m.infer_per_s:9.1f} infer/s p99 {m.p99_ms:.2f} ms", flush=True
+                )
     return rows
 
 
@@ -153,7 +171,7 @@ def with_transport(client: tuple[str, ...], shm: str | None) -> list[str]:
     flags = list(client)
     if "--shm" in flags:
         at = flags.index("--shm")
-        del flags[at:at + 2]
+        del flags[at : at + 2]
     return [*flags, "--shm", shm]
 
 
@@ -177,24 +195,36 @@ def run_case(name: str, case: Case, args: argparse.Namespace, base: Path, keep: 
     if not (searched["chosen"] and grid["chosen"]):
         raise SystemExit(f"{name}: no point measured successfully (tune.json of each run under {base})")
     result = {
-        "example": case.example, "client": searched["client"], "space": searched["space"],
-        "chosen": searched["chosen"], "grid_best": grid["chosen"],
+        "example": case.example,
+        "client": searched["client"],
+        "space": searched["space"],
+        "chosen": searched["chosen"],
+        "grid_best": grid["chosen"],
         "chosen_infer_per_s": searched["chosen"]["infer_per_s"],
         "grid_best_infer_per_s": grid["chosen"]["infer_per_s"],
-        "measurements_used": searched["measurements_used"], "grid_measurements": grid["measurements_used"],
-        "search_minutes": searched["minutes"], "grid_minutes": grid["minutes"],
-        "grid_together": grid.get("grid_together"), "grid_date": grid["date"],
-        "search_stopped": searched["stopped"], "grid_stopped": grid["stopped"],
-        "search_measurements": searched["measurements"], "grid": grid["measurements"],
+        "measurements_used": searched["measurements_used"],
+        "grid_measurements": grid["measurements_used"],
+        "search_minutes": searched["minutes"],
+        "grid_minutes": grid["minutes"],
+        "grid_together": grid.get("grid_together"),
+        "grid_date": grid["date"],
+        "search_stopped": searched["stopped"],
+        "grid_stopped": grid["stopped"],
+        "search_measurements": searched["measurements"],
+        "grid": grid["measurements"],
     }
     keep(result)
     chosen, best = Candidate.from_dict(searched["chosen"]["config"]), Candidate.from_dict(grid["chosen"]["config"])
     print(f"{name}: ABBA, chosen {chosen.label} against grid best {best.label}", flush=True)
     rows = side_by_side(folder, searched, {"chosen": chosen, "grid_best": best}, args.rounds, base / f"{name}-abba")
     ratio = compared(rows["chosen"], rows["grid_best"], "infer_per_s")
-    result["abba"] = {"rounds": rows, "chosen_over_grid_best": ratio, "median": ratio["median"],
-                      "within_5_percent": ratio["median"] is not None and ratio["median"] >= 0.95,
-                      "same_configuration": chosen == best}
+    result["abba"] = {
+        "rounds": rows,
+        "chosen_over_grid_best": ratio,
+        "median": ratio["median"],
+        "within_5_percent": ratio["median"] is not None and ratio["median"] >= 0.95,
+        "same_configuration": chosen == best,
+    }
     keep(result)
     if name in args.p99_cases.split(","):
         result["p99_bound"] = p99_case(name, folder, flags, grid, args, base)
@@ -220,16 +250,30 @@ def p99_case(name: str, folder: Path, flags: list[str], grid: dict, args: argpar
     """trtpool-tune under the median p99 of the grid's points, its choice measured again."""
     bound = round(statistics.median(m["p99_ms"] for m in grid["measurements"] if "p99_ms" in m), 3)
     bounded = tune(folder, base / f"{name}-p99", [*flags, "--objective", "p99", "--p99-ms", str(bound)])
-    p99_check: dict = {"bound_ms": bound, "met_in_search": bounded["met"],
-                       "grid_best_under_bound": grid_best_under(grid, bound),
-                       "chosen": bounded["chosen"], "measurements_used": bounded["measurements_used"]}
+    p99_check: dict = {
+        "bound_ms": bound,
+        "met_in_search": bounded["met"],
+        "grid_best_under_bound": grid_best_under(grid, bound),
+        "chosen": bounded["chosen"],
+        "measurements_used": bounded["measurements_used"],
+    }
     if bounded["met"]:
-        again = side_by_side(folder, bounded, {"p99_chosen": Candidate.from_dict(bounded["chosen"]["config"])},
-                             args.rounds, base / f"{name}-p99-again")
+        again = side_by_side(
+            folder,
+            bounded,
+            {"p99_chosen": Candidate.from_dict(bounded["chosen"]["config"])},
+            args.rounds,
+            base / f"{name}-p99-again",
+        )
         p99s = [r["p99_ms"] for r in again["p99_chosen"] if "p99_ms" in r]
         median = statistics.median(p99s) if p99s else None
-        p99_check.update({"measured_again": again["p99_chosen"], "median_p99_ms_again": median,
-                          "meets_bound_again": median is not None and median <= bound})
+        p99_check.update(
+            {
+                "measured_again": again["p99_chosen"],
+                "median_p99_ms_again": median,
+                "meets_bound_again": median is not None and median <= bound,
+            }
+        )
     return p99_check
 
 
@@ -243,36 +287,70 @@ def keep(args: argparse.Namespace, record: dict, name: str, result: dict) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="tiny-b1-grpc,resnet50-b1-grpc",
-                        help=f"comma-separated, of {', '.join(CASES)}")
-    parser.add_argument("--p99-cases", default="tiny-b1-grpc,resnet50-b1-grpc",
-                        help="the cases that also get the p99-bound run and its re-measure")
-    parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime",
-                        help="torch: GPU instances, fp16 (the H200)")
+    parser.add_argument(
+        "--cases", default="tiny-b1-grpc,resnet50-b1-grpc", help=f"comma-separated, of {', '.join(CASES)}"
+    )
+    parser.add_argument(
+        "--p99-cases",
+        default="tiny-b1-grpc,resnet50-b1-grpc",
+        help="the cases that also get the p99-bound run and its re-measure",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("onnxruntime", "torch"),
+        default="onnxruntime",
+        help="torch: GPU instances, fp16 (the H200)",
+    )
     parser.add_argument("--precision", default="fp16", help="the torch runtime's precision")
     parser.add_argument("--image-size", type=int, default=32, help="ResNet-50's input size")
-    parser.add_argument("--shm", choices=("none", "system", "cuda"),
-                        help="replace the cases' transport (e.g. system for the CUDA-shm cases on a machine "
-                             "without a GPU)")
+    parser.add_argument(
+        "--shm",
+        choices=("none", "system", "cuda"),
+        help="replace the cases' transport (e.g. system for the CUDA-shm cases on a machine without a GPU)",
+    )
     parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds of the side-by-side re-measure")
-    parser.add_argument("--tune-flags", default="--contexts 1,2,4 --queue-delays 100,2000 --preferred keep,none "
-                        "--interval-ms 1000 --max-trials 4 --stability 30 --budget 20",
-                        help="the space and measuring flags every trtpool-tune run of a case takes")
-    parser.add_argument("--grid-flags", default="",
-                        help="flags only the grid's run takes, e.g. --grid-together 18 (its points loaded side by "
-                             "side, 18 to a server)")
-    parser.add_argument("--grid-record", type=Path, metavar="JSON",
-                        help="one case: keep the grid's tune.json here, or read it back from here where it exists")
-    parser.add_argument("--grid-only", action="store_true",
-                        help="measure the case's grid into --grid-record and stop (the rest in a later run)")
+    parser.add_argument(
+        "--tune-flags",
+        default="--contexts 1,2,4 --queue-delays 100,2000 --preferred keep,none "
+        "--interval-ms 1000 --max-trials 4 --stability 30 --budget 20",
+        help="the space and measuring flags every trtpool-tune run of a case takes",
+    )
+    parser.add_argument(
+        "--grid-flags",
+        default="",
+        help="flags only the grid's run takes, e.g. --grid-together 18 (its points loaded side by "
+        "side, 18 to a server)",
+    )
+    parser.add_argument(
+        "--grid-record",
+        type=Path,
+        metavar="JSON",
+        help="one case: keep the grid's tune.json here, or read it back from here where it exists",
+    )
+    parser.add_argument(
+        "--grid-only",
+        action="store_true",
+        help="measure the case's grid into --grid-record and stop (the rest in a later run)",
+    )
     parser.add_argument("--bert-layers", type=int, help="BERT's layers (default: BERT-base's 12; fewer for a dry run)")
-    parser.add_argument("--bert-hidden", type=int, default=128, help="BERT's hidden size with --bert-layers (a head per 64)")
+    parser.add_argument(
+        "--bert-hidden", type=int, default=128, help="BERT's hidden size with --bert-layers (a head per 64)"
+    )
     parser.add_argument("--out", type=Path, default=default_out("tune.json"))
-    parser.add_argument("--merge-into", type=Path, metavar="JSON",
-                        help="also merge this run's cases into JSON as each finishes (other cases there are kept): "
-                             "one record from runs of one case each")
-    parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
-                        help="run nothing: merge these records' cases into --merge-into")
+    parser.add_argument(
+        "--merge-into",
+        type=Path,
+        metavar="JSON",
+        help="also merge this run's cases into JSON as each finishes (other cases there are kept): "
+        "one record from runs of one case each",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: merge these records' cases into --merge-into",
+    )
     args = parser.parse_args()
     if args.merge:
         if not args.merge_into:
@@ -283,20 +361,30 @@ def main() -> None:
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
-    if args.grid_record and "," in args.cases or args.grid_only and not args.grid_record:
+    if (args.grid_record and "," in args.cases) or (args.grid_only and not args.grid_record):
         parser.error("--grid-record takes one case; --grid-only needs --grid-record")
-    record = {"benchmark": "tune", **provenance(), "runtime": args.runtime, "tune_flags": args.tune_flags,
-              "shm_override": args.shm,
-              "cases": {}}
+    record = {
+        "benchmark": "tune",
+        **provenance(),
+        "runtime": args.runtime,
+        "tune_flags": args.tune_flags,
+        "shm_override": args.shm,
+        "cases": {},
+    }
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases.split(","):
             run_case(name, CASES[name], args, Path(scratch), functools.partial(keep, args, record, name))
     if args.grid_only:
         print(f"the grid is kept in {args.grid_record}")
         return
-    summary = {name: {k: case[k] for k in ("chosen_infer_per_s", "grid_best_infer_per_s", "measurements_used",
-                                           "grid_measurements")} | {"abba_median": case["abba"]["median"]}
-               for name, case in record["cases"].items()}
+    summary = {
+        name: {
+            k: case[k]
+            for k in ("chosen_infer_per_s", "grid_best_infer_per_s", "measurements_used", "grid_measurements")
+        }
+        | {"abba_median": case["abba"]["median"]}
+        for name, case in record["cases"].items()
+    }
     print(json.dumps(summary, indent=2))
 
 

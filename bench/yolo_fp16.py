@@ -22,6 +22,7 @@ TensorRT-RTX 1.7 refused every dynamic export ("Input 0's element type (float) d
 torch 2.9 and later default to the dynamo exporter, which ultralytics 8.3.0 does not opt out of;
 `export` asks for the TorchScript exporter, as newer ultralytics releases do.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,8 @@ def export(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     done = {}
     for cfg, dynamic, opset, simplify in itertools.product(MODELS, (True, False), (12, 17), (True, False)):
-        name = f"{cfg.removesuffix('.yaml')}_{'dynamic' if dynamic else 'static'}_op{opset}_{'slim' if simplify else 'raw'}"
+        shapes, graph = "dynamic" if dynamic else "static", "slim" if simplify else "raw"
+        name = f"{cfg.removesuffix('.yaml')}_{shapes}_op{opset}_{graph}"
         try:
             path = YOLO(cfg).export(format="onnx", dynamic=dynamic, imgsz=IMGSZ, opset=opset, simplify=simplify)
             os.replace(path, folder / f"{name}.onnx")
@@ -70,15 +72,18 @@ def _run(command: list[str]) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "CleanUnusedInitializers" not in line]
     error = next((i for i, line in enumerate(lines) if "error:" in line), None)
-    return {"command": " ".join(Path(command[0]).name if i == 0 else c for i, c in enumerate(command)),
-            "rc": done.returncode,
-            "error": " ".join(lines[error:error + 8]) if error is not None else None,
-            "last_line": lines[-1] if lines else ""}
+    return {
+        "command": " ".join(Path(command[0]).name if i == 0 else c for i, c in enumerate(command)),
+        "rc": done.returncode,
+        "error": " ".join(lines[error : error + 8]) if error is not None else None,
+        "last_line": lines[-1] if lines else "",
+    }
 
 
 def build(folder: Path, out: Path) -> None:
-    import onnxruntime
     from importlib.metadata import version
+
+    import onnxruntime
 
     bin_dir = Path(sys.executable).parent
     work = folder / "built"
@@ -90,11 +95,29 @@ def build(folder: Path, out: Path) -> None:
         entry = {}
         for precision in ("fp16", "fp32"):
             plan = work / f"{name}.{precision}.plan"
-            entry[precision] = _run([str(bin_dir / "trtpool-build"), "--onnx", str(onnx_file), "--output", str(plan),
-                                     "--precision", precision, *shapes])
+            entry[precision] = _run(
+                [
+                    str(bin_dir / "trtpool-build"),
+                    "--onnx",
+                    str(onnx_file),
+                    "--output",
+                    str(plan),
+                    "--precision",
+                    precision,
+                    *shapes,
+                ]
+            )
             if entry[precision]["rc"] == 0:
-                entry[f"{precision}_model"] = _run([str(bin_dir / "trtpool-model"), str(plan), "--repo",
-                                                    str(work / "repo"), "--name", f"{name}_{precision}"])
+                entry[f"{precision}_model"] = _run(
+                    [
+                        str(bin_dir / "trtpool-model"),
+                        str(plan),
+                        "--repo",
+                        str(work / "repo"),
+                        "--name",
+                        f"{name}_{precision}",
+                    ]
+                )
             if precision == "fp16" and entry["fp16"]["rc"] == 0:
                 break  # fp32 only to tell an fp16 failure from any other
         results[name] = entry
@@ -104,19 +127,25 @@ def build(folder: Path, out: Path) -> None:
 
     trt, _ = load_trt(None)
     fp16_failed = sorted(n for n, e in results.items() if e["fp16"]["rc"] != 0)
-    write_json(out, {
-        **provenance(),
-        "exporter": exported["versions"],
-        "exports": exported["exports"],
-        "builder": {"trt_module": f"{trt.__name__} {trt.__version__}", "onnxruntime": onnxruntime.__version__,
-                    "onnx": version("onnx")},
-        "dynamic_shapes": DYNAMIC_SHAPES,
-        "built_fp16": len(results) - len(fp16_failed),
-        "total": len(results),
-        "fp16_failed": fp16_failed,
-        "fp16_failed_but_fp32_built": sorted(n for n in fp16_failed if results[n].get("fp32", {}).get("rc") == 0),
-        "results": results,
-    })
+    write_json(
+        out,
+        {
+            **provenance(),
+            "exporter": exported["versions"],
+            "exports": exported["exports"],
+            "builder": {
+                "trt_module": f"{trt.__name__} {trt.__version__}",
+                "onnxruntime": onnxruntime.__version__,
+                "onnx": version("onnx"),
+            },
+            "dynamic_shapes": DYNAMIC_SHAPES,
+            "built_fp16": len(results) - len(fp16_failed),
+            "total": len(results),
+            "fp16_failed": fp16_failed,
+            "fp16_failed_but_fp32_built": sorted(n for n in fp16_failed if results[n].get("fp32", {}).get("rc") == 0),
+            "results": results,
+        },
+    )
 
 
 def main() -> None:

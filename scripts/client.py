@@ -6,6 +6,7 @@
 Numeric inputs get random values of the model's shape; an input of bytes (TYPE_STRING, e.g. an
 encoded image or a text) gets the contents of --file, as shape [batch, 1].
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,11 @@ def random_input(spec: dict, batch: int, rng: np.random.Generator) -> np.ndarray
 def bytes_input(spec: dict, batch: int, file: Path | None, model: str) -> np.ndarray:
     """The file's bytes, once per row: what a model with a process file takes (IMAGE, TEXT)."""
     if file is None:
-        raise SystemExit(f"client.py: model '{model}' takes input '{spec['name']}' as bytes (BYTES of shape "
-                         f"[N, 1]: an encoded image, a text): give the file to send with --file PATH (the "
-                         f"examples' folder has one: model_repository/{model}/sample.*)")
+        raise SystemExit(
+            f"client.py: model '{model}' takes input '{spec['name']}' as bytes (BYTES of shape "
+            f"[N, 1]: an encoded image, a text): give the file to send with --file PATH (the "
+            f"examples' folder has one: model_repository/{model}/sample.*)"
+        )
     dims = [1 if int(d) == -1 else int(d) for d in spec["dims"]]
     return np.full([batch, *dims], file.read_bytes(), dtype=np.object_)
 
@@ -43,8 +46,9 @@ def main() -> None:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="grpc")
     parser.add_argument("--url", default=None, help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--file", type=Path, help="what an input of bytes gets (a JPEG for resnet50_jpeg, a text "
-                                                  "for bert_text)")
+    parser.add_argument(
+        "--file", type=Path, help="what an input of bytes gets (a JPEG for resnet50_jpeg, a text for bert_text)"
+    )
     args = parser.parse_args()
     module = grpcclient if args.protocol == "grpc" else httpclient
     url = args.url or ("127.0.0.1:8001" if args.protocol == "grpc" else "127.0.0.1:8000")

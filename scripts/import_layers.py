@@ -8,6 +8,7 @@ package it imports), and a Mermaid picture of each package for docs/architecture
 An import between boxes that closes a circle is an error naming it: a lower floor never imports
 a higher one. tests/repo/test_import_layers.py holds the docs to the code and the code to that rule.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"trtpool": ROOT / "backend_src" / "trtpool", "trtpool_builder": ROOT / "builder" / "trtpool_builder",
-            "trtpool_ops": ROOT / "ops" / "trtpool_ops"}
+PACKAGES = {
+    "trtpool": ROOT / "backend_src" / "trtpool",
+    "trtpool_builder": ROOT / "builder" / "trtpool_builder",
+    "trtpool_ops": ROOT / "ops" / "trtpool_ops",
+}
 DOC = ROOT / "docs" / "architecture.md"
 START, END = "<!-- import-layers: start (scripts/import_layers.py --write) -->", "<!-- import-layers: end -->"
 
@@ -52,7 +56,7 @@ def imported(name: str, path: Path, known: Iterable[str]) -> set[str]:
             targets.add(base)
     result = set()
     for target in targets:
-        while target and target not in known:   # `from a.b import name`: the module a.b
+        while target and target not in known:  # `from a.b import name`: the module a.b
             target = target.rpartition(".")[0]
         if target and target != name:
             result.add(target)
@@ -85,7 +89,7 @@ def floors(graph: dict[str, set[str]]) -> dict[str, int]:
         if node in floor:
             return floor[node]
         if node in visiting:
-            circle = visiting[visiting.index(node):] + [node]
+            circle = [*visiting[visiting.index(node) :], node]
             raise ValueError("imports go round: " + " -> ".join(circle))
         visiting.append(node)
         floor[node] = 1 + max((visit(d) for d in graph[node]), default=-1)
@@ -99,6 +103,7 @@ def floors(graph: dict[str, set[str]]) -> dict[str, int]:
 
 def picture(graph: dict[str, set[str]], floor: dict[str, int]) -> str:
     """Mermaid, bottom to top, one row a floor; an arrow only where no longer path says it already."""
+
     def reachable(start: str) -> set[str]:
         seen, todo = set(), list(graph[start])
         while todo:
@@ -112,8 +117,8 @@ def picture(graph: dict[str, set[str]], floor: dict[str, int]) -> str:
     lines = ["```mermaid", "flowchart BT"]
     for level in sorted(set(floor.values())):
         members = sorted(n for n in graph if floor[n] == level)
-        lines.append(f"  subgraph floor{level}[\"floor {level}\"]")
-        lines += [f"    {ident[n]}[\"{n}\"]" for n in members]
+        lines.append(f'  subgraph floor{level}["floor {level}"]')
+        lines += [f'    {ident[n]}["{n}"]' for n in members]
         lines.append("  end")
     for node in sorted(graph):
         indirect = set().union(*(reachable(d) for d in graph[node])) if graph[node] else set()
@@ -149,7 +154,7 @@ def main() -> int:
         floor = floors(graph)
         for level in sorted(set(floor.values())):
             print(f"{package} floor {level}: " + ", ".join(sorted(n for n in graph if floor[n] == level)))
-    floors(box_graph())   # and no circle across the packages either
+    floors(box_graph())  # and no circle across the packages either
     return 0
 
 

@@ -1,6 +1,7 @@
 """Write docs/reference/parameters.md from trtpool.parameters.PARAMETERS, the one table of the model
 parameters, so that the page says what the code reads; --check only compares (exit 1 if the
 page differs), as tests/repo/test_docs.py does."""
+
 from __future__ import annotations
 
 import argparse

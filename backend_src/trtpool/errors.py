@@ -1,4 +1,5 @@
 """Exceptions whose message is meant for the client or the operator as is."""
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 The module object is the same one (sys.modules), so its names, and whatever a test or a
 process file sets on it, are shared.
 """
+
 import importlib
 import sys
 

@@ -1,4 +1,5 @@
 """One trtpool model instance: config -> runtime -> context pool -> batch runner."""
+
 from __future__ import annotations
 
 import logging
@@ -66,16 +67,27 @@ def check_fits(runtime: Runtime, contexts: int, device: str) -> None:
     free = runtime.free_memory_bytes()
     if contexts * each > free:
         fits = free // each
-        advice = (f"expected at most {fits}, or auto" if fits else
-                  "not even one fits: make the profile's largest shapes smaller")
-        raise ConfigError(f"parameter 'contexts': {contexts} contexts of {each:,} bytes each need "
-                          f"{contexts * each:,} bytes, but {device} has {free:,} free; {advice}")
+        advice = (
+            f"expected at most {fits}, or auto"
+            if fits
+            else "not even one fits: make the profile's largest shapes smaller"
+        )
+        raise ConfigError(
+            f"parameter 'contexts': {contexts} contexts of {each:,} bytes each need "
+            f"{contexts * each:,} bytes, but {device} has {free:,} free; {advice}"
+        )
 
 
 class ModelInstance:
-    def __init__(self, model_config: dict[str, Any], version_dir: Path, device: str,
-                 on_batch: BatchObserver | None = None, on_stage: StageObserver | None = None,
-                 hosted: bool = False) -> None:
+    def __init__(
+        self,
+        model_config: dict[str, Any],
+        version_dir: Path,
+        device: str,
+        on_batch: BatchObserver | None = None,
+        on_stage: StageObserver | None = None,
+        hosted: bool = False,
+    ) -> None:
         """`hosted`: loaded in an engine host (trtpool.host), which serves every instance's batches."""
         self.cfg = parameters.load(model_config, version_dir, device)
         self.hosted = hosted
@@ -99,38 +111,53 @@ class ModelInstance:
                 raise
         log.info(
             "model '%s': runtime %s on %s, %s context(s), mode %s, max batch %d",
-            self.cfg.model_name, self.runtime.name, device,
-            f"{self.pool.stats.minimum} to {size}" if self.pool.elastic else size, self.cfg.mode,
+            self.cfg.model_name,
+            self.runtime.name,
+            device,
+            f"{self.pool.stats.minimum} to {size}" if self.pool.elastic else size,
+            self.cfg.mode,
             self.runtime.signature.max_batch_size,
         )
 
-    def _stage(self, process: ProcessFile, model_config: dict[str, Any], version_dir: Path,
-               on_stage: StageObserver | None) -> Stage:
+    def _stage(
+        self, process: ProcessFile, model_config: dict[str, Any], version_dir: Path, on_stage: StageObserver | None
+    ) -> Stage:
         """The process file's stage; its preprocess in worker processes with preprocess_processes.
         preprocess_threads auto: one per core for the per-request face (Pillow releases the GIL),
         one per context for the batch face (a batch decoding while another runs: more threads
         only contend for the stub's GIL, measured on the H200, BENCHMARKS.md "GPU pipeline")."""
         faces = choose_faces(process, self.cfg.process_faces, self.cfg.device)
-        pre_threads = self.cfg.preprocess_threads or (self.pool.size if faces.batch_pre else
-                                                      parameters.stage_threads())
+        pre_threads = self.cfg.preprocess_threads or (self.pool.size if faces.batch_pre else parameters.stage_threads())
         if faces.batch_pre and self.cfg.preprocess_processes:
-            raise ConfigError(f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
-                              f"run preprocess(inputs), but this instance serves {process.path.name}'s "
-                              "preprocess_batch (parameter 'process_faces' is "
-                              f"'{self.cfg.process_faces}' on {self.cfg.device}); expected 0, "
-                              "or process_faces 'request'")
+            raise ConfigError(
+                f"parameter 'preprocess_processes': {self.cfg.preprocess_processes} worker processes "
+                f"run preprocess(inputs), but this instance serves {process.path.name}'s "
+                "preprocess_batch (parameter 'process_faces' is "
+                f"'{self.cfg.process_faces}' on {self.cfg.device}); expected 0, "
+                "or process_faces 'request'"
+            )
         if not faces.batch_pre and process.preprocess is not None and self.cfg.preprocess_processes:
             self.pre_processes = ProcessPreprocess(version_dir, model_config, self.cfg.preprocess_processes)
             process = replace(process, preprocess=self.pre_processes)
             pre_threads = max(pre_threads, self.cfg.preprocess_processes)  # a thread waits on each worker
         if faces.batch_post and process.outputs_on_device:
             kept = self.runtime.keep_outputs_on_device()
-            log.info("model '%s': postprocess_batch takes the engine's outputs %s", self.cfg.model_name,
-                     "on the device" if kept else f"on the host (the {self.runtime.name} runtime copies them there)")
-        return Stage(process, self.runtime.signature,
-                     {o["name"]: o["data_type"] for o in model_config.get("output", [])},
-                     pre_threads, self.cfg.postprocess_threads, self.cfg.max_queue_size, on_stage, faces,
-                     self.cfg.device)
+            log.info(
+                "model '%s': postprocess_batch takes the engine's outputs %s",
+                self.cfg.model_name,
+                "on the device" if kept else f"on the host (the {self.runtime.name} runtime copies them there)",
+            )
+        return Stage(
+            process,
+            self.runtime.signature,
+            {o["name"]: o["data_type"] for o in model_config.get("output", [])},
+            pre_threads,
+            self.cfg.postprocess_threads,
+            self.cfg.max_queue_size,
+            on_stage,
+            faces,
+            self.cfg.device,
+        )
 
     def _size(self) -> int:
         """The most contexts at once: `contexts` or `max_contexts`, else sized from memory

@@ -5,6 +5,7 @@ it accepts and a line on what it does. It drives `load` (each value and each ref
 names the key and the accepted values), the unknown-key check, and the reference page
 docs/reference/parameters.md, which scripts/parameters_page.py writes from it.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,11 @@ PROCESS_FACES = ("auto", "request", "batch")  # trtpool.process.faces.choose_fac
 PRECISIONS = ("fp32", "fp16")
 # Ceilings: far above any useful value (contexts: auto takes at most 4), low enough that a
 # typo cannot make a stub start 10,000 threads, wait hours to fill a batch or queue without end.
-MAX_CONTEXTS = 64                   # also response_threads and the process.py stages' threads
+MAX_CONTEXTS = 64  # also response_threads and the process.py stages' threads
 MAX_QUEUE_SIZE = 65_536
-MAX_WAIT_US = 1_000_000             # batch_wait_microseconds, cancel_check_after_microseconds: 1 s
+MAX_WAIT_US = 1_000_000  # batch_wait_microseconds, cancel_check_after_microseconds: 1 s
 MAX_METRICS_INTERVAL_MS = 60_000
-MAX_IDLE_S = 86_400.0               # shrink_after_idle_seconds: a day
+MAX_IDLE_S = 86_400.0  # shrink_after_idle_seconds: a day
 MAX_SEQUENCE_BUCKET = 1_048_576
 MAX_FILE_NAME, MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
 SWITCHES = ("on", "off")
@@ -91,6 +92,7 @@ def choice(values: tuple[str, ...]) -> Kind:
 
 def positive(maximum: float, accepts: str) -> Kind:
     """A number above 0 and at most `maximum`."""
+
     def read(key: str, text: str) -> float:
         try:
             value = float(text)
@@ -105,6 +107,7 @@ def positive(maximum: float, accepts: str) -> Kind:
 
 def sizes(maximum: int) -> Kind:
     """Sizes like 32,64,128, read sorted and without repeats."""
+
     def read(key: str, text: str) -> tuple[int, ...]:
         try:
             found = tuple(sorted({int(part) for part in text.split(",")}))
@@ -137,13 +140,17 @@ def _runtime(key: str, text: str) -> str:
 def _file_name(key: str, text: str) -> str:
     """A file name the operating system can take: no NUL byte, no name past its limits."""
     if "\0" in text:
-        raise ConfigError(f"parameter '{key}' contains a NUL byte; expected a file name inside the model's "
-                          "version folder, such as model.onnx")
+        raise ConfigError(
+            f"parameter '{key}' contains a NUL byte; expected a file name inside the model's "
+            "version folder, such as model.onnx"
+        )
     longest = max((len(part.encode()) for part in text.split("/")), default=0)
     if longest > MAX_FILE_NAME or len(text.encode()) > MAX_PATH:
-        raise ConfigError(f"parameter '{key}' is {len(text)} characters long; expected a file name inside "
-                          f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
-                          f"{MAX_PATH} in all, such as model.onnx")
+        raise ConfigError(
+            f"parameter '{key}' is {len(text)} characters long; expected a file name inside "
+            f"the model's version folder of at most {MAX_FILE_NAME} bytes per part and "
+            f"{MAX_PATH} in all, such as model.onnx"
+        )
     return text
 
 
@@ -157,66 +164,153 @@ class Parameter:
     key: str
     kind: Kind
     default: str | None  # what an unset or empty value stands for; None: unset means none
-    doc: str             # one line: what it does (docs/reference/parameters.md)
+    doc: str  # one line: what it does (docs/reference/parameters.md)
 
 
 _COUNT = auto_or(whole(1, MAX_CONTEXTS))  # contexts and the process.py stages' threads
-PARAMETERS = {p.key: p for p in (
-    Parameter("runtime", Kind(f"one of {', '.join(RUNTIMES)}, or a registered runtime's name", _runtime),
-              "auto",
-              "which runtime serves the model; auto picks by the file in the version folder"),
-    Parameter("model_file", Kind("a file in the version folder", _file_name), "",
-              "the model file; unset: the runtime's usual name (model.plan, model.onnx)"),
-    Parameter("contexts", _COUNT, "auto",
-              "a fixed pool of N contexts; auto: as many as fit in memory_fraction of free memory"),
-    Parameter("min_contexts", whole(1, MAX_CONTEXTS), "1",
-              "an elastic pool: the contexts kept when quiet (set it or max_contexts for an elastic pool)"),
-    Parameter("max_contexts", whole(1, MAX_CONTEXTS), None,
-              "an elastic pool: the most contexts; unset: what contexts auto sizes"),
-    Parameter("grow_after_wait_microseconds", whole(0, MAX_WAIT_US), "500",
-              "an elastic pool grows when a batch has waited this long with every context busy"),
-    Parameter("shrink_after_idle_seconds",
-              positive(MAX_IDLE_S, f"a number of seconds above 0 and at most {MAX_IDLE_S:g}"), "60",
-              "an elastic pool closes a context that has not run for this long"),
-    Parameter("memory_fraction", positive(1.0, "a number in (0, 1]"), "0.5",
-              "the share of the device's free memory that contexts auto may use"),
-    Parameter("mode", choice(MODES), "sync",
-              "how batches run: one in flight (sync), several (pipelined), or gRPC streams (decoupled)"),
-    Parameter("profile", Kind("shape ranges NAME=MIN:OPT:MAX, ',' between inputs, ';' between profiles",
-                              _profiles), "",
-              "an ONNX file's shape ranges (an engine carries its own)"),
-    Parameter("max_queue_size", whole(1, MAX_QUEUE_SIZE), "256",
-              "decoupled mode, and a process.py's preprocessing: requests waiting beyond this are refused"),
-    Parameter("batch_wait_microseconds", whole(0, MAX_WAIT_US), "500",
-              f"decoupled mode: the wait to fill a batch; an engine host's wait for other instances' "
-              f"batches (unset there: {HOST_BATCH_WAIT_US})"),
-    Parameter("cancel_check_after_microseconds", whole(0, MAX_WAIT_US), "10000",
-              "decoupled mode: requests queued this long are asked whether their client cancelled them"),
-    Parameter("response_threads", whole(1, MAX_CONTEXTS), "1",
-              "pipelined mode: the threads that send one batch's responses"),
-    Parameter("forward_to", any_text("a decoupled trtpool model in the same repository"), None,
-              "makes this model a unary front for that model"),
-    Parameter("precision", choice(PRECISIONS), "fp32",
-              "the torch runtime's compute precision; other runtimes ignore it"),
-    Parameter("sequence_buckets", sizes(MAX_SEQUENCE_BUCKET), None,
-              "the torch runtime pads dynamic non-batch dimensions up to these sizes"),
-    Parameter("metrics_interval_ms", whole(0, MAX_METRICS_INTERVAL_MS), "1000",
-              "how often trtpool's metrics reach Triton's; 0: after every batch"),
-    Parameter("cuda_graphs", choice(SWITCHES), "on",
-              "the TensorRT runtime captures and replays CUDA graphs"),
-    Parameter("preprocess_threads", _COUNT, "auto",
-              "a process.py's preprocess threads; auto: one per core (the batch face: one per context)"),
-    Parameter("postprocess_threads", _COUNT, "auto",
-              "a process.py's postprocess threads; auto: one per core"),
-    Parameter("preprocess_processes", whole(0, MAX_CONTEXTS), "0",
-              "a process.py's preprocess runs in N worker processes; 0: on the preprocess threads"),
-    Parameter("process_faces", choice(PROCESS_FACES), "auto",
-              "which of a process.py's faces serve: per request, per batch, or auto (batch on a GPU)"),
-    Parameter("engine_host", choice(ENGINE_HOST), "auto",
-              "on: one process per device owns the model and its contexts; auto is off"),
-    Parameter("FORCE_CPU_ONLY_INPUT_TENSORS", any_text("yes (Triton's default), no"), None,
-              "Triton's Python-backend parameter, read by Triton: no leaves GPU inputs on the GPU"),
-)}
+PARAMETERS = {
+    p.key: p
+    for p in (
+        Parameter(
+            "runtime",
+            Kind(f"one of {', '.join(RUNTIMES)}, or a registered runtime's name", _runtime),
+            "auto",
+            "which runtime serves the model; auto picks by the file in the version folder",
+        ),
+        Parameter(
+            "model_file",
+            Kind("a file in the version folder", _file_name),
+            "",
+            "the model file; unset: the runtime's usual name (model.plan, model.onnx)",
+        ),
+        Parameter(
+            "contexts",
+            _COUNT,
+            "auto",
+            "a fixed pool of N contexts; auto: as many as fit in memory_fraction of free memory",
+        ),
+        Parameter(
+            "min_contexts",
+            whole(1, MAX_CONTEXTS),
+            "1",
+            "an elastic pool: the contexts kept when quiet (set it or max_contexts for an elastic pool)",
+        ),
+        Parameter(
+            "max_contexts",
+            whole(1, MAX_CONTEXTS),
+            None,
+            "an elastic pool: the most contexts; unset: what contexts auto sizes",
+        ),
+        Parameter(
+            "grow_after_wait_microseconds",
+            whole(0, MAX_WAIT_US),
+            "500",
+            "an elastic pool grows when a batch has waited this long with every context busy",
+        ),
+        Parameter(
+            "shrink_after_idle_seconds",
+            positive(MAX_IDLE_S, f"a number of seconds above 0 and at most {MAX_IDLE_S:g}"),
+            "60",
+            "an elastic pool closes a context that has not run for this long",
+        ),
+        Parameter(
+            "memory_fraction",
+            positive(1.0, "a number in (0, 1]"),
+            "0.5",
+            "the share of the device's free memory that contexts auto may use",
+        ),
+        Parameter(
+            "mode",
+            choice(MODES),
+            "sync",
+            "how batches run: one in flight (sync), several (pipelined), or gRPC streams (decoupled)",
+        ),
+        Parameter(
+            "profile",
+            Kind("shape ranges NAME=MIN:OPT:MAX, ',' between inputs, ';' between profiles", _profiles),
+            "",
+            "an ONNX file's shape ranges (an engine carries its own)",
+        ),
+        Parameter(
+            "max_queue_size",
+            whole(1, MAX_QUEUE_SIZE),
+            "256",
+            "decoupled mode, and a process.py's preprocessing: requests waiting beyond this are refused",
+        ),
+        Parameter(
+            "batch_wait_microseconds",
+            whole(0, MAX_WAIT_US),
+            "500",
+            f"decoupled mode: the wait to fill a batch; an engine host's wait for other instances' "
+            f"batches (unset there: {HOST_BATCH_WAIT_US})",
+        ),
+        Parameter(
+            "cancel_check_after_microseconds",
+            whole(0, MAX_WAIT_US),
+            "10000",
+            "decoupled mode: requests queued this long are asked whether their client cancelled them",
+        ),
+        Parameter(
+            "response_threads",
+            whole(1, MAX_CONTEXTS),
+            "1",
+            "pipelined mode: the threads that send one batch's responses",
+        ),
+        Parameter(
+            "forward_to",
+            any_text("a decoupled trtpool model in the same repository"),
+            None,
+            "makes this model a unary front for that model",
+        ),
+        Parameter(
+            "precision", choice(PRECISIONS), "fp32", "the torch runtime's compute precision; other runtimes ignore it"
+        ),
+        Parameter(
+            "sequence_buckets",
+            sizes(MAX_SEQUENCE_BUCKET),
+            None,
+            "the torch runtime pads dynamic non-batch dimensions up to these sizes",
+        ),
+        Parameter(
+            "metrics_interval_ms",
+            whole(0, MAX_METRICS_INTERVAL_MS),
+            "1000",
+            "how often trtpool's metrics reach Triton's; 0: after every batch",
+        ),
+        Parameter("cuda_graphs", choice(SWITCHES), "on", "the TensorRT runtime captures and replays CUDA graphs"),
+        Parameter(
+            "preprocess_threads",
+            _COUNT,
+            "auto",
+            "a process.py's preprocess threads; auto: one per core (the batch face: one per context)",
+        ),
+        Parameter("postprocess_threads", _COUNT, "auto", "a process.py's postprocess threads; auto: one per core"),
+        Parameter(
+            "preprocess_processes",
+            whole(0, MAX_CONTEXTS),
+            "0",
+            "a process.py's preprocess runs in N worker processes; 0: on the preprocess threads",
+        ),
+        Parameter(
+            "process_faces",
+            choice(PROCESS_FACES),
+            "auto",
+            "which of a process.py's faces serve: per request, per batch, or auto (batch on a GPU)",
+        ),
+        Parameter(
+            "engine_host",
+            choice(ENGINE_HOST),
+            "auto",
+            "on: one process per device owns the model and its contexts; auto is off",
+        ),
+        Parameter(
+            "FORCE_CPU_ONLY_INPUT_TENSORS",
+            any_text("yes (Triton's default), no"),
+            None,
+            "Triton's Python-backend parameter, read by Triton: no leaves GPU inputs on the GPU",
+        ),
+    )
+}
 KNOWN_KEYS = frozenset(PARAMETERS)
 
 
@@ -254,27 +348,27 @@ class PoolConfig:
     version_dir: Path
     runtime: str
     model_file: str
-    contexts: int | None          # None: derive from memory ("auto")
+    contexts: int | None  # None: derive from memory ("auto")
     memory_fraction: float
     mode: str
     profiles: tuple[dict[str, ShapeRange], ...]
     max_queue_size: int
     batch_wait_us: int
-    host_batch_wait_us: int       # the engine host's wait for other instances' batches (trtpool.host.engine)
+    host_batch_wait_us: int  # the engine host's wait for other instances' batches (trtpool.host.engine)
     cancel_check_after_us: int
     max_batch_size: int
-    device: str                   # "cpu" or "cuda:N"
-    precision: str                # the torch runtime's compute precision
-    metrics_interval_ms: int      # how often trtpool's metrics reach Triton; 0: after every batch
+    device: str  # "cpu" or "cuda:N"
+    precision: str  # the torch runtime's compute precision
+    metrics_interval_ms: int  # how often trtpool's metrics reach Triton; 0: after every batch
     sequence_buckets: tuple[int, ...] | None  # the torch runtime's padding of dynamic dims
-    response_threads: int         # pipelined mode: threads that send one batch's responses at once
-    cuda_graphs: bool             # the TensorRT runtime captures and replays CUDA graphs
-    elastic: Elasticity | None    # None: a fixed pool of `contexts`
+    response_threads: int  # pipelined mode: threads that send one batch's responses at once
+    cuda_graphs: bool  # the TensorRT runtime captures and replays CUDA graphs
+    elastic: Elasticity | None  # None: a fixed pool of `contexts`
     preprocess_threads: int | None  # process.py's preprocess workers; None (auto): see instance.py
-    postprocess_threads: int      # process.py's postprocess workers (auto: stage_threads)
-    preprocess_processes: int     # worker processes running preprocess (0: on the pre threads)
-    process_faces: str            # which of process.py's faces serve (trtpool.process.faces.choose_faces)
-    engine_host: str              # auto | on | off (engine_host_on)
+    postprocess_threads: int  # process.py's postprocess workers (auto: stage_threads)
+    preprocess_processes: int  # worker processes running preprocess (0: on the pre threads)
+    process_faces: str  # which of process.py's faces serve (trtpool.process.faces.choose_faces)
+    engine_host: str  # auto | on | off (engine_host_on)
 
     @property
     def most_contexts(self) -> int | None:
@@ -310,19 +404,25 @@ def _elasticity(params: dict[str, str], contexts: int | None) -> Elasticity | No
     policy = [key for key in ("grow_after_wait_microseconds", "shrink_after_idle_seconds") if given(params, key)]
     if not bounds:
         if policy:
-            raise ConfigError(f"parameter '{policy[0]}' applies to an elastic pool; set min_contexts and/or "
-                              "max_contexts too, or remove it")
+            raise ConfigError(
+                f"parameter '{policy[0]}' applies to an elastic pool; set min_contexts and/or "
+                "max_contexts too, or remove it"
+            )
         return None
     if contexts is not None:
-        raise ConfigError(f"parameter 'contexts' is {contexts} but '{bounds[0]}' is set too: a fixed pool takes "
-                          "contexts: N alone; an elastic one min_contexts and max_contexts (or contexts: auto "
-                          "as its maximum)")
+        raise ConfigError(
+            f"parameter 'contexts' is {contexts} but '{bounds[0]}' is set too: a fixed pool takes "
+            "contexts: N alone; an elastic one min_contexts and max_contexts (or contexts: auto "
+            "as its maximum)"
+        )
     minimum, maximum = value(params, "min_contexts"), value(params, "max_contexts")
     if maximum is not None and maximum < minimum:
-        raise ConfigError(f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a "
-                          f"whole number >= {minimum}")
-    return Elasticity(minimum, maximum, value(params, "grow_after_wait_microseconds"),
-                      value(params, "shrink_after_idle_seconds"))
+        raise ConfigError(
+            f"parameter 'max_contexts': {maximum} is below min_contexts {minimum}; expected a whole number >= {minimum}"
+        )
+    return Elasticity(
+        minimum, maximum, value(params, "grow_after_wait_microseconds"), value(params, "shrink_after_idle_seconds")
+    )
 
 
 def _did_you_mean(unknown: list[str]) -> str:
@@ -340,8 +440,9 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
     params = parameters_of(model_config)
     unknown = sorted(set(params) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"unknown parameter(s) {unknown}{_did_you_mean(unknown)}; trtpool accepts "
-                          f"{sorted(KNOWN_KEYS)}")
+        raise ConfigError(
+            f"unknown parameter(s) {unknown}{_did_you_mean(unknown)}; trtpool accepts {sorted(KNOWN_KEYS)}"
+        )
 
     contexts = value(params, "contexts")
     memory_fraction = value(params, "memory_fraction")
@@ -365,8 +466,9 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         profiles=profiles,
         max_queue_size=value(params, "max_queue_size"),
         batch_wait_us=value(params, "batch_wait_microseconds"),
-        host_batch_wait_us=(value(params, "batch_wait_microseconds") if given(params, "batch_wait_microseconds")
-                            else HOST_BATCH_WAIT_US),
+        host_batch_wait_us=(
+            value(params, "batch_wait_microseconds") if given(params, "batch_wait_microseconds") else HOST_BATCH_WAIT_US
+        ),
         cancel_check_after_us=value(params, "cancel_check_after_microseconds"),
         max_batch_size=int(model_config.get("max_batch_size", 0)),
         device=device,
@@ -387,9 +489,11 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
 
 def _engine_host(setting: str, mode: str) -> str:
     if setting == "on" and mode != "sync":
-        raise ConfigError(f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
-                          "engine host are sync instances (the host overlaps every instance's batches on its "
-                          "contexts); set mode sync, or engine_host off")
+        raise ConfigError(
+            f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
+            "engine host are sync instances (the host overlaps every instance's batches on its "
+            "contexts); set mode sync, or engine_host off"
+        )
     return setting
 
 

@@ -1,5 +1,6 @@
-""""Did you mean ...?" for a mistyped name: the one accepted name closest to it (difflib), shared by
+""" "Did you mean ...?" for a mistyped name: the one accepted name closest to it (difflib), shared by
 the config's parameter keys and trtpool-serve's flags."""
+
 from __future__ import annotations
 
 import difflib

@@ -1,4 +1,5 @@
 """The builder's own failure, and errors told in the user's terms."""
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,11 @@ def naming_the_users_file(user_file: Path, copies: Mapping[Path, str]) -> Iterat
     except TrtpoolError as exc:
         message = str(exc)
         for copy, meaning in sorted(copies.items(), key=lambda item: -len(str(item[0]))):
-            message = re.sub(re.escape(str(copy)) + r"(?:/[^\s'\",:;()]*)?",
-                             lambda _: meaning.format(file=user_file), message)
+            message = re.sub(
+                re.escape(str(copy)) + r"(?:/[^\s'\",:;()]*)?",
+                lambda _: meaning.format(file=user_file),  # noqa: B023 - re.sub calls it at once
+                message,
+            )
         if message == str(exc):
             raise
         raise type(exc)(message) from exc

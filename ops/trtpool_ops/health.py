@@ -3,6 +3,7 @@
 For a Kubernetes liveness probe or a load balancer's active check:
 Triton's /v2/health endpoints stay 200 while a model's stub is dead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,14 @@ def speaks_http(url: str) -> bool:
         with httpclient.InferenceServerClient(url, connection_timeout=2, network_timeout=2) as client:
             client.is_server_live()
         return True
-    except Exception:  # anything but an HTTP answer: not that mistake
+    except Exception:  # noqa: BLE001 - anything but an HTTP answer: not that mistake
         return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trtpool-health", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="trtpool-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default="127.0.0.1:8001", help="the server's gRPC host:port")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per model")
     parser.add_argument("models", nargs="*", help="models that must be alive (default: every READY one)")
@@ -54,8 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InferenceServerException as exc:
         print(f"trtpool-health: server at {args.url} not answering: {exc}", file=sys.stderr)
         if speaks_http(args.url):
-            print(f"trtpool-health: {args.url} is tritonserver's HTTP port; trtpool-health speaks gRPC: give "
-                  "--url HOST:GRPC_PORT (trtpool-serve's --grpc-port, 8001 by default)", file=sys.stderr)
+            print(
+                f"trtpool-health: {args.url} is tritonserver's HTTP port; trtpool-health speaks gRPC: give "
+                "--url HOST:GRPC_PORT (trtpool-serve's --grpc-port, 8001 by default)",
+                file=sys.stderr,
+            )
         return 1
     for result in results:
         print(f"{result.model}: {'alive' if result.alive else 'DEAD'} ({result.detail})")

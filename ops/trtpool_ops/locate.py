@@ -1,4 +1,5 @@
 """Which tritonserver trtpool-serve runs, and a one-line answer when there is none."""
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,9 @@ def find_tritonserver(given: str | None) -> str:
         return str(setup_tritonserver())
     found = shutil.which("tritonserver")
     if found is None:
-        raise ValueError(f"no tritonserver: ${ENV} is unset, the set-up's {setup_tritonserver()} does not exist "
-                         f"and PATH has none; run scripts/setup.sh, or set {ENV}=/path/to/tritonserver "
-                         "(or pass --tritonserver)")
+        raise ValueError(
+            f"no tritonserver: ${ENV} is unset, the set-up's {setup_tritonserver()} does not exist "
+            f"and PATH has none; run scripts/setup.sh, or set {ENV}=/path/to/tritonserver "
+            "(or pass --tritonserver)"
+        )
     return found

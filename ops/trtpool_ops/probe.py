@@ -17,6 +17,7 @@ count as dead.
 Each probe carries the request parameter trtpool_probe=true: a model with a process file answers it
 without running the file's code (trtpool.triton.probes), so probes are no stage failures.
 """
+
 from __future__ import annotations
 
 import queue
@@ -114,7 +115,7 @@ def _streamed(url: str, model: str, inputs: Inputs, timeout: float) -> Inference
     """
     answers: queue.Queue = queue.Queue()
     deadline = time.monotonic() + timeout
-    received: list[InferenceServerException | None] = []   # each answer's error, None for outputs
+    received: list[InferenceServerException | None] = []  # each answer's error, None for outputs
     finished = False
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))

@@ -1,4 +1,5 @@
 """Model states from Triton's repository index, and a reload that restarts stubs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from tritonclient.utils import InferenceServerException
 @dataclass(frozen=True)
 class ModelState:
     name: str
-    state: str      # READY, UNAVAILABLE, LOADING, UNLOADING, or "" (never loaded)
-    reason: str     # why it is not READY ("unloaded", or the load error)
+    state: str  # READY, UNAVAILABLE, LOADING, UNLOADING, or "" (never loaded)
+    reason: str  # why it is not READY ("unloaded", or the load error)
 
 
 def model_states(client: grpcclient.InferenceServerClient) -> list[ModelState]:

@@ -11,9 +11,11 @@ a model whose stub died is unloaded and loaded again (new stubs), or with
 3, for a supervisor to restart it (Triton 2.51 never frees a model whose stub
 died while serving: each reload keeps the old instances' memory).
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -46,33 +48,69 @@ def say(message: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trtpool-serve", description=__doc__, formatter_class=HelpFormatter,
-                                epilog="Unrecognised flags go to tritonserver (e.g. --log-verbose=1).")
+    p = argparse.ArgumentParser(
+        prog="trtpool-serve",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+        epilog="Unrecognised flags go to tritonserver (e.g. --log-verbose=1).",
+    )
     p.add_argument("--repo", type=Path, required=True, help="the model repository (a folder of model folders)")
     p.add_argument("--models", nargs="+", default=[], metavar="NAME", help="load only these (default: all)")
-    p.add_argument("--address", default="127.0.0.1",
-                   help="listen address: loopback, so nothing outside this machine reaches the server; "
-                        "0.0.0.0 in a container")
+    p.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="listen address: loopback, so nothing outside this machine reaches the server; 0.0.0.0 in a container",
+    )
     p.add_argument("--http-port", type=int, default=8000, help="tritonserver's HTTP port")
     p.add_argument("--grpc-port", type=int, default=8001, help="tritonserver's gRPC port (trtpool-health's)")
     p.add_argument("--metrics-port", type=int, default=8002, help="tritonserver's Prometheus metrics port")
-    p.add_argument("--strict", action="store_true",
-                   help="any model that fails to load stops the server; readiness needs every model")
-    p.add_argument("--watch-interval", type=float, default=5.0, metavar="S",
-                   help="seconds between liveness checks of every model; 0: no watchdog")
-    p.add_argument("--probe-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds the watchdog waits for a model's answer before it counts the model dead")
-    p.add_argument("--watch-metrics-port", type=int, default=0, metavar="PORT",
-                   help="serve the watchdog's Prometheus metrics (deaths, recoveries, models dead now) on "
-                        "--address:PORT/metrics; 0: not served")
-    p.add_argument("--on-dead-stub", choices=ON_DEAD_STUB, default="reload",
-                   help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB}")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="any model that fails to load stops the server; readiness needs every model",
+    )
+    p.add_argument(
+        "--watch-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between liveness checks of every model; 0: no watchdog",
+    )
+    p.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds the watchdog waits for a model's answer before it counts the model dead",
+    )
+    p.add_argument(
+        "--watch-metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve the watchdog's Prometheus metrics (deaths, recoveries, models dead now) on "
+        "--address:PORT/metrics; 0: not served",
+    )
+    p.add_argument(
+        "--on-dead-stub",
+        choices=ON_DEAD_STUB,
+        default="reload",
+        help=f"reload the model, or stop the server and exit {EXIT_DEAD_STUB}",
+    )
     p.add_argument("--log", type=Path, help="write tritonserver's log here (default: this terminal)")
-    p.add_argument("--tritonserver", help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, "
-                   "else the set-up's .triton/bin/tritonserver beside this .venv, else from PATH)")
-    p.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
-                   help="seconds tritonserver may take to load the models and answer; beyond them the start "
-                        "has failed (an exit, or a server that listens but is not live, is reported at once)")
+    p.add_argument(
+        "--tritonserver",
+        help="the tritonserver executable (default: $TRTPOOL_TRITONSERVER, "
+        "else the set-up's .triton/bin/tritonserver beside this .venv, else from PATH)",
+    )
+    p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds tritonserver may take to load the models and answer; beyond them the start "
+        "has failed (an exit, or a server that listens but is not live, is reported at once)",
+    )
     return p
 
 
@@ -80,6 +118,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The module's docstring as written, and each flag's default where it has a value."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        assert action.help is not None  # argparse asks only for flags with a help text
         unset = action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS)
         shown = not unset and "(default" not in action.help
         return f"{action.help} (default: %(default)s)" if shown else action.help
@@ -90,8 +129,9 @@ def check_repository(repo: Path) -> None:
     if not repo.is_dir():
         raise ValueError(f"--repo {repo}: {'is not a folder' if repo.exists() else 'does not exist'}")
     if not any(entry.is_dir() and not entry.name.startswith(".") for entry in repo.iterdir()):
-        raise ValueError(f"--repo {repo}: holds no model folder (a model repository is a folder of "
-                         "<name>/config.pbtxt folders)")
+        raise ValueError(
+            f"--repo {repo}: holds no model folder (a model repository is a folder of <name>/config.pbtxt folders)"
+        )
 
 
 def control_url(options: ServeOptions) -> str:
@@ -132,27 +172,33 @@ def report(states: Sequence[ModelState]) -> list[ModelState]:
 def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
     host = control_url(options).rsplit(":", 1)[0]
     example = ready[0] if ready else "MODEL"
-    say(f"HTTP     http://{host}:{options.http_port}   (curl http://{host}:{options.http_port}/v2/models/{example}/config)")
+    say(
+        f"HTTP     http://{host}:{options.http_port}   (curl http://{host}:{options.http_port}/v2/models/{example}/config)"
+    )
     say(f"gRPC     {host}:{options.grpc_port}")
     say(f"metrics  http://{host}:{options.metrics_port}/metrics")
-    health = Path(sysconfig.get_path("scripts")) / "trtpool-health"   # beside trtpool-serve, maybe not on PATH
-    say(f"health   {health if health.exists() else 'trtpool-health'} --url {host}:{options.grpc_port}   "
-        "(a tiny request per model)")
+    health = Path(sysconfig.get_path("scripts")) / "trtpool-health"  # beside trtpool-serve, maybe not on PATH
+    say(
+        f"health   {health if health.exists() else 'trtpool-health'} --url {host}:{options.grpc_port}   "
+        "(a tiny request per model)"
+    )
 
 
 def start(command: list[str], output: IO[bytes] | None = None) -> subprocess.Popen:
     """tritonserver in its own process group (stopping it stops its stubs too); its output into
     `output` (trtpool-tune's log file), else a pipe that ServerOutput relays."""
-    return subprocess.Popen(command, stdout=output if output is not None else subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        stdout=output if output is not None else subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def kill_group(process: subprocess.Popen) -> None:
     """SIGKILL tritonserver's process group: the server and any stub it left."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> None:
@@ -176,16 +222,21 @@ def exit_timeout(passthrough: Sequence[str]) -> str:
 
 
 def say_stopping(server_pid: int, timeout: str) -> None:
-    say(f"stopping tritonserver: it drains in-flight requests, then unloads every model "
-        f"(at most --exit-timeout-secs, {timeout} s)")
+    say(
+        f"stopping tritonserver: it drains in-flight requests, then unloads every model "
+        f"(at most --exit-timeout-secs, {timeout} s)"
+    )
     dead = dead_stub_count(server_pid)
     if dead:
-        say(f"{dead} stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole "
-            f"{timeout} s and then exits with status 1")
+        say(
+            f"{dead} stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole "
+            f"{timeout} s and then exits with status 1"
+        )
 
 
-def start_watchdog(args: argparse.Namespace, url: str, process: subprocess.Popen,
-                   stopping: threading.Event, dead_stub: threading.Event) -> None:
+def start_watchdog(
+    args: argparse.Namespace, url: str, process: subprocess.Popen, stopping: threading.Event, dead_stub: threading.Event
+) -> None:
     def exit_server() -> None:
         dead_stub.set()
         ask_to_stop(process, signal.SIGTERM)
@@ -213,14 +264,23 @@ def serve(args: argparse.Namespace, passthrough: list[str]) -> int:
 
 def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     check_repository(args.repo)
-    options = ServeOptions(args.repo.resolve(), tuple(args.models), args.address, args.http_port,
-                           args.grpc_port, args.metrics_port, args.strict, tuple(passthrough))
+    options = ServeOptions(
+        args.repo.resolve(),
+        tuple(args.models),
+        args.address,
+        args.http_port,
+        args.grpc_port,
+        args.metrics_port,
+        args.strict,
+        tuple(passthrough),
+    )
     command = tritonserver_command(find_tritonserver(args.tritonserver), options)
     say("tritonserver command: " + shlex.join(command))
     log = args.log.open("wb") if args.log else None
     process = start(command)
+    assert process.stdout is not None  # a pipe: start() was given no output file
     output = ServerOutput(process.stdout, log, say)
-    stopping = threading.Event()   # set by a signal: the watchdog ends, the exit is clean
+    stopping = threading.Event()  # set by a signal: the watchdog ends, the exit is clean
     dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -241,7 +301,7 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
             say(f"tritonserver not up after {args.start_timeout:g} s")
         elif process.poll() is None:
             say("tritonserver listens but is not live: its start failed (below); stopping it")
-        kill_group(process)   # the server, or stubs it left
+        kill_group(process)  # the server, or stubs it left
         process.wait()
         output.finish()
         say(f"tritonserver exited with status {process.returncode} during start-up")
@@ -270,9 +330,11 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     if stopping.is_set():
         if code in (0, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
             return 0
-        say(f"tritonserver exited with status {code}: a model did not unload within the exit timeout "
+        say(
+            f"tritonserver exited with status {code}: a model did not unload within the exit timeout "
             "(a dead stub, or a request never answered); its processes are stopped, nothing is left "
-            f"running. Status {code} here means an unclean stop, not a failed request")
+            f"running. Status {code} here means an unclean stop, not a failed request"
+        )
         return code
     say(f"tritonserver exited unexpectedly with status {code}")
     stopping.set()

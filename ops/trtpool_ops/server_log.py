@@ -1,4 +1,5 @@
 """tritonserver's output as trtpool-serve relays it, and what went wrong: the lines a user needs first."""
+
 from __future__ import annotations
 
 import re
@@ -15,24 +16,29 @@ ERROR_LINE = re.compile(r"^(E\d{4} |error: )")
 # DCGM), whatever then fails: noise beside the real reason.
 NOT_A_CAUSE = ('"CudaDriverHelper has not been initialized."',)
 NO_GPU_LINES = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
-NO_GPU_NOTE = ("note: tritonserver's CudaDriverHelper, NVML and DCGM messages are expected on a machine "
-               "without a GPU (the models run on CPU)")
+NO_GPU_NOTE = (
+    "note: tritonserver's CudaDriverHelper, NVML and DCGM messages are expected on a machine "
+    "without a GPU (the models run on CPU)"
+)
 USAGE = "Usage: tritonserver"
-USAGE_HEADING = re.compile(r"^[A-Z][\w /]*:$")   # "Server:", "Memory/Device Management:"
+USAGE_HEADING = re.compile(r"^[A-Z][\w /]*:$")  # "Server:", "Memory/Device Management:"
 UNRECOGNIZED = re.compile(r"unrecognized option '(--[^'=]+)")
 
 
 def command_line_errors(lines: Sequence[str], own_flags: Sequence[str]) -> list[str]:
     """tritonserver refused a flag: its reason ("...: unrecognized option '--x'", 'Bad option: ...')
     sits around a usage text of a hundred lines; keep the reason, drop the usage."""
-    causes = [line for line in lines if line and not line[0].isspace() and not line.startswith(USAGE)
-              and not USAGE_HEADING.match(line)]
+    causes = [
+        line
+        for line in lines
+        if line and not line[0].isspace() and not line.startswith(USAGE) and not USAGE_HEADING.match(line)
+    ]
     for cause in list(causes):
         match = UNRECOGNIZED.search(cause)
         close = closest(match.group(1), own_flags) if match else None
         if close:
             causes.append(f"(did you mean trtpool-serve's {close}?)")
-    return causes + ["(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
+    return [*causes, "(tritonserver --help lists its flags; trtpool-serve --help lists trtpool-serve's)"]
 
 
 def start_errors(lines: Sequence[str], own_flags: Sequence[str] = ()) -> str:
@@ -52,7 +58,7 @@ class ServerOutput:
     --log it names the file that holds them)."""
 
     def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, say: Callable[[str], None]) -> None:
-        self.lines: list[str] = []      # until started() is called
+        self.lines: list[str] = []  # until started() is called
         self._stream = stream
         self._sink = sink
         self._say = say

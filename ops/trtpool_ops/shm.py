@@ -7,6 +7,7 @@ Kubernetes a medium: Memory emptyDir that outlives container restarts). So
 trtpool-serve gives its server's regions a prefix of their own and removes
 what is left under it when the server's process group is gone.
 """
+
 from __future__ import annotations
 
 import uuid

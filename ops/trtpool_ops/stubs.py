@@ -6,6 +6,7 @@ Triton does not reap a stub that dies: it stays a zombie child until the model
 is unloaded. A zombie stub is therefore a dead instance that Triton still
 serves; the probe's one request may reach a live sibling instance instead.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

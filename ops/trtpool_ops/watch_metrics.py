@@ -8,6 +8,7 @@ on a port of its own (--watch-metrics-port):
     trtpool_watchdog_model_dead{model}                 1 from a death until the model is reloaded, else 0
     trtpool_watchdog_checks_total                      rounds of checks made (the watchdog itself is alive)
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -18,12 +19,24 @@ OUTCOMES = ("reloaded", "reload_failed", "server_stopped")
 class WatchMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._deaths = Counter("trtpool_watchdog_deaths", "Models found dead: a stub process died or no answer",
-                               ["model"], registry=self.registry)
-        self._recoveries = Counter("trtpool_watchdog_recoveries", "What followed a death: "
-                                   + ", ".join(OUTCOMES), ["model", "outcome"], registry=self.registry)
-        self._dead = Gauge("trtpool_watchdog_model_dead", "1 from a death until the model is reloaded",
-                           ["model"], registry=self.registry)
+        self._deaths = Counter(
+            "trtpool_watchdog_deaths",
+            "Models found dead: a stub process died or no answer",
+            ["model"],
+            registry=self.registry,
+        )
+        self._recoveries = Counter(
+            "trtpool_watchdog_recoveries",
+            "What followed a death: " + ", ".join(OUTCOMES),
+            ["model", "outcome"],
+            registry=self.registry,
+        )
+        self._dead = Gauge(
+            "trtpool_watchdog_model_dead",
+            "1 from a death until the model is reloaded",
+            ["model"],
+            registry=self.registry,
+        )
         self._checks = Counter("trtpool_watchdog_checks", "Rounds of liveness checks made", registry=self.registry)
 
     def serve(self, address: str, port: int) -> None:

@@ -1,4 +1,5 @@
 """Finds models whose stubs died, then reloads them or has the server restarted."""
+
 from __future__ import annotations
 
 import threading
@@ -12,7 +13,6 @@ from trtpool_ops.repository import front_target, model_states, reload_model
 from trtpool_ops.stubs import StubTracker
 from trtpool_ops.watch_metrics import WatchMetrics
 
-
 ON_DEAD_STUB = ("reload", "exit")
 STUB_DIED = "a stub process died"
 
@@ -22,9 +22,16 @@ class Watchdog:
     server exits: see repository.reload_model); "exit": call `exit_server`, for a
     supervisor (Kubernetes) to restart the whole server cleanly."""
 
-    def __init__(self, url: str, server_pid: int, say: Callable[[str], None], probe_timeout: float = 10.0,
-                 on_dead: str = "reload", exit_server: Callable[[], None] = lambda: None,
-                 metrics: WatchMetrics | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        server_pid: int,
+        say: Callable[[str], None],
+        probe_timeout: float = 10.0,
+        on_dead: str = "reload",
+        exit_server: Callable[[], None] = lambda: None,
+        metrics: WatchMetrics | None = None,
+    ) -> None:
         self.url = url
         self.metrics = metrics or WatchMetrics()
         self.stubs = StubTracker(server_pid)

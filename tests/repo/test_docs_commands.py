@@ -49,6 +49,7 @@ DEAD = "tests/ops/test_dead_stub.py::"
 CLI = "tests/unit/trtpool_builder/test_cli.py::"
 GRAPHS = "tests/unit/trtpool_builder/engine/test_build_real_graphs.py::"
 HERE = "tests/repo/test_docs_commands.py::"
+TOOLING = "tests/repo/test_tooling.py::"
 TUNE = "tests/ops/test_tune.py::"
 TUNE_VAD = "tests/corpus/test_tune.py::test_a_point_refused_for_generated_data_says_why_and_what_to_give"
 DEPLOY = "tests/ops/test_deploy_manifests.py::"
@@ -77,6 +78,12 @@ INVENTORY = (
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments"),
     command("scripts/test.sh -k decoupled", "tests/repo/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments"),
+    # CONTRIBUTING.md: the checks scripts/test.sh runs before pytest
+    command(".venv/bin/ruff check", TOOLING + "test_the_checks_contributing_quotes_find_nothing"),
+    command(".venv/bin/ruff format --check", TOOLING + "test_the_checks_contributing_quotes_find_nothing"),
+    command(".venv/bin/mypy", TOOLING + "test_the_checks_contributing_quotes_find_nothing"),
+    text("# noqa: BLE001 - the reason", "the form of a blind except's reason, a comment on its line"),
+    text("# type: ignore[code]", "the form of a type checker's exception, a comment on its line"),
     command("scripts/setup.sh", "tests/repo/test_setup_script.py::"
             "test_the_readmes_test_command_sets_up_then_runs_pytest_with_its_arguments",
             "tests/repo/test_setup_script.py::test_old_python_is_refused_with_the_fix"),

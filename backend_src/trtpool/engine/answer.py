@@ -6,6 +6,7 @@ that is that request's alone. A second answer is ignored, and neither call raise
 caller may answer on any thread and never needs to know who is behind the responder (a
 Triton response sender, the list execute() returns, a postprocess step, a host reply).
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol

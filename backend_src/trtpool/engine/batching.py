@@ -10,6 +10,7 @@ A batch runs in two steps, ``start`` (take a free context, submit the batch)
 and ``finish`` (wait, answer, give the context back), so that a pipelined
 caller can start the next batch while this one runs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from trtpool.engine.pool import ContextPool
 from trtpool.engine.answer import Responder
+from trtpool.engine.pool import ContextPool
 from trtpool.errors import ContextFailure, InvalidInput, TrtpoolError
 from trtpool.gpu.buffers import split_points
 from trtpool.model.signature import Signature
@@ -71,8 +72,10 @@ class BatchPlanner:
 
     def largest_batch(self, item: Item) -> int:
         """The largest batch any profile takes for this request's other dimensions."""
-        return max((p.max_batch() for p in self.signature.profiles
-                    if p.fits(self._with_batch(item.shapes, p.max_batch()))), default=item.batch)
+        return max(
+            (p.max_batch() for p in self.signature.profiles if p.fits(self._with_batch(item.shapes, p.max_batch()))),
+            default=item.batch,
+        )
 
     def fitting_head(self, items: Sequence[Item]) -> int:
         """How many leading items form a batch some profile admits (at least one:
@@ -125,7 +128,7 @@ class BatchRunner:
     def validate(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> list[Item]:
         """The valid requests as items; each invalid one is failed with its reason."""
         items = []
-        for tensors, responder in zip(requests, responders):
+        for tensors, responder in zip(requests, responders, strict=True):
             try:
                 items.append(Item(responder, *accept(self.signature, tensors)))
             except InvalidInput as exc:
@@ -155,7 +158,7 @@ class BatchRunner:
         parts: Parts = {name: [item.tensors[name] for item in chunk] for name in chunk[0].shapes}
         try:
             context.submit(parts)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any runtime's failure fails the chunk and rebuilds the context
             self.pool.give(context, exc)
             self._failed(chunk, exc, detach)
             return None
@@ -181,11 +184,12 @@ class BatchRunner:
             if unstackable:
                 pass
             elif detach:  # host views copied; device outputs are the caller's already
-                outputs = {name: np.array(array) if isinstance(array, np.ndarray) else array
-                           for name, array in outputs.items()}
+                outputs = {
+                    name: np.array(array) if isinstance(array, np.ndarray) else array for name, array in outputs.items()
+                }
             else:
                 self._answer_all(chunk, outputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any runtime's failure fails the chunk and rebuilds the context
             failure = exc
         finally:
             self.pool.give(context, failure)
@@ -227,9 +231,11 @@ class BatchRunner:
         if len(chunk) == 1:  # the outputs are the request's (scalars too)
             per_request = [outputs]
         else:
-            per_request = [{name: out[start:stop] for name, out in outputs.items()}
-                           for start, stop in split_points([i.batch for i in chunk])]
-        for position, (item, answer) in enumerate(zip(chunk, per_request)):
+            per_request = [
+                {name: out[start:stop] for name, out in outputs.items()}
+                for start, stop in split_points([i.batch for i in chunk])
+            ]
+        for position, (item, answer) in enumerate(zip(chunk, per_request, strict=True)):
             try:
                 item.responder.send(answer)
             except Exception as exc:  # a response that cannot be built fails alone

@@ -5,6 +5,7 @@ others serve. An elastic pool (parameters.Elasticity) grows off the request path
 wait and closes contexts that idle; nothing above the pool sees the count change.
 The policy in full: docs/design/context-pool.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,7 @@ from typing import NoReturn
 
 from trtpool.errors import ConfigError, ContextFailure, InvalidInput
 from trtpool.parameters import Elasticity
-from trtpool.runtimes.base import ExecutionContext, Runtime
+from trtpool.runtimes.base import ExecutionContext, Parts, Runtime
 
 log = logging.getLogger("trtpool")
 
@@ -32,7 +33,13 @@ def auto_size(runtime: Runtime, memory_fraction: float, ceiling: int | None = No
     log.info(
         "contexts: auto -> %d = max(1, %s(floor(%d free bytes x %.2f memory_fraction = %d) / "
         "%d bytes per context = %d%s))",
-        size, "min" if ceiling else "", free, memory_fraction, budget, per_context, fits,
+        size,
+        "min" if ceiling else "",
+        free,
+        memory_fraction,
+        budget,
+        per_context,
+        fits,
         f", ceiling {ceiling}" if ceiling else "",
     )
     return size
@@ -51,25 +58,33 @@ class PoolStats:
     contexts: dict[int, ContextStats] = field(default_factory=dict)
     wait_ns: int = 0
     acquisitions: int = 0
-    current: int = 0         # contexts that exist now (free or running)
+    current: int = 0  # contexts that exist now (free or running)
     minimum: int = 0
     maximum: int = 0
-    grown: int = 0           # contexts added by the elastic policy
-    shrunk: int = 0          # contexts closed by the elastic policy
-    grow_failures: int = 0   # contexts the policy could not make
+    grown: int = 0  # contexts added by the elastic policy
+    shrunk: int = 0  # contexts closed by the elastic policy
+    grow_failures: int = 0  # contexts the policy could not make
 
 
-class OutOfService:
+class OutOfService(ExecutionContext):
     """Holds the slot of a context whose rebuild failed (after a sticky CUDA error,
     say): any use raises ContextFailure with both errors, and the pool then
     tries the rebuild again."""
 
     def __init__(self, index: int, cause: Exception, rebuild_error: Exception) -> None:
         self.index = index
-        self._message = (f"context {index} is out of service: it failed ({cause}) and rebuilding it "
-                         f"failed too ({type(rebuild_error).__name__}: {rebuild_error})")
+        self._message = (
+            f"context {index} is out of service: it failed ({cause}) and rebuilding it "
+            f"failed too ({type(rebuild_error).__name__}: {rebuild_error})"
+        )
 
-    def __getattr__(self, name: str) -> NoReturn:
+    def submit(self, parts: Parts) -> NoReturn:
+        raise ContextFailure(self._message)
+
+    def complete(self) -> NoReturn:
+        raise ContextFailure(self._message)
+
+    def __getattr__(self, name: str) -> NoReturn:  # a runtime's own attributes
         raise ContextFailure(self._message)
 
     def close(self) -> None:
@@ -95,13 +110,13 @@ class ContextPool:
         self.stats = PoolStats({index: ContextStats() for index in range(size)}, minimum=minimum, maximum=size)
         self._lock = threading.Lock()
         self._available = threading.Condition(self._lock)  # takers wait here
-        self._changed = threading.Condition(self._lock)    # the policy thread waits here
-        self._free: list[ExecutionContext] = []            # a stack: last given back, first handed out
-        self._idle_since: dict[int, int] = {}              # free context index -> monotonic ns given back
-        self._taken_at: dict[int, int] = {}                # running context index -> monotonic ns taken
-        self._waiting: dict[object, int] = {}              # tickets of waiting takers, oldest first -> ns
-        self._live: set[int] = set()                       # indexes of contexts that exist
-        self._retry_after = 0                              # no growth before this (after a failed one)
+        self._changed = threading.Condition(self._lock)  # the policy thread waits here
+        self._free: list[ExecutionContext] = []  # a stack: last given back, first handed out
+        self._idle_since: dict[int, int] = {}  # free context index -> monotonic ns given back
+        self._taken_at: dict[int, int] = {}  # running context index -> monotonic ns taken
+        self._waiting: dict[object, int] = {}  # tickets of waiting takers, oldest first -> ns
+        self._live: set[int] = set()  # indexes of contexts that exist
+        self._retry_after = 0  # no growth before this (after a failed one)
         self._closing = False
         try:
             for index in range(minimum):
@@ -184,7 +199,7 @@ class ContextPool:
         self._available.notify_all()
         self._changed.notify()  # its idle time starts: the policy may close it later
 
-    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext | OutOfService:
+    def _rebuild(self, broken: ExecutionContext, cause: Exception) -> ExecutionContext:
         stats = self.stats.contexts[broken.index]
         stats.failures += 1
         log.warning("context %d failed (%s); rebuilding it", broken.index, cause)
@@ -221,6 +236,7 @@ class ContextPool:
         returned (taken out of the free ones); or neither, after waiting until one may be
         due or something changed."""
         policy = self.elastic
+        assert policy is not None  # the policy thread runs only in an elastic pool
         now = time.monotonic_ns()
         due: list[int] = []
         if len(self._live) < self.size and not self._free and self._waiting:
@@ -242,6 +258,7 @@ class ContextPool:
         return False, None
 
     def _grow(self) -> None:
+        assert self.elastic is not None  # the policy thread runs only in an elastic pool
         with self._lock:
             index = min(set(range(self.size)) - self._live)
             self._live.add(index)
@@ -251,21 +268,30 @@ class ContextPool:
             if free < need:  # stop before the device runs out, not at its last byte
                 raise MemoryError(f"{free} bytes are free on the device and a context needs {need}")
             context = self.runtime.create_context(index)
-        except Exception as exc:  # out of memory, or anything else: serve on with what there is
+        except Exception as exc:  # noqa: BLE001 - out of memory, or anything else: serve on with what there is
             with self._lock:
                 self._live.discard(index)
                 self.stats.grow_failures += 1
                 self._retry_after = time.monotonic_ns() + int(self.elastic.shrink_after_idle_s * 1e9)
-            log.warning("elastic pool: context %d could not be made (%s: %s); serving on with %d context(s), "
-                        "next try in %g s", index, type(exc).__name__, exc, len(self._live),
-                        self.elastic.shrink_after_idle_s)
+            log.warning(
+                "elastic pool: context %d could not be made (%s: %s); serving on with %d context(s), next try in %g s",
+                index,
+                type(exc).__name__,
+                exc,
+                len(self._live),
+                self.elastic.shrink_after_idle_s,
+            )
             return
         with self._lock:
             self._push(context)
             self.stats.grown += 1
             self.stats.current = len(self._live)
-        log.info("elastic pool: context %d joined in %.3f s; %d context(s)", index, time.monotonic() - started,
-                 self.stats.current)
+        log.info(
+            "elastic pool: context %d joined in %.3f s; %d context(s)",
+            index,
+            time.monotonic() - started,
+            self.stats.current,
+        )
 
     def _shrink(self, context: ExecutionContext) -> None:
         try:

@@ -5,6 +5,7 @@ model's profiles allow. A batch is gathered into a view of that array and
 outputs are scattered back per request as views: nothing is allocated per
 request on this path.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -24,10 +25,8 @@ def numpy_allocator(dtype: np.dtype, count: int) -> np.ndarray:
 class HostBuffers:
     """Named flat buffers, each with a fixed capacity in elements."""
 
-    def __init__(self, capacities: dict[str, tuple[np.dtype, int]],
-                 allocate: Allocator = numpy_allocator) -> None:
-        self._flat = {name: allocate(np.dtype(dtype), count)
-                      for name, (dtype, count) in capacities.items()}
+    def __init__(self, capacities: dict[str, tuple[np.dtype, int]], allocate: Allocator = numpy_allocator) -> None:
+        self._flat = {name: allocate(np.dtype(dtype), count) for name, (dtype, count) in capacities.items()}
 
     def __contains__(self, name: str) -> bool:
         return name in self._flat
@@ -41,8 +40,7 @@ class HostBuffers:
         count = prod(shape)
         if count > flat.size:
             raise ValueError(
-                f"tensor '{name}': shape {list(shape)} needs {count} elements, "
-                f"the buffer holds {flat.size}"
+                f"tensor '{name}': shape {list(shape)} needs {count} elements, the buffer holds {flat.size}"
             )
         return flat[:count].reshape(shape)
 

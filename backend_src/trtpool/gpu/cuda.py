@@ -9,6 +9,7 @@ plain ints, which is what TensorRT and torch take.
 The current device is per host thread: a thread that works on a device other
 than 0 calls ``set_device`` first.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -45,9 +46,11 @@ def _rt() -> Any:
         try:
             from cuda.bindings import runtime
         except ImportError as exc:
-            raise CudaError("import cuda.bindings", None,
-                            f"cuda-python is not installed ({exc}); install it with "
-                            "pip install 'cuda-python>=12.6'") from exc
+            raise CudaError(
+                "import cuda.bindings",
+                None,
+                f"cuda-python is not installed ({exc}); install it with pip install 'cuda-python>=12.6'",
+            ) from exc
         _cudart = runtime
     return _cudart
 
@@ -70,8 +73,11 @@ def _check(rt: Any, name: str, err: Any) -> None:
     if err != rt.cudaError_t.cudaSuccess:
         code = rt.cudaGetErrorName(err)[1].decode()
         text = rt.cudaGetErrorString(err)[1].decode()
-        hint = (" (is an NVIDIA driver installed and a GPU visible? check nvidia-smi and "
-                "CUDA_VISIBLE_DEVICES)") if code in NO_GPU else ""
+        hint = (
+            (" (is an NVIDIA driver installed and a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)")
+            if code in NO_GPU
+            else ""
+        )
         raise CudaError(name, code, f"{name} failed: {code}: {text}{hint}")
 
 
@@ -204,7 +210,8 @@ def pinned_allocator(dtype: np.dtype, count: int) -> np.ndarray:
     ptr = int(_call("cudaHostAlloc", nbytes, _rt().cudaHostAllocPortable))
     memory = (ctypes.c_byte * nbytes).from_address(ptr)
     _free_later(memory, "cudaFreeHost", ptr)
-    return np.frombuffer(memory, dtype=dtype, count=count)
+    # numpy 1.26's stubs list bytes-like types only; a ctypes array has the buffer protocol too
+    return np.frombuffer(memory, dtype=dtype, count=count)  # type: ignore[call-overload]
 
 
 def _host_ptr(array: np.ndarray, nbytes: int) -> int:
@@ -217,19 +224,30 @@ def _host_ptr(array: np.ndarray, nbytes: int) -> int:
 
 def memcpy_htod_async(dst_ptr: int, host_array: np.ndarray, nbytes: int, stream: Stream) -> None:
     """Queue a copy of host_array's first nbytes to device memory (pinned: truly async)."""
-    _call("cudaMemcpyAsync", dst_ptr, _host_ptr(host_array, nbytes), nbytes,
-          _rt().cudaMemcpyKind.cudaMemcpyHostToDevice, stream.handle)
+    _call(
+        "cudaMemcpyAsync",
+        dst_ptr,
+        _host_ptr(host_array, nbytes),
+        nbytes,
+        _rt().cudaMemcpyKind.cudaMemcpyHostToDevice,
+        stream.handle,
+    )
 
 
 def memcpy_dtoh_async(host_array: np.ndarray, src_ptr: int, nbytes: int, stream: Stream) -> None:
     """Queue a copy of nbytes of device memory into host_array; valid after a synchronize."""
-    _call("cudaMemcpyAsync", _host_ptr(host_array, nbytes), src_ptr, nbytes,
-          _rt().cudaMemcpyKind.cudaMemcpyDeviceToHost, stream.handle)
+    _call(
+        "cudaMemcpyAsync",
+        _host_ptr(host_array, nbytes),
+        src_ptr,
+        nbytes,
+        _rt().cudaMemcpyKind.cudaMemcpyDeviceToHost,
+        stream.handle,
+    )
 
 
 def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
-    _call("cudaMemcpyAsync", dst_ptr, src_ptr, nbytes,
-          _rt().cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
+    _call("cudaMemcpyAsync", dst_ptr, src_ptr, nbytes, _rt().cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
 
 
 def memset_async(dst_ptr: int, value: int, nbytes: int, stream: Stream) -> None:

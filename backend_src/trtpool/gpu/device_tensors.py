@@ -7,6 +7,7 @@ A GPU runtime's context copies them straight into its device buffers; a host
 runtime copies them to the host. torch is imported only when such a tensor
 exists.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -93,8 +94,13 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
 
     def to_host(self) -> np.ndarray:
         host = np.empty(self.shape, self.dtype)

@@ -6,6 +6,7 @@ soon as it is in place; a small batch goes in one piece on the caller's thread. 
 the sliced uploader (bench/results/h200/host_copies.json); ONE_PIECE stays as the baseline of
 bench/host_copies.py. docs/design/host-uploads.md.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -19,7 +20,7 @@ import numpy as np
 from trtpool.gpu import cuda
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
-MAX_SLICES = 8         # enough to keep the DMA busy behind the gather; each slice costs a copy call
+MAX_SLICES = 8  # enough to keep the DMA busy behind the gather; each slice costs a copy call
 ONE_PIECE = {"threads": 1, "slice_bytes": None}  # one gather, one copy: the baseline host_copies measures
 
 
@@ -29,15 +30,16 @@ def default_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def row_slices(rows: int, nbytes: int, slice_bytes: int | None = SLICE_BYTES,
-               max_slices: int = MAX_SLICES) -> list[tuple[int, int]]:
+def row_slices(
+    rows: int, nbytes: int, slice_bytes: int | None = SLICE_BYTES, max_slices: int = MAX_SLICES
+) -> list[tuple[int, int]]:
     """[(start, stop)] rows of near-equal size covering `rows`, each about
     `slice_bytes` or more, at most `max_slices` (None: one piece)."""
     if slice_bytes is None:
         return [(0, rows)]
     count = max(1, min(max_slices, rows, nbytes // max(slice_bytes, 1)))
     bounds = [rows * k // count for k in range(count + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarray, start: int, stop: int) -> None:
@@ -49,7 +51,7 @@ def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarr
             return
         low, high = max(start, offset), min(stop, offset + parts[index].shape[0])
         if low < high:
-            np.copyto(out[low:high], parts[index][low - offset:high - offset], casting="no")
+            np.copyto(out[low:high], parts[index][low - offset : high - offset], casting="no")
 
 
 class HostUploader:
@@ -76,8 +78,11 @@ class HostUploader:
         row_bytes = staging.nbytes // max(staging.shape[0], 1)
         offsets = [0, *itertools.accumulate(part.shape[0] for part in parts)][:-1]
         # The caller gathers the first slice and queues its DMA while the pool gathers the rest.
-        later: list[Future] = ([self._pool.submit(copy_rows, parts, offsets, staging, start, stop)
-                                for start, stop in slices[1:]] if self._pool is not None else [])
+        later: list[Future] = (
+            [self._pool.submit(copy_rows, parts, offsets, staging, start, stop) for start, stop in slices[1:]]
+            if self._pool is not None
+            else []
+        )
         try:
             for index, (start, stop) in enumerate(slices):
                 if index == 0 or self._pool is None:

@@ -5,6 +5,7 @@ False, or a RuntimeError whose reason only the logger hears), is decided here; `
 every failure into a trtpool error that carries TensorRT's own words. The bindings' behaviour,
 with its sources: docs/design/tensorrt-api.md.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -74,8 +75,11 @@ def import_tensorrt(module_name: str | None, runtime_only: bool = False) -> Modu
 
 def _looked_for(module_name: str | None, runtime_only: bool) -> tuple[str, ...]:
     lean = LEAN_MODULES if runtime_only else ()
-    return tuple(found for name in ((module_name,) if module_name else MODULES)
-                 for found in ((name, *lean) if name == "tensorrt" else (name,)))
+    return tuple(
+        found
+        for name in ((module_name,) if module_name else MODULES)
+        for found in ((name, *lean) if name == "tensorrt" else (name,))
+    )
 
 
 def is_lean(trt: ModuleType) -> bool:
@@ -100,6 +104,7 @@ def raises_safely(trt: ModuleType) -> bool:
 
 
 # ---- the logger -------------------------------------------------------------------
+
 
 @dataclass
 class _Capture:
@@ -161,10 +166,16 @@ def process_logger(trt: ModuleType) -> Any:
 
 def _logger_class(trt: ModuleType) -> type:
     severity = trt.ILogger.Severity
-    levels = {severity.INTERNAL_ERROR: logging.ERROR, severity.ERROR: logging.ERROR,
-              severity.WARNING: logging.WARNING, severity.INFO: logging.DEBUG}  # VERBOSE: dropped
+    levels = {
+        severity.INTERNAL_ERROR: logging.ERROR,
+        severity.ERROR: logging.ERROR,
+        severity.WARNING: logging.WARNING,
+        severity.INFO: logging.DEBUG,
+    }  # VERBOSE: dropped
 
-    class ProcessLogger(trt.ILogger):
+    logger_base: Any = trt.ILogger  # a class of the bindings, which have no type information
+
+    class ProcessLogger(logger_base):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
@@ -232,6 +243,7 @@ def _never_free(obj: Any) -> None:
 
 # ---- calls --------------------------------------------------------------------------
 
+
 def said(errors: list[str], exc: BaseException | None = None) -> str:
     """What TensorRT said about a failure, as one line."""
     words = " | ".join(errors) or "(TensorRT logged no error)"
@@ -254,6 +266,7 @@ def call(what: str, function: Callable[..., Any], *args: Any, failure: type[Trtp
 
 # ---- engine queries -------------------------------------------------------------------
 
+
 def activation_bytes(engine: Any) -> int:
     """Device memory a context allocates for its activations (the STATIC strategy: the
     largest profile's). device_memory_size_v2 exists from TensorRT 10.1 (and in 11.x,
@@ -268,8 +281,9 @@ def dims(value: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in value)
 
 
-def output_allocator(trt: ModuleType, allocate: Callable[[str, int], int],
-                     shaped: Callable[[str, tuple[int, ...]], None]) -> Any:
+def output_allocator(
+    trt: ModuleType, allocate: Callable[[str, int], int], shaped: Callable[[str, tuple[int, ...]], None]
+) -> Any:
     """A trt.IOutputAllocator for outputs whose shape depends on the data.
 
     TensorRT calls ``reallocate_output_async(tensor_name, memory, size, alignment,
@@ -283,12 +297,13 @@ def output_allocator(trt: ModuleType, allocate: Callable[[str, int], int],
     cudaMalloc is 256-byte aligned, the alignment TensorRT asks of I/O tensors.
     """
 
-    class OutputAllocator(trt.IOutputAllocator):
+    allocator_base: Any = trt.IOutputAllocator  # a class of the bindings, which have no type information
+
+    class OutputAllocator(allocator_base):
         def __init__(self) -> None:
             trt.IOutputAllocator.__init__(self)
 
-        def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int,
-                                    stream: int) -> int:
+        def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int, stream: int) -> int:
             try:
                 return allocate(tensor_name, size)
             except Exception as exc:  # noqa: BLE001 (reported through the log, see above)

@@ -6,8 +6,10 @@ host's output slab, valid until the next run. A host that goes away fails the ba
 in flight with Unavailable naming it and how it ended; the next run finds or starts
 a new one (trtpool.host.launch), so the model serves again once it has loaded.
 """
+
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -26,8 +28,8 @@ from trtpool.model.signature import Signature
 
 log = logging.getLogger("trtpool")
 
-START_TIMEOUT_S = 600.0   # the host loads the model before it answers (a large engine, a first build)
-RUN_TIMEOUT_S = 300.0     # one batch, queued behind every other instance's at the host
+START_TIMEOUT_S = 600.0  # the host loads the model before it answers (a large engine, a first build)
+RUN_TIMEOUT_S = 300.0  # one batch, queued behind every other instance's at the host
 INPUT_SLAB_BYTES = 1 << 20
 
 Answer = dict[str, np.ndarray] | TrtpoolError
@@ -41,7 +43,7 @@ class HostClient:
         self.process_file = False
         self.host_pid: int | None = None
         self._sock: socket.socket | None = None
-        self._lock = threading.Lock()   # one exchange at a time on the connection
+        self._lock = threading.Lock()  # one exchange at a time on the connection
         self._inputs = GrowingSlab(f"trtpool-in-{os.getpid()}", INPUT_SLAB_BYTES)
         self._outputs: Slab | None = None
         self._ids = itertools.count(1)
@@ -61,11 +63,13 @@ class HostClient:
                 sock.settimeout(max(deadline - time.monotonic(), 1.0))
                 reply, _ = self._receive(sock, "its model to load")
                 break
-            except wire.ConnectionClosed:   # a host that was ending as this instance came: the next one
+            except wire.ConnectionClosed:  # a host that was ending as this instance came: the next one
                 sock.close()
                 if time.monotonic() > deadline:
-                    raise Unavailable(f"no engine host of model '{self.name}' answered this instance's hello "
-                                      f"within {START_TIMEOUT_S:.0f} s") from None
+                    raise Unavailable(
+                        f"no engine host of model '{self.name}' answered this instance's hello "
+                        f"within {START_TIMEOUT_S:.0f} s"
+                    ) from None
             except BaseException:
                 sock.close()
                 raise
@@ -76,15 +80,17 @@ class HostClient:
         self.process_file = bool(reply.get("process_file"))
         self.host_pid = int(reply["host_pid"])
         self._sock = sock
-        self._inputs.fresh = True   # a new host has not seen the input slab
-        self._outputs = None        # nor sent its output slab (the old one's memory goes with its views)
+        self._inputs.fresh = True  # a new host has not seen the input slab
+        self._outputs = None  # nor sent its output slab (the old one's memory goes with its views)
 
     def _receive(self, sock: socket.socket, waiting_for: str) -> tuple[wire.Message, list[int]]:
         try:
             message, fds = wire.receive(sock)
-        except socket.timeout:
-            raise Unavailable(f"the engine host of model '{self.name}' did not answer within "
-                              f"{sock.gettimeout():.0f} s while this instance waited for {waiting_for}") from None
+        except TimeoutError:
+            raise Unavailable(
+                f"the engine host of model '{self.name}' did not answer within "
+                f"{sock.gettimeout():.0f} s while this instance waited for {waiting_for}"
+            ) from None
         if message["op"] == "error":
             raise Unavailable(f"the engine host of model '{self.name}' refused a message: {message.get('error')}")
         return message, fds
@@ -99,14 +105,14 @@ class HostClient:
             except (wire.ConnectionClosed, wire.MessageError, OSError, Unavailable) as exc:
                 error = self._lost(exc)
                 return [error] * len(requests)
-            except ConfigError as exc:   # a host started again could not load the model
+            except ConfigError as exc:  # a host started again could not load the model
                 return [Unavailable(f"the engine host of model '{self.name}' could not load it: {exc}")] * len(requests)
 
     def _exchange(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
         assert self._sock is not None
         slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
         wired, offset = [], 0
-        for tensors, probe in zip(requests, probes):
+        for tensors, probe in zip(requests, probes, strict=True):
             descriptors, offset = slab.write(tensors, offset)
             wired.append({"probe": probe, "inputs": descriptors})
         run_id = next(self._ids)
@@ -116,8 +122,9 @@ class HostClient:
         if fds:
             self._outputs = Slab.attach(fds[0])
         if reply["op"] != "answer" or reply.get("id") != run_id:
-            raise Unavailable(f"the engine host of model '{self.name}' answered {reply['op']} "
-                              f"{reply.get('id')} to run {run_id}")
+            raise Unavailable(
+                f"the engine host of model '{self.name}' answered {reply['op']} {reply.get('id')} to run {run_id}"
+            )
         return [self._answer(entry) for entry in reply["answers"]]
 
     def _answer(self, entry: dict[str, Any]) -> Answer:
@@ -136,10 +143,17 @@ class HostClient:
         pid = f" (pid {self.host_pid})" if self.host_pid else ""
         how = self.launcher.how_it_ended(self.host_pid) if self.host_pid else None
         ended = f"; it {how}" if how else ""
-        log.error("model '%s': the engine host%s went away (%s%s); the next batch starts or finds a new one",
-                  self.name, pid, cause, ended)
-        return Unavailable(f"the engine host of model '{self.name}'{pid} went away while it held this request "
-                           f"({cause}{ended}); it is being restarted: retry")
+        log.error(
+            "model '%s': the engine host%s went away (%s%s); the next batch starts or finds a new one",
+            self.name,
+            pid,
+            cause,
+            ended,
+        )
+        return Unavailable(
+            f"the engine host of model '{self.name}'{pid} went away while it held this request "
+            f"({cause}{ended}); it is being restarted: retry"
+        )
 
     def stats(self) -> dict[str, Any] | None:
         """The host's totals for the metrics, or None while there is no host."""
@@ -157,10 +171,8 @@ class HostClient:
     def close(self) -> None:
         with self._lock:
             if self._sock is not None:
-                try:
+                with contextlib.suppress(TrtpoolError, OSError):
                     wire.send(self._sock, {"op": "bye"})
-                except (TrtpoolError, OSError):
-                    pass
                 self._sock.close()
                 self._sock = None
             self._inputs.close()

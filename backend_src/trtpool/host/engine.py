@@ -14,6 +14,7 @@ load.
 Each message's answers are collected by a ``Reply`` and handed back in one piece once
 every request has one (its outputs or its error).
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,16 +90,17 @@ class Merger:
         self._serve = serve
         self.max_rows = max(1, max_rows)
         self._wait_ns = batch_wait_us * 1000
-        self._limit = workers   # batches served at once, by the workers or inline
+        self._limit = workers  # batches served at once, by the workers or inline
         self._queue: deque[_Message] = deque()
         self._ready = threading.Condition()
         self._closed = False
-        self.merged: Counter[int] = Counter()   # messages per merged batch -> batches
+        self.merged: Counter[int] = Counter()  # messages per merged batch -> batches
         self._active = 0
         self._busy_since = 0
-        self.busy_ns = 0                         # wall time with at least one batch being served
-        self._workers = [threading.Thread(target=self._work, name=f"trtpool-host-{i}", daemon=True)
-                         for i in range(workers)]
+        self.busy_ns = 0  # wall time with at least one batch being served
+        self._workers = [
+            threading.Thread(target=self._work, name=f"trtpool-host-{i}", daemon=True) for i in range(workers)
+        ]
         for worker in self._workers:
             worker.start()
 
@@ -141,7 +143,7 @@ class Merger:
                         return []
                     self._ready.wait()
                     continue
-                if self._active >= self._limit:   # as many batches run as may (some inline)
+                if self._active >= self._limit:  # as many batches run as may (some inline)
                     self._ready.wait()
                     continue
                 waited = time.monotonic_ns() - self._queue[0].arrived_ns

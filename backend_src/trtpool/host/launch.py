@@ -15,6 +15,7 @@ other one connects. That is also how a host that died is replaced, up to
 MAX_STARTS starts in START_WINDOW_S per instance; after that the instance stops
 starting it and says why (a host that dies at every start needs the operator).
 """
+
 from __future__ import annotations
 
 import errno
@@ -59,15 +60,18 @@ def _files(version_dir: Path) -> list[tuple[str, int, int]]:
     for path in version_dir.rglob("*"):
         try:
             stat = path.stat()
-        except OSError:   # a dangling link: nothing to load from it
+        except OSError:  # a dangling link: nothing to load from it
             continue
         found.append((str(path.relative_to(version_dir)), stat.st_size, stat.st_mtime_ns))
     return sorted(found)
 
 
 def host_address(model_config: dict[str, Any], version_dir: Path, device: str, server_pid: int) -> bytes:
-    key = json.dumps([os.getuid(), server_pid, _start_time(server_pid), model_config, str(version_dir),
-                      _files(version_dir), device], sort_keys=True, default=str)
+    key = json.dumps(
+        [os.getuid(), server_pid, _start_time(server_pid), model_config, str(version_dir), _files(version_dir), device],
+        sort_keys=True,
+        default=str,
+    )
     return b"\0trtpool-host-" + hashlib.sha256(key.encode()).hexdigest()[:40].encode()
 
 
@@ -87,11 +91,10 @@ class Launcher:
         """`spec`: what the host loads (model_config, version_dir, device) and server_pid."""
         self.spec = spec
         self.name = spec["model_config"].get("name", "")
-        self.address = host_address(spec["model_config"], Path(spec["version_dir"]), spec["device"],
-                                    spec["server_pid"])
+        self.address = host_address(spec["model_config"], Path(spec["version_dir"]), spec["device"], spec["server_pid"])
         self._starts: deque[float] = deque()
-        self._started: dict[int, threading.Event] = {}   # pid of each host this instance started -> ended
-        self.last_exit: str | None = None   # how the last host this instance started ended
+        self._started: dict[int, threading.Event] = {}  # pid of each host this instance started -> ended
+        self.last_exit: str | None = None  # how the last host this instance started ended
 
     def connect(self, timeout_s: float) -> socket.socket:
         """A connection to the running host, starting one where none runs."""
@@ -102,7 +105,7 @@ class Launcher:
                 sock.connect(self.address)
                 self._check_owner(sock)
                 return sock
-            except ConnectionRefusedError:   # no host listens (yet, or any more)
+            except ConnectionRefusedError:  # no host listens (yet, or any more)
                 sock.close()
             except BaseException:
                 sock.close()
@@ -110,16 +113,20 @@ class Launcher:
             if self._start_if_first():
                 continue
             if time.monotonic() > deadline:
-                raise Unavailable(f"no engine host of model '{self.name}' accepted a connection within "
-                                  f"{timeout_s:.0f} s (another instance is starting it)")
+                raise Unavailable(
+                    f"no engine host of model '{self.name}' accepted a connection within "
+                    f"{timeout_s:.0f} s (another instance is starting it)"
+                )
             time.sleep(CONNECT_RETRY_S)
 
     @staticmethod
     def _check_owner(sock: socket.socket) -> None:
         pid, uid = wire.peer_credentials(sock)
         if uid != os.getuid():
-            raise Unavailable(f"the engine host's socket is held by pid {pid} of another user (uid {uid}); "
-                              f"refusing to send it requests")
+            raise Unavailable(
+                f"the engine host's socket is held by pid {pid} of another user (uid {uid}); "
+                f"refusing to send it requests"
+            )
 
     def _start_if_first(self) -> bool:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,7 +134,7 @@ class Launcher:
             listener.bind(self.address)
         except OSError as exc:
             listener.close()
-            if exc.errno == errno.EADDRINUSE:   # another instance won: it is starting the host
+            if exc.errno == errno.EADDRINUSE:  # another instance won: it is starting the host
                 return False
             raise
         try:
@@ -135,7 +142,7 @@ class Launcher:
             listener.listen(256)
             self._spawn(listener)
         finally:
-            listener.close()   # the host holds it now
+            listener.close()  # the host holds it now
         return True
 
     def _count_start(self) -> None:
@@ -143,19 +150,33 @@ class Launcher:
         while self._starts and now - self._starts[0] > START_WINDOW_S:
             self._starts.popleft()
         if len(self._starts) >= MAX_STARTS:
-            raise Unavailable(f"the engine host of model '{self.name}' was started {len(self._starts)} times in "
-                              f"{START_WINDOW_S:.0f} s and ended each time (last: {self.last_exit}); not starting "
-                              f"it again: see the log, then reload the model")
+            raise Unavailable(
+                f"the engine host of model '{self.name}' was started {len(self._starts)} times in "
+                f"{START_WINDOW_S:.0f} s and ended each time (last: {self.last_exit}); not starting "
+                f"it again: see the log, then reload the model"
+            )
         self._starts.append(now)
 
     def _spawn(self, listener: socket.socket) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         # The model, device and server on the command line: what `ps` shows an operator.
-        command = [environment_python(), "-m", "trtpool.host", self.name, self.spec["device"],
-                   str(self.spec["server_pid"])]
-        process = subprocess.Popen(command, stdin=subprocess.PIPE,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                   pass_fds=(listener.fileno(),), start_new_session=True)
+        command = [
+            environment_python(),
+            "-m",
+            "trtpool.host",
+            self.name,
+            self.spec["device"],
+            str(self.spec["server_pid"]),
+        ]
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            pass_fds=(listener.fileno(),),
+            start_new_session=True,
+        )
         assert process.stdin is not None
         process.stdin.write(json.dumps({**self.spec, "listen_fd": listener.fileno()}).encode())
         process.stdin.close()

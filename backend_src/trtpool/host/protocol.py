@@ -13,6 +13,7 @@
 A descriptor is [name, Triton type, shape, offset, nbytes] in the sender's slab (slab.py).
 An instance has at most one "run" in flight.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,10 @@ from trtpool.model.signature import Profile, ShapeRange, Signature, TensorSpec
 
 # Error classes by the name that travels; anything else travels as "internal" (its text kept).
 ERROR_KINDS: dict[str, type[TrtpoolError]] = {
-    "invalid": InvalidInput, "overloaded": Overloaded, "cancelled": Cancelled, "unavailable": Unavailable,
+    "invalid": InvalidInput,
+    "overloaded": Overloaded,
+    "cancelled": Cancelled,
+    "unavailable": Unavailable,
 }
 
 
@@ -47,8 +51,9 @@ def signature_to_wire(signature: Signature) -> dict[str, Any]:
     return {
         "inputs": [_spec(s) for s in signature.inputs],
         "outputs": [_spec(s) for s in signature.outputs],
-        "profiles": [{name: [list(r.min), list(r.opt), list(r.max)] for name, r in p.ranges.items()}
-                     for p in signature.profiles],
+        "profiles": [
+            {name: [list(r.min), list(r.opt), list(r.max)] for name, r in p.ranges.items()} for p in signature.profiles
+        ],
         "batched": signature.batched,
         "owner": signature.owner,
     }
@@ -58,8 +63,15 @@ def signature_from_wire(wire: dict[str, Any]) -> Signature:
     def spec(entry: list[Any]) -> TensorSpec:
         name, data_type, shape = entry
         return TensorSpec(name, np.dtype(NUMPY_DTYPES[data_type]), tuple(shape))
-    profiles = tuple(Profile(index, {name: ShapeRange(*(tuple(dims) for dims in ranges))
-                                     for name, ranges in profile.items()})
-                     for index, profile in enumerate(wire["profiles"]))
-    return Signature(tuple(spec(e) for e in wire["inputs"]), tuple(spec(e) for e in wire["outputs"]),
-                     profiles, bool(wire["batched"]), wire.get("owner", "model"))
+
+    profiles = tuple(
+        Profile(index, {name: ShapeRange(*(tuple(dims) for dims in ranges)) for name, ranges in profile.items()})
+        for index, profile in enumerate(wire["profiles"])
+    )
+    return Signature(
+        tuple(spec(e) for e in wire["inputs"]),
+        tuple(spec(e) for e in wire["outputs"]),
+        profiles,
+        bool(wire["batched"]),
+        wire.get("owner", "model"),
+    )

@@ -11,8 +11,10 @@ no instance came within STARTUP_ORPHAN_S of its start. A model that fails to loa
 reported to every instance that says hello (the load error Triton shows), until
 they have gone. A connection that sends a bad message is dropped alone.
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,10 +38,10 @@ from trtpool.instance import ModelInstance
 
 log = logging.getLogger("trtpool")
 
-STARTUP_ORPHAN_S = 120.0    # no instance connected by then: the one that started it is gone
-WATCH_INTERVAL_S = 0.5      # how often the host looks at tritonserver and its connections
+STARTUP_ORPHAN_S = 120.0  # no instance connected by then: the one that started it is gone
+WATCH_INTERVAL_S = 0.5  # how often the host looks at tritonserver and its connections
 OUTPUT_SLAB_BYTES = 1 << 20  # an output slab's first size; it grows to the largest answer
-SEND_TIMEOUT_S = 10          # an instance that has not read its answer by then is dropped
+SEND_TIMEOUT_S = 10  # an instance that has not read its answer by then is dropped
 
 
 class Counts:
@@ -65,7 +67,7 @@ class Counts:
 class Connection:
     """One instance: its input slab (read here), its output slab (written here)."""
 
-    def __init__(self, host: "Host", sock: socket.socket, number: int) -> None:
+    def __init__(self, host: Host, sock: socket.socket, number: int) -> None:
         self.host = host
         self.sock = sock
         self.number = number
@@ -73,7 +75,7 @@ class Connection:
         self.inputs: Slab | None = None
         self.outputs = GrowingSlab(f"trtpool-out-{number}", OUTPUT_SLAB_BYTES)
         self._send_lock = threading.Lock()
-        self._running: int | None = None   # the id of the run in flight
+        self._running: int | None = None  # the id of the run in flight
 
     def serve(self) -> None:
         try:
@@ -85,8 +87,7 @@ class Connection:
             pass
         except (wire.MessageError, ValueError, OverflowError, RecursionError) as exc:
             # ValueError and the others: numbers or nesting past what numpy and json take
-            log.warning("engine host: instance pid %d sent a bad message, dropping its connection: %s",
-                        self.peer, exc)
+            log.warning("engine host: instance pid %d sent a bad message, dropping its connection: %s", self.peer, exc)
             self._send_quietly({"op": "error", "error": str(exc)})
         except OSError as exc:
             log.warning("engine host: the connection of instance pid %d failed: %s", self.peer, exc)
@@ -99,7 +100,7 @@ class Connection:
         if op == "run":
             self._run(message, fds)
             return True
-        for fd in fds:   # only a run carries a slab
+        for fd in fds:  # only a run carries a slab
             os.close(fd)
         if fds:
             raise wire.MessageError(f"a '{op}' message came with file descriptors")
@@ -118,7 +119,7 @@ class Connection:
             for fd in fds:
                 os.close(fd)
             raise wire.MessageError(f"a run came with {len(fds)} file descriptors, expected at most 1")
-        if fds:   # a new input slab: the old one's memory goes once no view of it is left
+        if fds:  # a new input slab: the old one's memory goes once no view of it is left
             self.inputs = Slab.attach(fds[0])
         run_id = message.get("id")
         requests = message.get("requests")
@@ -139,10 +140,11 @@ class Connection:
     def _answer(self, run_id: int, answers: list[Answer]) -> None:
         try:
             wired = self._write_answers(answers)
-        except Exception as exc:   # an output the slab cannot carry: the whole run is answered all the same
+        except Exception as exc:  # an output the slab cannot carry: the whole run is answered all the same
             log.exception("engine host: writing the answers of run %d", run_id)
-            error = protocol.error_to_wire(ProcessError(f"an output could not be sent back: "
-                                                        f"{type(exc).__name__}: {exc}"))
+            error = protocol.error_to_wire(
+                ProcessError(f"an output could not be sent back: {type(exc).__name__}: {exc}")
+            )
             wired = [error] * len(answers)
         self._running = None
         self._send_quietly({"op": "answer", "id": run_id, "answers": wired}, self.outputs.handover())
@@ -150,7 +152,8 @@ class Connection:
     def _write_answers(self, answers: list[Answer]) -> list[dict[str, Any]]:
         outputs = [a for a in answers if isinstance(a, dict)]
         slab = self.outputs.room(room_for(t for o in outputs for t in o.values()))
-        wired, offset = [], 0
+        wired: list[dict[str, Any]] = []
+        offset = 0
         for answer in answers:
             if isinstance(answer, dict):
                 descriptors, offset = slab.write(answer, offset)
@@ -169,10 +172,8 @@ class Connection:
         try:
             self._send(message, fds)
         except (TrtpoolError, OSError):
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def close(self) -> None:
         try:
@@ -198,19 +199,28 @@ class Host:
         self._connections: dict[int, Connection] = {}
         self._ever_connected = False
         self._numbers = 0
-        self._publisher: int | None = None   # the connection that last published the metrics
+        self._publisher: int | None = None  # the connection that last published the metrics
 
     # --- loading ------------------------------------------------------------------
 
     def load(self) -> None:
         spec = self.spec
         try:
-            instance = ModelInstance(spec["model_config"], Path(spec["version_dir"]), spec["device"],
-                                     self.counts.record_batch, self.counts.record_stage, hosted=True)
-            workers = instance.pool.size + 1   # one more: a batch is prepared while the contexts run
-            self.merger = Merger(lambda requests, responders: instance.serve(requests, responders, inline=True),
-                                 workers, spec["model_config"].get("max_batch_size", 0) or 1,
-                                 instance.cfg.host_batch_wait_us)
+            instance = ModelInstance(
+                spec["model_config"],
+                Path(spec["version_dir"]),
+                spec["device"],
+                self.counts.record_batch,
+                self.counts.record_stage,
+                hosted=True,
+            )
+            workers = instance.pool.size + 1  # one more: a batch is prepared while the contexts run
+            self.merger = Merger(
+                lambda requests, responders: instance.serve(requests, responders, inline=True),
+                workers,
+                spec["model_config"].get("max_batch_size", 0) or 1,
+                instance.cfg.host_batch_wait_us,
+            )
             self.instance = instance
         except TrtpoolError as exc:
             self.failure = str(exc)
@@ -228,8 +238,12 @@ class Host:
         self.loaded.wait()
         if self.instance is None:
             return {"op": "refused", "error": self.failure}
-        return {"op": "ready", "signature": protocol.signature_to_wire(self.instance.runtime.signature),
-                "host_pid": os.getpid(), "process_file": self.instance.stage is not None}
+        return {
+            "op": "ready",
+            "signature": protocol.signature_to_wire(self.instance.runtime.signature),
+            "host_pid": os.getpid(),
+            "process_file": self.instance.stage is not None,
+        }
 
     # --- serving ------------------------------------------------------------------
 
@@ -239,9 +253,10 @@ class Host:
             for responder in responders:
                 responder.fail(TrtpoolError(f"model '{self.name}' did not load: {self.failure}"))
             return
+        assert self.instance is not None  # set with the merger
         served_tensors, served = [], []
-        for request, probe, responder in zip(tensors, probes, responders):
-            if probe and self.instance.stage is not None:   # untouched by user code (trtpool.triton.probes)
+        for request, probe, responder in zip(tensors, probes, responders, strict=False):
+            if probe and self.instance.stage is not None:  # untouched by user code (trtpool.triton.probes)
                 responder.send({})
             else:
                 served_tensors.append(request)
@@ -264,13 +279,23 @@ class Host:
             return {"publisher": False}
         pool = self.instance.pool
         with self.counts.lock:
-            counts = {"batch_sizes": dict(self.counts.batch_sizes), "stage_ns": dict(self.counts.stage_ns),
-                      "stage_failed": dict(self.counts.stage_failed)}
+            counts = {
+                "batch_sizes": dict(self.counts.batch_sizes),
+                "stage_ns": dict(self.counts.stage_ns),
+                "stage_failed": dict(self.counts.stage_failed),
+            }
         return {
-            "publisher": publisher, "takeover": takeover, "host_pid": os.getpid(), "connections": connections,
-            "pool": asdict(pool.stats), "running": sorted(pool.running()), **counts,
-            "queue_depth": self.merger.depth, "merged": dict(self.merger.merged),
-            "busy_ns": self.merger.busy_ns_so_far(), "uptime_ns": time.monotonic_ns() - self.started_ns,
+            "publisher": publisher,
+            "takeover": takeover,
+            "host_pid": os.getpid(),
+            "connections": connections,
+            "pool": asdict(pool.stats),
+            "running": sorted(pool.running()),
+            **counts,
+            "queue_depth": self.merger.depth,
+            "merged": dict(self.merger.merged),
+            "busy_ns": self.merger.busy_ns_so_far(),
+            "uptime_ns": time.monotonic_ns() - self.started_ns,
         }
 
     # --- connections --------------------------------------------------------------
@@ -282,11 +307,11 @@ class Host:
         while True:
             try:
                 sock, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 if self._should_end(server_pid):
                     return
                 continue
-            except OSError as exc:   # out of descriptors, say: the instances already here go on
+            except OSError as exc:  # out of descriptors, say: the instances already here go on
                 log.error("engine host: accepting an instance failed: %s", exc)
                 time.sleep(WATCH_INTERVAL_S)
                 continue
@@ -294,8 +319,9 @@ class Host:
             # An instance that stops reading must not hold a worker that answers it: sends give up.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT_S, 0))
             if wire.peer_credentials(sock)[1] != os.getuid():
-                log.warning("engine host: refused a connection from another user (uid %d)",
-                            wire.peer_credentials(sock)[1])
+                log.warning(
+                    "engine host: refused a connection from another user (uid %d)", wire.peer_credentials(sock)[1]
+                )
                 sock.close()
                 continue
             with self._lock:
@@ -303,15 +329,14 @@ class Host:
                 number = self._numbers
             try:
                 connection = Connection(self, sock, number)
-            except OSError as exc:   # its output slab could not be made
+            except OSError as exc:  # its output slab could not be made
                 log.error("engine host: an instance's connection could not be set up: %s", exc)
                 sock.close()
                 continue
             with self._lock:
                 self._connections[connection.number] = connection
                 self._ever_connected = True
-            threading.Thread(target=connection.serve, name=f"trtpool-conn-{connection.number}",
-                             daemon=True).start()
+            threading.Thread(target=connection.serve, name=f"trtpool-conn-{connection.number}", daemon=True).start()
 
     def gone(self, connection: Connection) -> None:
         with self._lock:
@@ -332,7 +357,7 @@ class Host:
         return False
 
     def close(self) -> None:
-        self.listener.close()   # new instances start a new host from here on
+        self.listener.close()  # new instances start a new host from here on
         if self.merger is not None:
             self.merger.close()
         if self.instance is not None:
@@ -355,15 +380,18 @@ def log_stream(server_pid: int) -> TextIO:
     which the starter relays (and which keeps anything else the host prints, a crash's traceback)."""
     try:
         return open(f"/proc/{server_pid}/fd/2", "a", buffering=1, encoding="utf-8", errors="replace")
-    except OSError:   # a socket, or not ours to open
+    except OSError:  # a socket, or not ours to open
         return sys.stderr
 
 
 def main() -> None:
     spec = json.load(sys.stdin)
-    logging.basicConfig(stream=log_stream(spec["server_pid"]), level=logging.INFO,
-                        format=f"%(levelname)s trtpool engine host [{spec['model_config'].get('name', '')}] %(message)s")
-    logging.raiseExceptions = False   # a log line to a starter that is gone is dropped, not raised
+    logging.basicConfig(
+        stream=log_stream(spec["server_pid"]),
+        level=logging.INFO,
+        format=f"%(levelname)s trtpool engine host [{spec['model_config'].get('name', '')}] %(message)s",
+    )
+    logging.raiseExceptions = False  # a log line to a starter that is gone is dropped, not raised
     listener = socket.socket(fileno=spec["listen_fd"])
     host = Host(spec, listener)
     threading.Thread(target=host.load, name="trtpool-host-load", daemon=True).start()
@@ -371,4 +399,4 @@ def main() -> None:
         host.accept_forever()
     finally:
         host.close()
-    os._exit(0)   # daemon threads blocked on dead connections need not be joined
+    os._exit(0)  # daemon threads blocked on dead connections need not be joined

@@ -15,6 +15,7 @@ mapped file would otherwise make the reader's next access a SIGBUS. A tensor in 
 the mapping (no copy), BYTES elements as Triton serialises them (a 4-byte
 little-endian length before each element's bytes).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,12 +31,12 @@ import numpy as np
 from trtpool.host.wire import MessageError
 from trtpool.model.dtypes import NUMPY_DTYPES, STRING, TRITON_DTYPES
 
-ALIGN = 64            # every tensor starts on a cache line
+ALIGN = 64  # every tensor starts on a cache line
 MAX_RANK = 16
-MAX_TENSORS = 4096    # per message: descriptors beyond this are refused
+MAX_TENSORS = 4096  # per message: descriptors beyond this are refused
 _ELEMENT_LENGTH = struct.Struct("<I")
 
-Descriptor = list[Any]   # [name, triton type, shape, offset, nbytes]
+Descriptor = list[Any]  # [name, triton type, shape, offset, nbytes]
 
 
 def _aligned(offset: int) -> int:
@@ -75,7 +76,7 @@ class Slab:
         self.memory = mmap.mmap(fd, self.size) if self.size else None
 
     @classmethod
-    def create(cls, size: int, name: str) -> "Slab":
+    def create(cls, size: int, name: str) -> Slab:
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, max(size, ALIGN))
@@ -86,7 +87,7 @@ class Slab:
             raise
 
     @classmethod
-    def attach(cls, fd: int) -> "Slab":
+    def attach(cls, fd: int) -> Slab:
         """Map a slab a peer sent, taking `fd` over (closed here once mapped: the mapping keeps the
         memory). MessageError for a descriptor that is not a slab sealed against shrinking."""
         try:
@@ -129,7 +130,7 @@ class Slab:
             for element in _bytes_elements(array):
                 _ELEMENT_LENGTH.pack_into(self.memory, position, len(element))
                 position += _ELEMENT_LENGTH.size
-                self.memory[position:position + len(element)] = element
+                self.memory[position : position + len(element)] = element
                 position += len(element)
             return position - offset
         view = np.frombuffer(self.memory, dtype=array.dtype, count=array.size, offset=offset)
@@ -151,15 +152,23 @@ class Slab:
 
     def _checked(self, descriptor: Any) -> tuple[str, np.dtype, tuple[int, ...], int, int]:
         if not (isinstance(descriptor, list) and len(descriptor) == 5):
-            raise MessageError(f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}")
+            raise MessageError(
+                f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}"
+            )
         name, data_type, shape, offset, size = descriptor
         if not isinstance(name, str) or data_type not in NUMPY_DTYPES:
             raise MessageError(f"tensor {name!r:.40}: unknown data type {data_type!r:.40}")
-        if not (isinstance(shape, list) and len(shape) <= MAX_RANK
-                and all(isinstance(d, int) and d >= 0 for d in shape)):
+        if not (
+            isinstance(shape, list) and len(shape) <= MAX_RANK and all(isinstance(d, int) and d >= 0 for d in shape)
+        ):
             raise MessageError(f"tensor '{name}': shape {shape!r:.80} is not a list of at most {MAX_RANK} sizes")
-        if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size
-                and offset + size <= self.size):
+        if not (
+            isinstance(offset, int)
+            and isinstance(size, int)
+            and offset >= 0
+            and size >= 0
+            and offset + size <= self.size
+        ):
             raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {self.size:,}-byte slab")
         dtype = NUMPY_DTYPES[data_type]
         if dtype != STRING and size != prod(shape) * dtype.itemsize:
@@ -168,20 +177,21 @@ class Slab:
 
     def _get(self, name: str, dtype: np.dtype, shape: tuple[int, ...], offset: int, size: int) -> np.ndarray:
         assert self.memory is not None or size == 0
+        memory = self.memory if self.memory is not None else b""  # a 0-byte slab maps nothing: no tensor reads it
         if dtype != STRING:
             if size == 0:
                 return np.empty(shape, dtype)
-            return np.frombuffer(self.memory, dtype=dtype, count=prod(shape), offset=offset).reshape(shape)
+            return np.frombuffer(memory, dtype=dtype, count=prod(shape), offset=offset).reshape(shape)
         elements = []
         position, end = offset, offset + size
         for _ in range(prod(shape)):
             if position + _ELEMENT_LENGTH.size > end:
                 raise MessageError(f"tensor '{name}': its BYTES elements end early")
-            (length,) = _ELEMENT_LENGTH.unpack_from(self.memory, position)
+            (length,) = _ELEMENT_LENGTH.unpack_from(memory, position)
             position += _ELEMENT_LENGTH.size
             if position + length > end:
                 raise MessageError(f"tensor '{name}': an element of {length:,} bytes runs past the tensor")
-            elements.append(self.memory[position:position + length])
+            elements.append(memory[position : position + length])
             position += length
         array = np.empty(len(elements), dtype=np.object_)
         array[:] = elements
@@ -194,7 +204,7 @@ class GrowingSlab:
     def __init__(self, name: str, initial: int) -> None:
         self.name = name
         self.slab = Slab.create(initial, name)
-        self.fresh = True   # not yet sent to the reader
+        self.fresh = True  # not yet sent to the reader
 
     def room(self, needed: int) -> Slab:
         """A slab of at least `needed` bytes (a new one, marked fresh, when the current is smaller)."""

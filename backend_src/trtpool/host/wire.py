@@ -10,6 +10,7 @@ may send anything; pickle would run code. A frame that is too long, not JSON, no
 object or cut short raises MessageError: the reader drops that connection alone,
 since a stream cannot be resynchronised after a bad frame.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ from typing import Any
 
 from trtpool.errors import TrtpoolError
 
-MAX_MESSAGE_BYTES = 4 << 20   # control messages only: far above a batch of 1,000 requests' descriptors
-MAX_FDS = 4                   # a message carries at most a slab or two
+MAX_MESSAGE_BYTES = 4 << 20  # control messages only: far above a batch of 1,000 requests' descriptors
+MAX_FDS = 4  # a message carries at most a slab or two
 _LENGTH = struct.Struct("<I")
 
 Message = dict[str, Any]
@@ -38,8 +39,9 @@ class ConnectionClosed(TrtpoolError):
 def send(sock: socket.socket, message: Message, fds: tuple[int, ...] = ()) -> None:
     body = json.dumps(message, separators=(",", ":")).encode()
     if len(body) > MAX_MESSAGE_BYTES:
-        raise MessageError(f"a '{message.get('op')}' message of {len(body):,} bytes is over the "
-                           f"{MAX_MESSAGE_BYTES:,}-byte limit")
+        raise MessageError(
+            f"a '{message.get('op')}' message of {len(body):,} bytes is over the {MAX_MESSAGE_BYTES:,}-byte limit"
+        )
     frame = _LENGTH.pack(len(body)) + body
     try:
         sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)

@@ -1,4 +1,5 @@
 """config.pbtxt against the model: fill what is missing, refuse what disagrees."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,8 +43,9 @@ def completion(signature: Signature) -> dict[str, Any]:
     }
 
 
-def auto_complete(model_config: dict[str, Any], signature: Signature,
-                  engine_sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+def auto_complete(
+    model_config: dict[str, Any], signature: Signature, engine_sections: tuple[str, ...] = SECTIONS
+) -> dict[str, Any]:
     """The fields auto_complete_config adds to `model_config`: only those it leaves out.
 
     model.py applies them through Triton's setters; trtpool-model applies them to
@@ -60,19 +62,22 @@ def auto_complete(model_config: dict[str, Any], signature: Signature,
         if model_config.get(section):
             continue
         if section not in engine_sections:
-            raise ConfigError(f"{section}: config.pbtxt declares none, and with a process file the model's "
-                              f"{section}s are what process.py takes or returns: declare them in config.pbtxt")
+            raise ConfigError(
+                f"{section}: config.pbtxt declares none, and with a process file the model's "
+                f"{section}s are what process.py takes or returns: declare them in config.pbtxt"
+            )
         added[section] = filled[section]
     return added
 
 
 def _dims_agree(config: list[int], model: list[int]) -> bool:
     """A config dim may fix a dimension the model leaves dynamic, not change a fixed one."""
-    return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model))
+    return len(config) == len(model) and all(m == -1 or c == m for c, m in zip(config, model, strict=True))
 
 
-def check_agreement(model_config: dict[str, Any], signature: Signature,
-                    engine_sections: tuple[str, ...] = SECTIONS) -> None:
+def check_agreement(
+    model_config: dict[str, Any], signature: Signature, engine_sections: tuple[str, ...] = SECTIONS
+) -> None:
     """Raise ConfigError naming the tensor, the field and both values on any mismatch.
 
     Sections outside `engine_sections` are a process file's side: config.pbtxt
@@ -97,7 +102,8 @@ def check_agreement(model_config: dict[str, Any], signature: Signature,
             spec = by_name[name]
             if entry["data_type"] != spec.triton_dtype:
                 raise ConfigError(
-                    f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, the model has {spec.triton_dtype}"
+                    f"{section} '{name}' data_type: config.pbtxt says {entry['data_type']}, "
+                    f"the model has {spec.triton_dtype}"
                 )
             # The model sees `reshape` where there is one (a scalar travels as dims [1], reshape []);
             # protobuf JSON leaves out empty lists.
@@ -108,7 +114,8 @@ def check_agreement(model_config: dict[str, Any], signature: Signature,
             if not _dims_agree(declared_dims, expected):
                 raise ConfigError(
                     f"{section} '{name}' {field}: config.pbtxt says {declared_dims}, the model has "
-                    f"{model_dims(spec, batched)}" + (" (declared as [1])" if not model_dims(spec, batched) else "")
+                    f"{model_dims(spec, batched)}"
+                    + (" (declared as [1])" if not model_dims(spec, batched) else "")
                     + (" (a 0 is declared as -1)" if 0 in spec.shape else "")
                 )
         declared = {e["name"] for e in model_config.get(section, [])}

@@ -7,6 +7,7 @@ ONNX and ONNX Runtime types follow ONNX's element types (onnx is imported on fir
 an ONNX value that is no tensor is named as ONNX Runtime writes it ('seq(tensor(float))'),
 to say why Triton cannot carry it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -47,8 +48,12 @@ NUMPY_DTYPES: dict[str, np.dtype] = {name: dtype for dtype, name in TRITON_DTYPE
 # TensorRT's trt.DataType member names -> numpy dtypes. BF16, FP8, INT4, FP4 have no numpy
 # dtype that Triton's Python backend carries.
 TENSORRT_DTYPES: dict[str, np.dtype] = {
-    "FLOAT": np.dtype(np.float32), "HALF": np.dtype(np.float16), "INT8": np.dtype(np.int8),
-    "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64), "BOOL": np.dtype(np.bool_),
+    "FLOAT": np.dtype(np.float32),
+    "HALF": np.dtype(np.float16),
+    "INT8": np.dtype(np.int8),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
 }
 ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16, the element type ONNX Runtime takes for BFLOAT16 arrays
@@ -67,7 +72,7 @@ def ort_dtype(type_name: str) -> np.dtype | None:
     import onnx
 
     element = type_name.removeprefix("tensor(").removesuffix(")")
-    if f"tensor({element})" != type_name or element.upper() not in onnx.TensorProto.DataType.keys():
+    if f"tensor({element})" != type_name or element.upper() not in onnx.TensorProto.DataType.keys():  # noqa: SIM118 - a protobuf enum: no `in`
         return None
     dtype = onnx_dtype(onnx.TensorProto.DataType.Value(element.upper()))
     return dtype if dtype in TRITON_DTYPES else None
@@ -108,5 +113,7 @@ def is_tensor(value: onnx.ValueInfoProto) -> bool:
 
 
 def not_a_tensor(value: onnx.ValueInfoProto) -> str:
-    return (f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which is not a tensor: "
-            "Triton carries tensors only (no sequences, maps, optionals or sparse tensors)")
+    return (
+        f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which is not a tensor: "
+        "Triton carries tensors only (no sequences, maps, optionals or sparse tensors)"
+    )

@@ -11,6 +11,7 @@ name dynamic dimensions arbitrarily (one name for axes of different sizes,
 no name at all), so a name says nothing about a size. The runtime reports
 each batch's output shapes after the run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,8 +41,10 @@ def declared_tensor(value: onnx.ValueInfoProto) -> DeclaredTensor:
     dtype = onnx_dtype(tensor_type.elem_type)
     if dtype not in TRITON_DTYPES:
         carried = ", ".join(name.removeprefix("TYPE_") for name in TRITON_DTYPES.values())
-        raise ConfigError(f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which has no Triton "
-                          f"data type (Triton carries {carried})")
+        raise ConfigError(
+            f"tensor '{value.name}' has ONNX type {type_text(value.type)}, which has no Triton "
+            f"data type (Triton carries {carried})"
+        )
     # A dim_value of 0 is a size (an empty tensor), not an unknown one.
     dims = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in tensor_type.shape.dim)
     return value.name, dtype, dims
@@ -50,8 +53,10 @@ def declared_tensor(value: onnx.ValueInfoProto) -> DeclaredTensor:
 def graph_io(model: onnx.ModelProto) -> tuple[list[DeclaredTensor], list[DeclaredTensor]]:
     """The graph's inputs (initializers are weights, not inputs) and outputs."""
     initializers = {i.name for i in model.graph.initializer}
-    return ([declared_tensor(v) for v in model.graph.input if v.name not in initializers],
-            [declared_tensor(v) for v in model.graph.output])
+    return (
+        [declared_tensor(v) for v in model.graph.input if v.name not in initializers],
+        [declared_tensor(v) for v in model.graph.output],
+    )
 
 
 def tensor_spec(name: str, dtype: np.dtype, dims: Sequence[Dim]) -> TensorSpec:
@@ -85,12 +90,18 @@ def check_profile(ranges: dict[str, ShapeRange], inputs: Sequence[TensorSpec], m
     for spec in inputs:
         check_range(spec, ranges[spec.name], where)
         if max_batch and spec.shape[0] != -1:
-            raise ConfigError(f"input '{spec.name}' dimension 0 is fixed at {spec.shape[0]} in the model, so it "
-                              f"has no batch dimension; set max_batch_size: 0 (it is {max_batch})")
+            raise ConfigError(
+                f"input '{spec.name}' dimension 0 is fixed at {spec.shape[0]} in the model, so it "
+                f"has no batch dimension; set max_batch_size: 0 (it is {max_batch})"
+            )
 
 
-def read_signature(inputs: Sequence[DeclaredTensor], outputs: Sequence[DeclaredTensor],
-                   profiles: Sequence[dict[str, ShapeRange]], max_batch_size: int) -> Signature:
+def read_signature(
+    inputs: Sequence[DeclaredTensor],
+    outputs: Sequence[DeclaredTensor],
+    profiles: Sequence[dict[str, ShapeRange]],
+    max_batch_size: int,
+) -> Signature:
     """The signature with the config's profiles (parameter 'profile'; none: the default one) and
     max_batch_size, checked against the model's inputs."""
     input_specs = tuple(tensor_spec(*declared) for declared in inputs)
@@ -100,9 +111,11 @@ def read_signature(inputs: Sequence[DeclaredTensor], outputs: Sequence[DeclaredT
         check_profile(ranges, input_specs, max_batch_size)
     for spec in output_specs:
         if max_batch_size and (not spec.shape or spec.shape[0] != -1):
-            raise ConfigError(f"output '{spec.name}' has shape {list(spec.shape)} in the model: no batch dimension "
-                              f"first, so the model cannot be served batched; set max_batch_size: 0 "
-                              f"(it is {max_batch_size})")
+            raise ConfigError(
+                f"output '{spec.name}' has shape {list(spec.shape)} in the model: no batch dimension "
+                f"first, so the model cannot be served batched; set max_batch_size: 0 "
+                f"(it is {max_batch_size})"
+            )
     return Signature(
         inputs=input_specs,
         outputs=output_specs,

@@ -8,6 +8,7 @@ first) joined by ``x``; inputs are separated by commas. ``name=SHAPE`` alone
 means a fixed shape (min = opt = max). A scalar (rank 0) has no dimensions:
 ``sr=`` or ``sr=::``, as format_profile writes it.
 """
+
 from __future__ import annotations
 
 from trtpool.errors import ConfigError
@@ -32,7 +33,9 @@ def parse_profile(text: str) -> dict[str, ShapeRange]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, spec = item.partition("=")
         if not sep or not name:
-            raise ConfigError(f"shape '{item}': expected NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:8x3x224x224:32x3x224x224")
+            raise ConfigError(
+                f"shape '{item}': expected NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:8x3x224x224:32x3x224x224"
+            )
         where = f"input '{name}'"
         parts = [_parse_dims(p, where) for p in spec.split(":")]
         if len(parts) == 1:
@@ -42,7 +45,7 @@ def parse_profile(text: str) -> dict[str, ShapeRange]:
         low, opt, high = parts
         if not len(low) == len(opt) == len(high):
             raise ConfigError(f"{where}: MIN, OPT and MAX must have the same rank, got '{spec}'")
-        if not all(a <= b <= c for a, b, c in zip(low, opt, high)):
+        if not all(a <= b <= c for a, b, c in zip(low, opt, high, strict=True)):
             raise ConfigError(f"{where}: need MIN <= OPT <= MAX in every dimension, got '{spec}'")
         ranges[name] = ShapeRange(low, opt, high)
     if not ranges:
@@ -54,6 +57,4 @@ def format_profile(ranges: dict[str, ShapeRange]) -> str:
     def dims(shape: tuple[int, ...]) -> str:
         return "x".join(map(str, shape))
 
-    return ",".join(
-        f"{name}={dims(r.min)}:{dims(r.opt)}:{dims(r.max)}" for name, r in ranges.items()
-    )
+    return ",".join(f"{name}={dims(r.min)}:{dims(r.opt)}:{dims(r.max)}" for name, r in ranges.items())

@@ -6,6 +6,7 @@ plus the engine's I/O, profiles and how it was built, so that the backend
 can refuse an incompatible engine with a message that says what to run to
 rebuild it, and a model folder can be written without loading the engine.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,30 +59,32 @@ class Target:
 
 @dataclass(frozen=True)
 class Precision:
-    mode: str                          # fp32 | fp16 | bf16 | int8 | fp8
+    mode: str  # fp32 | fp16 | bf16 | int8 | fp8
     strongly_typed: bool
     legacy_flags: tuple[str, ...] = ()  # TensorRT 10 builder flags used instead
-    quantizer: str | None = None        # modelopt | onnxruntime, for int8/fp8
-    kept_fp32: tuple[str, ...] = ()     # nodes an fp16 conversion left in fp32 (values beyond fp16's range)
-    max_error: float | None = None      # worst output error of the converted graph vs fp32 (trtpool_builder.precision.accuracy)
+    quantizer: str | None = None  # modelopt | onnxruntime, for int8/fp8
+    kept_fp32: tuple[str, ...] = ()  # nodes an fp16 conversion left in fp32 (values beyond fp16's range)
+    max_error: float | None = (
+        None  # worst output error of the converted graph vs fp32 (trtpool_builder.precision.accuracy)
+    )
     max_error_allowed: float | None = None  # the limit the build was held to
 
 
 @dataclass(frozen=True)
 class Sidecar:
-    engine: str                  # the engine file (its name in the JSON)
-    module: str                  # tensorrt | tensorrt_rtx
+    engine: str  # the engine file (its name in the JSON)
+    module: str  # tensorrt | tensorrt_rtx
     module_version: str
     target: Target
     precision: Precision
-    profiles: tuple[str, ...]    # trtpool.model.shapes text form, one per profile
+    profiles: tuple[str, ...]  # trtpool.model.shapes text form, one per profile
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     onnx_path: str
     onnx_sha256: str
     build_options: dict[str, Any] = field(default_factory=dict)
     build_seconds: float = 0.0
-    build_date: str = ""         # ISO 8601, UTC
+    build_date: str = ""  # ISO 8601, UTC
 
     def signature(self) -> Signature:
         profiles = tuple(Profile(i, parse_profile(text)) for i, text in enumerate(self.profiles))
@@ -101,22 +104,36 @@ def to_dict(sidecar: Sidecar) -> dict[str, Any]:
 
 def from_dict(data: dict[str, Any], engine: Path) -> Sidecar:
     def tensors(items: list[dict[str, Any]]) -> tuple[TensorInfo, ...]:
-        return tuple(TensorInfo(t["name"], t["dtype"], tuple(t["shape"]),
-                                tuple(ShapeRange(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"]))
-                                      for r in t.get("ranges", ())))
-                     for t in items)
+        return tuple(
+            TensorInfo(
+                t["name"],
+                t["dtype"],
+                tuple(t["shape"]),
+                tuple(ShapeRange(tuple(r["min"]), tuple(r["opt"]), tuple(r["max"])) for r in t.get("ranges", ())),
+            )
+            for t in items
+        )
 
     target, precision = data["target"], data["precision"]
     return Sidecar(
         engine=str(engine),
         module=data["module"],
         module_version=data["module_version"],
-        target=Target(tuple(target["compute_capabilities"]), target.get("gpu_name"),
-                      target.get("hardware_compatible", False), target.get("version_compatible", False)),
-        precision=Precision(precision["mode"], precision["strongly_typed"],
-                            tuple(precision.get("legacy_flags", ())), precision.get("quantizer"),
-                            tuple(precision.get("kept_fp32", ())), precision.get("max_error"),
-                            precision.get("max_error_allowed")),
+        target=Target(
+            tuple(target["compute_capabilities"]),
+            target.get("gpu_name"),
+            target.get("hardware_compatible", False),
+            target.get("version_compatible", False),
+        ),
+        precision=Precision(
+            precision["mode"],
+            precision["strongly_typed"],
+            tuple(precision.get("legacy_flags", ())),
+            precision.get("quantizer"),
+            tuple(precision.get("kept_fp32", ())),
+            precision.get("max_error"),
+            precision.get("max_error_allowed"),
+        ),
         profiles=tuple(data["profiles"]),
         inputs=tensors(data["inputs"]),
         outputs=tensors(data["outputs"]),
@@ -143,7 +160,8 @@ def read_sidecar(engine: Path) -> Sidecar:
         raise EngineError(
             f"engine '{engine}' has no sidecar '{path.name}' next to it; trtpool needs it to "
             f"check the engine against this machine. Rebuild the engine with '{BUILD_COMMAND}', "
-            "which writes both files")
+            "which writes both files"
+        )
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -151,7 +169,8 @@ def read_sidecar(engine: Path) -> Sidecar:
     if data.get("format") != FORMAT or data.get("format_version") != FORMAT_VERSION:
         raise EngineError(
             f"sidecar '{path}' has format {data.get('format')!r} version {data.get('format_version')!r}; "
-            f"this trtpool reads {FORMAT!r} version {FORMAT_VERSION}")
+            f"this trtpool reads {FORMAT!r} version {FORMAT_VERSION}"
+        )
     try:
         return from_dict(data, engine)
     except (KeyError, TypeError, ValueError) as exc:
@@ -207,8 +226,9 @@ def _gpu_ok(sidecar: Sidecar, compute_capability: str) -> bool:
     return compute_capability in targets
 
 
-def check_compatible(sidecar: Sidecar, module_name: str, module_version: str,
-                     gpu_name: str, compute_capability: str) -> None:
+def check_compatible(
+    sidecar: Sidecar, module_name: str, module_version: str, gpu_name: str, compute_capability: str
+) -> None:
     """Raise EngineError unless the engine can run on this module and GPU.
 
     The message names the engine, what it was built for, what is running, and
@@ -216,30 +236,42 @@ def check_compatible(sidecar: Sidecar, module_name: str, module_version: str,
     """
     problems = []
     if module_name != sidecar.module:
-        problems.append(f"it was built with {sidecar.module} {sidecar.module_version} "
-                        f"but this backend runs {module_name} {module_version}")
+        problems.append(
+            f"it was built with {sidecar.module} {sidecar.module_version} "
+            f"but this backend runs {module_name} {module_version}"
+        )
     elif not _version_ok(sidecar.target, sidecar.module_version, module_version):
-        problems.append(f"it was built with {sidecar.module} {sidecar.module_version}"
-                        f"{' (version-compatible)' if sidecar.target.version_compatible else ''} "
-                        f"but this backend runs {module_name} {module_version}")
+        problems.append(
+            f"it was built with {sidecar.module} {sidecar.module_version}"
+            f"{' (version-compatible)' if sidecar.target.version_compatible else ''} "
+            f"but this backend runs {module_name} {module_version}"
+        )
     if not _gpu_ok(sidecar, compute_capability):
         built_for = ", ".join(sidecar.target.compute_capabilities)
         if sidecar.target.gpu_name:
             built_for = f"{sidecar.target.gpu_name} (compute capability {built_for})"
         else:
             built_for = f"compute capability {built_for}"
-        problems.append(f"it was built for {built_for} but this GPU is {gpu_name} "
-                        f"(compute capability {compute_capability})")
+        problems.append(
+            f"it was built for {built_for} but this GPU is {gpu_name} (compute capability {compute_capability})"
+        )
     if problems:
-        raise EngineError(f"engine '{sidecar.engine}' cannot run here: {'; '.join(problems)}. "
-                          + _rebuild_advice(sidecar, module_name, compute_capability))
+        raise EngineError(
+            f"engine '{sidecar.engine}' cannot run here: {'; '.join(problems)}. "
+            + _rebuild_advice(sidecar, module_name, compute_capability)
+        )
 
 
 def _rebuild_advice(sidecar: Sidecar, module_name: str, compute_capability: str) -> str:
     if module_name == "tensorrt_rtx" and compute_capability not in RTX_SUPPORTED:
-        return (f"TensorRT-RTX cannot run on compute capability {compute_capability} at all (it supports "
-                f"{', '.join(RTX_SUPPORTED)}); serve a TensorRT engine instead, built on this machine with:\n  "
-                + rebuild_command(sidecar, "tensorrt", None))
-    how = ("on this machine (TensorRT builds for the GPU it runs on)" if module_name == "tensorrt"
-           else "on any machine (TensorRT-RTX builds without a GPU)")
+        return (
+            f"TensorRT-RTX cannot run on compute capability {compute_capability} at all (it supports "
+            f"{', '.join(RTX_SUPPORTED)}); serve a TensorRT engine instead, built on this machine with:\n  "
+            + rebuild_command(sidecar, "tensorrt", None)
+        )
+    how = (
+        "on this machine (TensorRT builds for the GPU it runs on)"
+        if module_name == "tensorrt"
+        else "on any machine (TensorRT-RTX builds without a GPU)"
+    )
     return f"Rebuild it {how} with:\n  {rebuild_command(sidecar, module_name, compute_capability)}"

@@ -3,6 +3,7 @@
 Shapes here are full engine shapes: when the model is batched the first
 dimension is the batch dimension. ``-1`` marks a dynamic dimension.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -26,19 +27,23 @@ class ShapeRange:
 
     def contains(self, shape: tuple[int, ...]) -> bool:
         return len(shape) == len(self.min) and all(
-            lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max)
+            lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max, strict=False)
         )
 
 
 def check_range(spec: TensorSpec, shape_range: ShapeRange, where: str) -> None:
     """Refuse a shape range that contradicts the model's input: its rank, or a dimension it fixes."""
     if len(shape_range.min) != len(spec.shape):
-        raise ConfigError(f"{where}: input '{spec.name}' has rank {len(spec.shape)} (shape {list(spec.shape)}) "
-                          f"but the profile gives rank {len(shape_range.min)}")
-    for axis, (dim, low, high) in enumerate(zip(spec.shape, shape_range.min, shape_range.max)):
+        raise ConfigError(
+            f"{where}: input '{spec.name}' has rank {len(spec.shape)} (shape {list(spec.shape)}) "
+            f"but the profile gives rank {len(shape_range.min)}"
+        )
+    for axis, (dim, low, high) in enumerate(zip(spec.shape, shape_range.min, shape_range.max, strict=False)):
         if dim != -1 and not low == high == dim:
-            raise ConfigError(f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} in the model "
-                              f"but the profile gives {low}..{high}")
+            raise ConfigError(
+                f"{where}: input '{spec.name}' dimension {axis} is fixed at {dim} in the model "
+                f"but the profile gives {low}..{high}"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ class Signature:
     def max_shape(self, name: str) -> tuple[int, ...]:
         """The largest shape any profile allows for an input (what buffers are sized for)."""
         maxima = [p.ranges[name].max for p in self.profiles]
-        return tuple(max(dims) for dims in zip(*maxima))
+        return tuple(max(dims) for dims in zip(*maxima, strict=False))
 
     def choose_profile(self, shapes: dict[str, tuple[int, ...]]) -> Profile:
         """The profile whose range fits these input shapes most tightly."""
@@ -132,7 +137,6 @@ class Signature:
                     f"input '{name}': shape {list(shape)} is outside the {self.owner}'s "
                     f"optimization profiles; expected a shape within {allowed}"
                 )
-        return (
-            "no single optimization profile admits the shapes "
-            + ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
+        return "no single optimization profile admits the shapes " + ", ".join(
+            f"'{n}' {list(s)}" for n, s in shapes.items()
         )

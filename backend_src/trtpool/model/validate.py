@@ -5,6 +5,7 @@ is the engine's own word (profile ranges, fixed dimensions), and the only
 check for paths that bypass Triton's (decoupled mode, BLS callers). Every
 message names the tensor and the expected value.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,7 +16,7 @@ from trtpool.errors import InvalidInput
 from trtpool.model.dtypes import TRITON_DTYPES, dtype_of
 from trtpool.model.signature import Signature
 
-MAX_REMEMBERED_LAYOUTS = 4096   # past this many distinct request layouts, the memory starts again
+MAX_REMEMBERED_LAYOUTS = 4096  # past this many distinct request layouts, the memory starts again
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -27,8 +28,10 @@ def accept(signature: Signature, tensors: dict[str, Any]) -> tuple[dict[str, Any
     what is wrong. A scalar input of a model without a batch axis is declared [1] in
     config.pbtxt (model_config.config_dims), so clients send [1]: the model takes rank 0."""
     if not signature.batched and signature.scalar_inputs:
-        tensors = {name: t.reshape(()) if name in signature.scalar_inputs and tuple(t.shape) == (1,) else t
-                   for name, t in tensors.items()}
+        tensors = {
+            name: t.reshape(()) if name in signature.scalar_inputs and tuple(t.shape) == (1,) else t
+            for name, t in tensors.items()
+        }
     # The check depends on names, data types and shapes only: a layout accepted before is accepted
     # again without the walk (a third of an engine host's time per request went there).
     layout = tuple((name, t.dtype, tuple(t.shape)) for name, t in tensors.items())
@@ -57,14 +60,15 @@ def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[
         array = tensors[spec.name]
         if dtype_of(array) != spec.dtype:
             raise InvalidInput(
-                f"input '{spec.name}': data type {_dtype_name(dtype_of(array))} given, expected {_dtype_name(spec.dtype)}"
+                f"input '{spec.name}': data type {_dtype_name(dtype_of(array))} given, "
+                f"expected {_dtype_name(spec.dtype)}"
             )
         if array.ndim != len(spec.shape):
             raise InvalidInput(
                 f"input '{spec.name}': rank {array.ndim} (shape {list(array.shape)}) given, "
                 f"expected rank {len(spec.shape)} (shape {list(spec.shape)}, -1 = any)"
             )
-        for axis, (given, want) in enumerate(zip(array.shape, spec.shape)):
+        for axis, (given, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
             if want != -1 and given != want:
                 raise InvalidInput(
                     f"input '{spec.name}': dimension {axis} is {given}, expected {want} "
@@ -79,6 +83,8 @@ def check_request(signature: Signature, tensors: dict[str, np.ndarray]) -> dict[
             raise InvalidInput(f"inputs disagree on the batch size: {sorted(batch_sizes)}")
         batch = batch_sizes.pop()
         if not 1 <= batch <= signature.max_batch_size:
-            raise InvalidInput(f"batch size {batch} is outside 1..{signature.max_batch_size} (the engine's largest profile)")
+            raise InvalidInput(
+                f"batch size {batch} is outside 1..{signature.max_batch_size} (the engine's largest profile)"
+            )
     signature.choose_profile(shapes)  # raises InvalidInput naming the input and its allowed range
     return shapes

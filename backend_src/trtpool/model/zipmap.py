@@ -6,6 +6,7 @@ Triton carries tensors only. trtpool-model and trtpool-build make this repair in
 copy they serve or build; the server's load path makes it in memory, so a folder with
 the user's own file serves the same answers.
 """
+
 from __future__ import annotations
 
 import onnx
@@ -56,7 +57,9 @@ def drop_zipmaps(model: onnx.ModelProto) -> list[str]:
             output.type.CopyFrom(tensor_type)
         else:
             output.type.CopyFrom(helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [None, None]))
-        notes.append(f"output '{output.name}' is a ZipMap (a sequence of maps, which Triton cannot carry): it is "
-                     f"served as the probability tensor it is made from, one column per class in the order "
-                     f"{labels}")
+        notes.append(
+            f"output '{output.name}' is a ZipMap (a sequence of maps, which Triton cannot carry): it is "
+            f"served as the probability tensor it is made from, one column per class in the order "
+            f"{labels}"
+        )
     return notes

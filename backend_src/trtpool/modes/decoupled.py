@@ -5,6 +5,7 @@ shape (waiting at most ``batch_wait_us``), runs it and answers each request thro
 responder. No request is ever left unanswered; requests that waited ``cancel_check_after_us``
 are asked whether they were cancelled. Why and how: docs/design/decoupled-mode.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,7 @@ from trtpool.gpu.device_tensors import keep_after_execute
 from trtpool.instance import ModelInstance
 from trtpool.model.validate import accept
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, PbUtils
 from trtpool.triton.requests import request_tensors, without_probes
 from trtpool.triton.responders import SenderResponder
 
@@ -45,10 +47,16 @@ class Waiting:
 
 
 class Scheduler:
-    def __init__(self, runner: BatchRunner, max_queue: int, batch_wait_us: int, cancel_check_after_us: int,
-                 on_wait: Callable[[int], None] | None = None,  # the batch's total queue wait, ns
-                 on_done: Callable[[], None] | None = None,
-                 on_worker_lost: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        runner: BatchRunner,
+        max_queue: int,
+        batch_wait_us: int,
+        cancel_check_after_us: int,
+        on_wait: Callable[[int], None] | None = None,  # the batch's total queue wait, ns
+        on_done: Callable[[], None] | None = None,
+        on_worker_lost: Callable[[], None] | None = None,
+    ) -> None:
         self.runner = runner
         self.max_queue = max_queue
         self.batch_wait_s = batch_wait_us / 1e6
@@ -79,8 +87,9 @@ class Scheduler:
             if self._closed:
                 refusal: Exception | None = Overloaded("the model is being unloaded; retry on another instance")
             elif self._waiting >= self.max_queue:
-                refusal = Overloaded(f"overloaded: {self._waiting} requests are waiting (max_queue_size "
-                                     f"{self.max_queue}); retry later")
+                refusal = Overloaded(
+                    f"overloaded: {self._waiting} requests are waiting (max_queue_size {self.max_queue}); retry later"
+                )
             else:
                 refusal = None
                 key = shape_key(shapes, signature.batched)
@@ -197,23 +206,28 @@ class Scheduler:
 
 
 class DecoupledHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.stage = instance.stage
         cfg = instance.cfg
-        self.scheduler = Scheduler(instance.runner, cfg.max_queue_size, cfg.batch_wait_us, cfg.cancel_check_after_us,
-                                   on_wait=metrics.record_queue_wait,
-                                   on_done=metrics.after_work,
-                                   on_worker_lost=metrics.record_worker_lost)
+        self.scheduler = Scheduler(
+            instance.runner,
+            cfg.max_queue_size,
+            cfg.batch_wait_us,
+            cfg.cancel_check_after_us,
+            on_wait=metrics.record_queue_wait,
+            on_done=metrics.after_work,
+            on_worker_lost=metrics.record_worker_lost,
+        )
 
-    def __call__(self, requests: list[Any]) -> None:
+    def __call__(self, requests: list[InferenceRequest]) -> None:
         """A plain call, not a coroutine: it only queues, and the stub's coroutine
         path for decoupled models adds an event-loop hop per execute (and logs a
         KeyError when the coroutine finishes before the stub has filed its future)."""
         if self.stage is not None:
             requests = without_probes(self.pb, requests)
         tensors = keep_after_execute([request_tensors(r) for r in requests])
-        for request, request_inputs in zip(requests, tensors):
+        for request, request_inputs in zip(requests, tensors, strict=True):
             responder = SenderResponder(self.pb, request)
             if self.stage is None:
                 self.scheduler.submit(request_inputs, responder)

@@ -3,9 +3,8 @@
 The instance is thin: the model, its pool and its process file live in the engine host
 (trtpool.host), which merges the batches of every instance of the model on one device.
 """
-from __future__ import annotations
 
-from typing import Any
+from __future__ import annotations
 
 import numpy as np
 
@@ -13,6 +12,7 @@ from trtpool.errors import InvalidInput
 from trtpool.host.client import HostClient
 from trtpool.model.validate import accept
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, InferenceResponse, PbUtils
 from trtpool.triton.probes import is_probe
 from trtpool.triton.requests import request_tensors
 from trtpool.triton.responders import error_response, response
@@ -21,20 +21,23 @@ from trtpool.triton.responders import error_response, response
 class HostHandler:
     """Forwards each batch to the model's engine host and returns its answers."""
 
-    def __init__(self, pb_utils: Any, client: HostClient, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, client: HostClient, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.client = client
         self.metrics = metrics
 
-    def __call__(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
+    def __call__(self, requests: list[InferenceRequest]) -> list[InferenceResponse | None]:
+        responses: list[InferenceResponse | None] = [None] * len(requests)
         forwarded, tensors, probes = [], [], []
         for index, request in enumerate(requests):
             try:
                 # inputs Triton left on the GPU come to the host here (the slab is host memory)
-                inputs = {name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
-                          for name, t in request_tensors(request).items()}
-                if not self.client.process_file:   # the engine's own checks, before anything is sent
+                inputs = {
+                    name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
+                    for name, t in request_tensors(request).items()
+                }
+                if not self.client.process_file:  # the engine's own checks, before anything is sent
+                    assert self.client.signature is not None  # learnt by attach(), before this handler was made
                     inputs, _ = accept(self.client.signature, inputs)
             except InvalidInput as exc:
                 responses[index] = error_response(self.pb, exc)
@@ -42,10 +45,11 @@ class HostHandler:
             forwarded.append(index)
             tensors.append(inputs)
             probes.append(is_probe(request))
-        for index, answer in zip(forwarded, self.client.run(tensors, probes)):
-            responses[index] = (error_response(self.pb, answer) if isinstance(answer, Exception)
-                                else response(self.pb, answer))
+        for index, answer in zip(forwarded, self.client.run(tensors, probes), strict=False):
+            responses[index] = (
+                error_response(self.pb, answer) if isinstance(answer, Exception) else response(self.pb, answer)
+            )
         return responses
 
     def close(self) -> None:
-        pass   # the model closes the client after the metrics' last flush, which asks the host
+        pass  # the model closes the client after the metrics' last flush, which asks the host

@@ -5,6 +5,7 @@ waits for it and answers each request through its response sender, from ``respon
 threads. Every request is answered exactly once, whatever fails. Why and how:
 docs/design/pipelined-mode.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,6 +18,7 @@ from trtpool.engine.batching import BatchRunner, Item
 from trtpool.instance import ModelInstance
 from trtpool.runtimes.base import ExecutionContext
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, PbUtils
 from trtpool.triton.requests import kept, request_tensors, without_probes
 from trtpool.triton.responders import SenderResponder
 
@@ -24,13 +26,17 @@ log = logging.getLogger("trtpool")
 
 
 class Pipeline:
-    def __init__(self, runner: BatchRunner, response_threads: int = 1,
-                 on_done: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, runner: BatchRunner, response_threads: int = 1, on_done: Callable[[], None] | None = None
+    ) -> None:
         self.runner = runner
         self._on_done = on_done or (lambda: None)
         self._completions = ThreadPoolExecutor(max_workers=runner.pool.size, thread_name_prefix="trtpool-complete")
-        self._senders = (ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
-                         if response_threads > 1 else None)
+        self._senders = (
+            ThreadPoolExecutor(max_workers=response_threads, thread_name_prefix="trtpool-send")
+            if response_threads > 1
+            else None
+        )
 
     def submit(self, requests: Sequence[dict[str, Any]], responders: Sequence[Responder]) -> None:
         """Start every request's batch; returns before they complete."""
@@ -50,8 +56,9 @@ class Pipeline:
                 self.runner.finish(context, chunk, detach=True)
             else:
                 sent: list[Future] = []
-                queued = [Item(_SentFrom(self._senders, sent, item.responder), item.tensors, item.shapes)
-                          for item in chunk]
+                queued = [
+                    Item(_SentFrom(self._senders, sent, item.responder), item.tensors, item.shapes) for item in chunk
+                ]
                 self.runner.finish(context, queued, detach=True)
                 wait(sent)
         except BaseException as exc:
@@ -88,12 +95,12 @@ class _SentFrom:
 
 
 class PipelinedHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.stage = instance.stage
         self.pipeline = Pipeline(instance.runner, instance.cfg.response_threads, on_done=metrics.after_work)
 
-    def __call__(self, requests: list[Any]) -> None:
+    def __call__(self, requests: list[InferenceRequest]) -> None:
         """Start the batch and return None: the requests are answered through their
         response senders. Their tensors are copied into the contexts' own buffers
         before this returns (Triton reuses them afterwards), except with a process

@@ -3,24 +3,25 @@
 With a process file whose postprocess runs per request, its post workers answer through
 the response senders after execute() returns, overlapping the next batch.
 """
+
 from __future__ import annotations
 
-from typing import Any
-
+from trtpool.engine.answer import Responder
 from trtpool.instance import ModelInstance
 from trtpool.triton.metrics import PoolMetrics
+from trtpool.triton.pb_api import InferenceRequest, InferenceResponse, PbUtils
 from trtpool.triton.probes import is_probe
 from trtpool.triton.requests import kept, request_tensors, without_probes
 from trtpool.triton.responders import ListResponder, SenderResponder, response
 
 
 class SyncHandler:
-    def __init__(self, pb_utils: Any, instance: ModelInstance, metrics: PoolMetrics) -> None:
+    def __init__(self, pb_utils: PbUtils, instance: ModelInstance, metrics: PoolMetrics) -> None:
         self.pb = pb_utils
         self.instance = instance
         self.metrics = metrics
 
-    def __call__(self, requests: list[Any]) -> list[Any] | None:
+    def __call__(self, requests: list[InferenceRequest]) -> list[InferenceResponse | None] | None:
         """A plain call: a coroutine would make the stub hand every execute to its
         event-loop thread and wait for it there, a thread hop per batch.
 
@@ -28,7 +29,7 @@ class SyncHandler:
         whose postprocess runs per request: its post workers answer through the response
         senders after execute() returns, overlapping the next batch."""
         stage = self.instance.stage
-        responses: list[Any] = [None] * len(requests)
+        responses: list[InferenceResponse | None] = [None] * len(requests)
         if stage is None or stage.faces.batch_post:
             served = []
             for index, request in enumerate(requests):
@@ -38,13 +39,16 @@ class SyncHandler:
                     served.append(index)
             # Nothing outlives execute(): the requests' tensors need no copies.
             tensors = [request_tensors(requests[index]) for index in served]
-            responders = [ListResponder(self.pb, responses, index) for index in served]
+            responders: list[Responder] = [ListResponder(self.pb, responses, index) for index in served]
             self.instance.serve(tensors, responders, inline=True)
             self.metrics.after_work()
             return responses
         requests = without_probes(self.pb, requests)
-        self.instance.serve(kept([request_tensors(r) for r in requests]),
-                            [SenderResponder(self.pb, request) for request in requests], inline=False)
+        self.instance.serve(
+            kept([request_tensors(r) for r in requests]),
+            [SenderResponder(self.pb, request) for request in requests],
+            inline=False,
+        )
         self.metrics.after_work()
         return None
 

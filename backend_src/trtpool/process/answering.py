@@ -4,6 +4,7 @@ The runner answers a batch's requests one by one; these stand in front of each r
 responder and hand its outputs to the Postprocessor: alone, or held until every member of
 the batch is in, for postprocess_batch. Failing and cancellation go straight through.
 """
+
 from __future__ import annotations
 
 import threading

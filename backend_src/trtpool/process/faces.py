@@ -4,6 +4,7 @@ A face is one of the two forms each side of a process file may take: ``preproces
 ``preprocess_batch``, ``postprocess`` or ``postprocess_batch``. The parameter
 ``process_faces`` prefers one form; a face the file lacks gives way to the other of its side.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,5 +30,7 @@ def choose_faces(process: ProcessFile, wanted: str, device: str) -> Faces:
 
     def batch(per_request: Callable | None, whole_batch: Callable | None) -> bool:
         return whole_batch is not None and (per_request is None or prefer_batch)
-    return Faces(batch(process.preprocess, process.preprocess_batch),
-                 batch(process.postprocess, process.postprocess_batch))
+
+    return Faces(
+        batch(process.preprocess, process.preprocess_batch), batch(process.postprocess, process.postprocess_batch)
+    )

@@ -10,6 +10,7 @@
 Loaded from the model folder only, with the trust of a Python-backend model's model.py.
 What each function takes and returns, and the faces: docs/design/process-file.md.
 """
+
 from __future__ import annotations
 
 import ast
@@ -57,7 +58,7 @@ class ProcessFile:
 
 def _engine_sections(preprocess: bool, postprocess: bool) -> tuple[str, ...]:
     """The config sections that are the engine's own: those no process function stands in front of."""
-    return tuple(section for section, replaced in zip(SECTIONS, (preprocess, postprocess)) if not replaced)
+    return tuple(section for section, replaced in zip(SECTIONS, (preprocess, postprocess), strict=True) if not replaced)
 
 
 def engine_sections(version_dir: Path) -> tuple[str, ...]:
@@ -75,8 +76,9 @@ def sections_of_file(path: Path) -> tuple[str, ...]:
     except SyntaxError as exc:
         raise ConfigError(f"{path}: not valid Python: {exc}") from exc
     bound = set(itertools.chain.from_iterable(_bound_names(node) for node in tree.body))
-    return _engine_sections(bool({"preprocess", "preprocess_batch"} & bound),
-                         bool({"postprocess", "postprocess_batch"} & bound))
+    return _engine_sections(
+        bool({"preprocess", "preprocess_batch"} & bound), bool({"postprocess", "postprocess_batch"} & bound)
+    )
 
 
 def _bound_names(statement: ast.stmt) -> list[str]:
@@ -84,8 +86,13 @@ def _bound_names(statement: ast.stmt) -> list[str]:
         return [statement.name]
     if isinstance(statement, ast.Import | ast.ImportFrom):
         return [alias.asname or alias.name.split(".")[0] for alias in statement.names]
-    targets = (statement.targets if isinstance(statement, ast.Assign)
-               else [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
+    targets = (
+        statement.targets
+        if isinstance(statement, ast.Assign)
+        else [statement.target]
+        if isinstance(statement, ast.AnnAssign | ast.AugAssign)
+        else []
+    )
     return [node.id for target in targets for node in ast.walk(target) if isinstance(node, ast.Name)]
 
 
@@ -107,9 +114,11 @@ def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> Proces
         if function is not None and not callable(function):
             raise ConfigError(f"{path}: '{name}' is a {type(function).__name__}, expected a function")
     if all(functions[face] is None for face in FACES):
-        raise ConfigError(f"{path}: defines none of preprocess(inputs), postprocess(outputs, inputs), "
-                          "preprocess_batch(batch, device), postprocess_batch(outputs, batch); "
-                          "define at least one, or remove the file")
+        raise ConfigError(
+            f"{path}: defines none of preprocess(inputs), postprocess(outputs, inputs), "
+            "preprocess_batch(batch, device), postprocess_batch(outputs, batch); "
+            "define at least one, or remove the file"
+        )
     if functions["setup"] is not None:
         try:
             functions["setup"](model_config, Path(version_dir))
@@ -118,4 +127,4 @@ def load_process_file(version_dir: Path, model_config: dict[str, Any]) -> Proces
     on_device = getattr(module, "OUTPUTS_ON_DEVICE", False)
     if not isinstance(on_device, bool):
         raise ConfigError(f"{path}: OUTPUTS_ON_DEVICE is {on_device!r}, expected True or False")
-    return ProcessFile(path, *(functions[face] for face in FACES), outputs_on_device=on_device)
+    return ProcessFile(path, **{face: functions[face] for face in FACES}, outputs_on_device=on_device)

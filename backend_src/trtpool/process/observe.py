@@ -4,6 +4,7 @@ The observer is told (stage, nanoseconds, ok) per call: stage "pre" or "post" fo
 per-request face, "pre_batch" or "post_batch" for a batch face's call; a request a batch
 face refuses counts as one failed "pre" or "post" of 0 ns.
 """
+
 from __future__ import annotations
 
 import time

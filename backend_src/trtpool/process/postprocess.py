@@ -5,6 +5,7 @@
 has its outputs or its error). What user code returns is checked against the outputs
 config.pbtxt declares; whatever it raises or returns wrongly is that request's ProcessError.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,9 @@ Member = tuple[Responder, Tensors, Tensors]  # a request's responder, its engine
 
 
 class Postprocessor:
-    def __init__(self, process: ProcessFile, declared_outputs: dict[str, str], faces: Faces, threads: int,
-                 observe: StageObserver) -> None:
+    def __init__(
+        self, process: ProcessFile, declared_outputs: dict[str, str], faces: Faces, threads: int, observe: StageObserver
+    ) -> None:
         """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return)."""
         self.process = process
         self.faces = faces
@@ -39,8 +41,7 @@ class Postprocessor:
         self._file = process.path.name
         self._post = ThreadPoolExecutor(threads, thread_name_prefix="trtpool-post")
 
-    def answering(self, responders: list[Responder], inputs: list[Tensors], inline: bool = False
-                  ) -> list[Responder]:
+    def answering(self, responders: list[Responder], inputs: list[Tensors], inline: bool = False) -> list[Responder]:
         """Responders that postprocess before they answer: each alone, or the batch together
         (on a post worker, or with `inline` in the thread that completes the batch)."""
         if self.faces.batch_post:
@@ -48,7 +49,7 @@ class Postprocessor:
             return [batch.member(i, responder) for i, responder in enumerate(responders)]
         if self.process.postprocess is None:
             return list(responders)
-        return [Postprocessing(self, responder, request) for responder, request in zip(responders, inputs)]
+        return [Postprocessing(self, responder, request) for responder, request in zip(responders, inputs, strict=True)]
 
     def postprocess(self, outputs: Tensors, inputs: Tensors) -> Tensors:
         """The response's outputs; ProcessError naming what postprocess did wrong."""
@@ -65,15 +66,19 @@ class Postprocessor:
 
     def postprocess_batch(self, outputs: list[Tensors], inputs: list[Tensors]) -> list[Tensors | Exception]:
         """The responses' outputs for requests answered together, or each one's error."""
+        face = self.process.postprocess_batch
+        assert face is not None  # the batch face serves only where the file has it (choose_faces)
         with timed(self._observe, "post_batch") as outcome:
             try:
-                returned = self.process.postprocess_batch(outputs, inputs)
-            except BaseException as exc:
+                returned = face(outputs, inputs)
+            except BaseException as exc:  # noqa: BLE001 - user code: even SystemExit fails only these requests
                 error = ProcessError(f"{self._file} postprocess_batch() raised {why(exc)}")
                 return [error] * len(outputs)
             if not isinstance(returned, list | tuple) or len(returned) != len(outputs):
-                error = ProcessError(f"{self._file} postprocess_batch() returned a {type(returned).__name__}, "
-                                     f"expected a list of {len(outputs)} (one per request)")
+                error = ProcessError(
+                    f"{self._file} postprocess_batch() returned a {type(returned).__name__}, "
+                    f"expected a list of {len(outputs)} (one per request)"
+                )
                 return [error] * len(outputs)
             outcome["ok"] = True
         answers: list[Tensors | Exception] = []
@@ -91,8 +96,10 @@ class Postprocessor:
         declared = self._declared_names
         if not isinstance(returned, dict) or sorted(returned) != declared:
             given = sorted(returned) if isinstance(returned, dict) else f"a {type(returned).__name__}"
-            raise ProcessError(f"{self._file} {face} returned {given}, expected a dict of the outputs "
-                               f"config.pbtxt declares: {declared}")
+            raise ProcessError(
+                f"{self._file} {face} returned {given}, expected a dict of the outputs "
+                f"config.pbtxt declares: {declared}"
+            )
         outputs = {}
         for name, value in returned.items():
             data_type = self.declared_outputs[name]
@@ -102,8 +109,10 @@ class Postprocessor:
             array = np.asarray(value)
             want = self._output_dtypes[name]
             if array.dtype != want:
-                raise ProcessError(f"{self._file} {face} returned output '{name}' as {array.dtype}, "
-                                   f"config.pbtxt declares {data_type} ({want})")
+                raise ProcessError(
+                    f"{self._file} {face} returned output '{name}' as {array.dtype}, "
+                    f"config.pbtxt declares {data_type} ({want})"
+                )
             outputs[name] = array
         return outputs
 
@@ -114,7 +123,7 @@ class Postprocessor:
     def _answer(self, responder: Responder, outputs: Tensors, inputs: Tensors) -> None:
         try:
             final = self.postprocess(outputs, inputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code's failure answers its request, the worker goes on
             log.warning("%s", exc)
             responder.fail(exc)
             return
@@ -125,8 +134,8 @@ class Postprocessor:
         self._post.submit(self.answer_batch, members)
 
     def answer_batch(self, members: list[Member]) -> None:
-        responders, outputs, inputs = zip(*members)
-        for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs))):
+        responders, outputs, inputs = zip(*members, strict=True)
+        for responder, answer in zip(responders, self.postprocess_batch(list(outputs), list(inputs)), strict=True):
             if isinstance(answer, Exception):
                 log.warning("%s", answer)
                 responder.fail(answer)

@@ -5,6 +5,7 @@ is made again for each request alone, so only the request that breaks it fails).
 code raises becomes that request's InvalidInput (the client's error); what it returns is checked
 against the engine's signature, and a wrong return is a ProcessError (the file's fault).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -34,8 +35,9 @@ def _refusal(inputs: Tensors, file: str, face: str, exc: BaseException) -> Inval
 
 
 class Preprocessor:
-    def __init__(self, process: ProcessFile, signature: Signature, faces: Faces, device: str,
-                 observe: StageObserver) -> None:
+    def __init__(
+        self, process: ProcessFile, signature: Signature, faces: Faces, device: str, observe: StageObserver
+    ) -> None:
         """`faces`: which faces serve; `device`: the instance's, told to preprocess_batch."""
         self.process = process
         self.signature = signature
@@ -64,8 +66,10 @@ class Preprocessor:
     def _engine_inputs(self, returned: Any, face: str) -> Tensors:
         if not isinstance(returned, dict):
             expected = [spec.name for spec in self.signature.inputs]
-            raise ProcessError(f"{self._file} {face} returned a {type(returned).__name__}, expected a dict "
-                               f"of the engine's inputs {expected}")
+            raise ProcessError(
+                f"{self._file} {face} returned a {type(returned).__name__}, expected a dict "
+                f"of the engine's inputs {expected}"
+            )
         tensors = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in returned.items()}
         try:
             check_request(self.signature, tensors)
@@ -79,7 +83,7 @@ class Preprocessor:
             return self.preprocess_batch([inputs])[0]
         try:
             return self.preprocess(inputs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code's failure refuses its request alone
             return exc
 
     def preprocess_batch(self, requests: Sequence[Tensors]) -> list[Tensors | Exception]:
@@ -95,18 +99,23 @@ class Preprocessor:
     def _call_batch_face(self, requests: list[Tensors]) -> list[Refusable] | Exception:
         """The batch face's list (checked: one entry per request), or the exception that refuses
         the batch: InvalidInput for the user's exception, ProcessError for a wrong return."""
+        face = self.process.preprocess_batch
+        assert face is not None  # the batch face serves only where the file has it (choose_faces)
         with timed(self._observe, "pre_batch") as outcome:
             try:
-                returned = self.process.preprocess_batch(requests, self.device)
+                returned = face(requests, self.device)
             except ProcessError as exc:
                 return exc
-            except BaseException as exc:  # user code: even SystemExit fails only these requests
+            except BaseException as exc:  # noqa: BLE001 - user code: even SystemExit fails only these requests
                 return _refusal(requests[0], self._file, "preprocess_batch()", exc)
             if not isinstance(returned, list | tuple) or len(returned) != len(requests):
-                given = f"{len(returned)} entries" if isinstance(returned, list | tuple) else \
-                    f"a {type(returned).__name__}"
-                return ProcessError(f"{self._file} preprocess_batch() returned {given}, expected a list of "
-                                    f"{len(requests)} (one per request: its engine inputs, or an exception)")
+                given = (
+                    f"{len(returned)} entries" if isinstance(returned, list | tuple) else f"a {type(returned).__name__}"
+                )
+                return ProcessError(
+                    f"{self._file} preprocess_batch() returned {given}, expected a list of "
+                    f"{len(requests)} (one per request: its engine inputs, or an exception)"
+                )
             outcome["ok"] = True
             return list(returned)
 

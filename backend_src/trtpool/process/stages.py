@@ -9,6 +9,7 @@ at once; the others go on as engine inputs with responders that postprocess befo
 answer (trtpool.process.postprocess). User code never raises into the instance.
 The design: docs/design/stages.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,9 +30,18 @@ log = logging.getLogger("trtpool")
 
 
 class Stage:
-    def __init__(self, process: ProcessFile, signature: Signature, declared_outputs: dict[str, str],
-                 pre_threads: int, post_threads: int, max_waiting: int,
-                 observe: StageObserver | None = None, faces: Faces = Faces(), device: str = "cpu") -> None:
+    def __init__(
+        self,
+        process: ProcessFile,
+        signature: Signature,
+        declared_outputs: dict[str, str],
+        pre_threads: int,
+        post_threads: int,
+        max_waiting: int,
+        observe: StageObserver | None = None,
+        faces: Faces = Faces(),
+        device: str = "cpu",
+    ) -> None:
         """`declared_outputs`: config.pbtxt's outputs, name -> data_type (what postprocess must return).
         `max_waiting`: decoupled requests preprocessing or waiting for a pre worker (max_queue_size).
         `faces`: which faces serve (choose_faces); `device`: the instance's, told to preprocess_batch."""
@@ -47,8 +57,9 @@ class Stage:
         self._max_waiting = max_waiting
         self._waiting_slots = threading.Semaphore(max_waiting)
 
-    def before(self, requests: Sequence[Tensors], responders: Sequence[Responder], inline: bool = False
-               ) -> tuple[list[Tensors], list[Responder]]:
+    def before(
+        self, requests: Sequence[Tensors], responders: Sequence[Responder], inline: bool = False
+    ) -> tuple[list[Tensors], list[Responder]]:
         """Preprocess the requests, in parallel on the pre workers; answer each that fails.
         Returns the others' engine inputs and responders that postprocess before answering
         (`inline`: postprocess_batch runs in the thread that hands over the batch's last outputs)."""
@@ -59,7 +70,7 @@ class Stage:
         else:
             results = list(self._pre.map(self.pre.one, requests))
         kept_inputs, kept_responders, engine_inputs = [], [], []
-        for inputs, result, responder in zip(requests, results, responders):
+        for inputs, result, responder in zip(requests, results, responders, strict=True):
             if isinstance(result, Exception):
                 responder.fail(result)
             else:
@@ -68,8 +79,12 @@ class Stage:
                 kept_responders.append(responder)
         return engine_inputs, self.post.answering(kept_responders, kept_inputs, inline)
 
-    def before_then(self, requests: Sequence[Tensors], responders: Sequence[Responder],
-                    then: Callable[[list[Tensors], list[Responder]], None]) -> None:
+    def before_then(
+        self,
+        requests: Sequence[Tensors],
+        responders: Sequence[Responder],
+        then: Callable[[list[Tensors], list[Responder]], None],
+    ) -> None:
         """``before`` on a worker, then hand the batch on (to the pipeline, which starts it on a
         context); returns at once unless every slot holds a batch (then Triton's queue fills)."""
         self._batch_slots.acquire()
@@ -83,15 +98,19 @@ class Stage:
                     responder.fail(exc)
             finally:
                 self._batch_slots.release()
+
         self._batches.submit(run)
 
-    def before_each(self, inputs: Tensors, responder: Responder,
-                    then: Callable[[Tensors, Responder], None]) -> None:
+    def before_each(self, inputs: Tensors, responder: Responder, then: Callable[[Tensors, Responder], None]) -> None:
         """Preprocess one request on a pre worker, then hand it on (the decoupled queue);
         refused at once, as a full queue refuses, when max_waiting requests are ahead of it."""
         if not self._waiting_slots.acquire(blocking=False):
-            responder.fail(Overloaded(f"overloaded: {self._max_waiting} requests are being preprocessed or wait "
-                                      f"for it (max_queue_size {self._max_waiting}); retry later"))
+            responder.fail(
+                Overloaded(
+                    f"overloaded: {self._max_waiting} requests are being preprocessed or wait "
+                    f"for it (max_queue_size {self._max_waiting}); retry later"
+                )
+            )
             return
 
         def run() -> None:
@@ -107,6 +126,7 @@ class Stage:
             except Exception as exc:  # never leave the request unanswered
                 log.exception("queueing a preprocessed request")
                 responder.fail(exc)
+
         self._pre.submit(run)
 
     def close_pre(self) -> None:

@@ -5,6 +5,7 @@ and runs its ``setup`` once; the checks and errors stay in the stub. A worker th
 requests it held (ProcessError) and the pool is made anew. Why processes, and how they end with
 the stub: docs/design/preprocess-workers.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,7 @@ from trtpool.process.file import ProcessFile, Tensors, load_process_file
 log = logging.getLogger("trtpool")
 
 STARTUP_TIMEOUT_S = 120  # a worker imports process.py and its libraries, then runs setup
-PARENT_CHECK_S = 1.0     # how often a worker looks whether its stub is still there
+PARENT_CHECK_S = 1.0  # how often a worker looks whether its stub is still there
 
 _worker_process: ProcessFile | None = None  # in a worker: the model's process.py, set up
 
@@ -59,7 +60,7 @@ def _preprocess_in_worker(inputs: Tensors) -> Tensors:
     except BaseException as exc:
         try:
             pickle.loads(pickle.dumps(exc))
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever unpickling raises, the text goes back instead
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
         raise
 
@@ -82,9 +83,9 @@ def _match_the_tracker_to_the_interpreter() -> None:
     C RLock without ``_recursion_count``, which multiprocessing's resource tracker of the
     newer library calls before it starts: give the tracker the library's own
     pure-Python RLock, which has it."""
-    tracker = resource_tracker._resource_tracker
+    tracker: Any = resource_tracker._resource_tracker  # its _lock is private: typeshed leaves it out
     if not hasattr(tracker._lock, "_recursion_count"):
-        tracker._lock = threading._PyRLock()
+        tracker._lock = threading._PyRLock()  # type: ignore[attr-defined]  # private: typeshed leaves it out
 
 
 class ProcessPreprocess:
@@ -103,12 +104,14 @@ class ProcessPreprocess:
                 started.result(timeout=STARTUP_TIMEOUT_S)
         except Exception as exc:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            raise ConfigError(f"parameter 'preprocess_processes': the worker processes did not start "
-                              f"({type(exc).__name__}: {exc})") from exc
+            raise ConfigError(
+                f"parameter 'preprocess_processes': the worker processes did not start ({type(exc).__name__}: {exc})"
+            ) from exc
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self._processes, mp_context=self._context, initializer=_start_worker,
-                                   initargs=self._arguments)
+        return ProcessPoolExecutor(
+            self._processes, mp_context=self._context, initializer=_start_worker, initargs=self._arguments
+        )
 
     def __call__(self, inputs: Tensors) -> Tensors:
         pool = self._pool
@@ -119,8 +122,10 @@ class ProcessPreprocess:
                 if self._pool is pool:  # the first to see it replaces it
                     log.error("a preprocess worker process died; starting the pool again")
                     self._pool = self._new_pool()
-            raise ProcessError(f"a preprocess worker process died while this request was in its pool ({exc}); "
-                               f"the pool was started again: retry") from exc
+            raise ProcessError(
+                f"a preprocess worker process died while this request was in its pool ({exc}); "
+                f"the pool was started again: retry"
+            ) from exc
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -14,6 +14,7 @@ folder once every symlink is followed. The default file names are the
 repository's own layout, which may link elsewhere (as Triton repositories
 may, and as trtpool-model's staging does).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -45,17 +46,23 @@ def confined(version_dir: Path, file_name: str) -> Path:
     inside version_dir with every symlink followed (no absolute path, no '..'
     out, no link out)."""
     if Path(file_name).is_absolute():
-        raise ConfigError(f"parameter 'model_file': '{file_name}' is an absolute path; name a file inside "
-                          f"the model's version folder '{version_dir}', such as model.onnx")
+        raise ConfigError(
+            f"parameter 'model_file': '{file_name}' is an absolute path; name a file inside "
+            f"the model's version folder '{version_dir}', such as model.onnx"
+        )
     path = version_dir / file_name
     try:
         folder, target = version_dir.resolve(), path.resolve()
-    except (OSError, RuntimeError) as exc:   # a symlink loop: RuntimeError before Python 3.13, OSError after
-        raise ConfigError(f"parameter 'model_file': '{file_name}' cannot be resolved ({exc}); name a file "
-                          f"inside the model's version folder '{version_dir}'") from None
+    except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13, OSError after
+        raise ConfigError(
+            f"parameter 'model_file': '{file_name}' cannot be resolved ({exc}); name a file "
+            f"inside the model's version folder '{version_dir}'"
+        ) from None
     if not target.is_relative_to(folder):
-        raise ConfigError(f"parameter 'model_file': '{file_name}' resolves to '{target}', outside the model's "
-                          f"version folder '{folder}'; the model file must lie inside it")
+        raise ConfigError(
+            f"parameter 'model_file': '{file_name}' resolves to '{target}', outside the model's "
+            f"version folder '{folder}'; the model file must lie inside it"
+        )
     return path
 
 
@@ -109,11 +116,14 @@ def registered_runtime(name: str) -> type[Runtime]:
     try:
         runtime_class = point.load()
     except Exception as exc:
-        raise ConfigError(f"parameter 'runtime': '{name}' is registered as '{point.value}', which cannot be "
-                          f"loaded: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"parameter 'runtime': '{name}' is registered as '{point.value}', which cannot be "
+            f"loaded: {type(exc).__name__}: {exc}"
+        ) from exc
     if not (isinstance(runtime_class, type) and issubclass(runtime_class, Runtime)):
-        raise ConfigError(f"parameter 'runtime': '{name}' is registered as '{point.value}', which is not a "
-                          "trtpool Runtime class")
+        raise ConfigError(
+            f"parameter 'runtime': '{name}' is registered as '{point.value}', which is not a trtpool Runtime class"
+        )
     return runtime_class
 
 
@@ -139,11 +149,14 @@ def load_runtime(cfg: PoolConfig) -> Runtime:
         raise EngineError(f"model file '{path}' does not exist (runtime '{name}')")
     if name == "onnxruntime":
         from trtpool.runtimes.onnxruntime import OnnxRuntime
+
         return OnnxRuntime(cfg, path)
     if name in ("tensorrt", "tensorrt_rtx"):
         from trtpool.runtimes.tensorrt import TensorRTRuntime
+
         return TensorRTRuntime(cfg, path, module_name=None if name == "tensorrt" and cfg.runtime == "auto" else name)
     if name == "torch":
         from trtpool.runtimes.torch.runtime import TorchRuntime
+
         return TorchRuntime(cfg, path)
     return registered_runtime(name)(cfg, path)

@@ -11,15 +11,18 @@ Sync, pipelined and decoupled serving differ only in who calls ``complete``
 and when. Host or device inputs, TensorRT or ONNX Runtime or torch stay
 behind this contract: the pool, batching and serving code only ever see it.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trtpool.model.signature import Signature
+from trtpool.parameters import PoolConfig
 
 # Per input, the requests' tensors in batch order: numpy arrays, or device
 # tensors (torch, from Triton's DLPack) for inputs that arrived on the GPU.
@@ -63,7 +66,7 @@ class ExecutionContext(ABC):
         Raises like ``submit``.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - does nothing unless a context holds something to release
         """Release what the context holds (streams, device memory)."""
 
 
@@ -73,6 +76,10 @@ class Runtime(ABC):
     name: str
     signature: Signature  # output dims the model cannot tell before a run are -1
     outputs_on_device = False  # complete() returns device tensors (see keep_outputs_on_device)
+
+    @abstractmethod
+    def __init__(self, cfg: PoolConfig, path: Path) -> None:
+        """Load the model file `path` once; `cfg` is the model's parsed parameters."""
 
     def keep_outputs_on_device(self) -> bool:
         """Have every context's complete() return its outputs as device tensors, not copied to
@@ -91,5 +98,5 @@ class Runtime(ABC):
     def free_memory_bytes(self) -> int:
         """Memory free on the model's device right now."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - does nothing unless a runtime holds something to release
         """Release the shared model."""

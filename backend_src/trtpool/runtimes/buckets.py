@@ -8,6 +8,7 @@ graph per bucket instead of one per batch size. Two policies, one per runtime:
 
 A batch runs in the smallest bucket that holds it (bucket_of), its padding cut off the outputs.
 """
+
 from __future__ import annotations
 
 import bisect

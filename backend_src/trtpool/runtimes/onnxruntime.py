@@ -11,6 +11,7 @@ Runtime for the batch, from its CPU arena, and its shape is read after the run.
 a pipelined caller completes on a thread of its own, so ONNX Runtime (which
 releases the GIL) overlaps the next execute().
 """
+
 from __future__ import annotations
 
 import logging
@@ -76,9 +77,12 @@ class OnnxRuntime(Runtime):
             self.session = _session(ort, path, options)
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types
             raise EngineError(f"ONNX file '{path}' cannot be loaded by ONNX Runtime: {exc}") from exc
-        self.signature = read_signature([self._declared(arg) for arg in self.session.get_inputs()],
-                                        [self._declared(arg) for arg in self.session.get_outputs()],
-                                        cfg.profiles, cfg.max_batch_size)
+        self.signature = read_signature(
+            [self._declared(arg) for arg in self.session.get_inputs()],
+            [self._declared(arg) for arg in self.session.get_outputs()],
+            cfg.profiles,
+            cfg.max_batch_size,
+        )
         tensors = (*self.signature.inputs, *self.signature.outputs)
         # IOBinding takes no string tensors: a model with any runs through session.run.
         self.binds = not any(spec.dtype == STRING for spec in tensors)
@@ -88,8 +92,10 @@ class OnnxRuntime(Runtime):
         # answered [], where ONNX Runtime answers [1]), and any whose declared shape a run has
         # contradicted (a size computed from the data, declared as one example's).
         self.runtime_allocated = frozenset(
-            spec.name for spec in self.signature.outputs
-            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16 or not spec.shape)
+            spec.name
+            for spec in self.signature.outputs
+            if not is_static(spec, self.signature.batched) or spec.dtype == BFLOAT16 or not spec.shape
+        )
 
     @staticmethod
     def _declared(arg) -> DeclaredTensor:
@@ -103,14 +109,20 @@ class OnnxRuntime(Runtime):
         signature = self.signature
         inputs = {s.name: (s.dtype, prod(signature.max_shape(s.name))) for s in signature.inputs}
         largest_batch = max(signature.max_batch_size, 1)
-        outputs = {s.name: (s.dtype, prod(s.shape[1:]) * largest_batch if signature.batched else prod(s.shape))
-                   for s in signature.outputs if s.name not in self.runtime_allocated}
+        outputs = {
+            s.name: (s.dtype, prod(s.shape[1:]) * largest_batch if signature.batched else prod(s.shape))
+            for s in signature.outputs
+            if s.name not in self.runtime_allocated
+        }
         return inputs, outputs
 
     def learn_runtime_allocated(self, names: set[str]) -> None:
         """Stop preallocating these outputs: a run computed another shape than their declared one."""
-        log.warning("model outputs %s came out in another shape than the model file declares (a size "
-                    "computed from the data); ONNX Runtime allocates them per batch from now on", sorted(names))
+        log.warning(
+            "model outputs %s came out in another shape than the model file declares (a size "
+            "computed from the data); ONNX Runtime allocates them per batch from now on",
+            sorted(names),
+        )
         self.runtime_allocated = self.runtime_allocated | names
 
     def create_context(self, index: int) -> ExecutionContext:
@@ -129,8 +141,8 @@ class OnnxContext(ExecutionContext):
         self.index = index
         self._runtime = runtime
         inputs, outputs = runtime.buffer_capacities()
-        self.inputs = HostBuffers(inputs)
-        self.outputs = HostBuffers(outputs)
+        self.inputs: HostBuffers | None = HostBuffers(inputs)  # None once closed
+        self.outputs: HostBuffers | None = HostBuffers(outputs)
         self._binding = runtime.session.io_binding()
         self._batch: int | None = None  # the staged batch's size, until complete()
         self._staged: dict[str, np.ndarray] = {}  # its inputs, views of the context's buffers
@@ -143,13 +155,17 @@ class OnnxContext(ExecutionContext):
         signature = self._runtime.signature
         shapes = batch_shapes(parts, signature.batched)
         signature.choose_profile(shapes)  # refuses shapes outside every profile
-        self._staged = {spec.name: gather([to_host(t) for t in parts[spec.name]],
-                                          self.inputs.view(spec.name, shapes[spec.name]))
-                        for spec in signature.inputs}
+        inputs = self.inputs
+        assert inputs is not None  # open
+        self._staged = {
+            spec.name: gather([to_host(t) for t in parts[spec.name]], inputs.view(spec.name, shapes[spec.name]))
+            for spec in signature.inputs
+        }
         self._batch = shapes[signature.inputs[0].name][0] if signature.batched else 1
 
     def complete(self) -> dict[str, np.ndarray]:
         batch, staged = self._batch, self._staged
+        assert batch is not None  # submit() staged a batch
         self._batch, self._staged = None, {}
         try:
             results = self._run_bound(staged, batch) if self._runtime.binds else self._run_plain(staged)
@@ -163,10 +179,11 @@ class OnnxContext(ExecutionContext):
 
     def _run_plain(self, staged: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """session.run: for models with string tensors (ONNX Runtime takes str, Triton hands bytes)."""
-        feed = {name: decoded_strings(name, array) if array.dtype == STRING else array
-                for name, array in staged.items()}
+        feed = {
+            name: decoded_strings(name, array) if array.dtype == STRING else array for name, array in staged.items()
+        }
         names = [spec.name for spec in self._runtime.signature.outputs]
-        return dict(zip(names, self._runtime.session.run(names, feed)))
+        return dict(zip(names, self._runtime.session.run(names, feed), strict=True))
 
     def _run_bound(self, staged: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
         """run_with_iobinding into the context's preallocated outputs where their shape is known.
@@ -196,13 +213,14 @@ class OnnxContext(ExecutionContext):
 
     def _bind_outputs(self, batch: int, allocated_by_runtime: frozenset[str]) -> dict[str, np.ndarray]:
         """Bind every output; the views of those bound to the context's buffers."""
-        signature, binding = self._runtime.signature, self._binding
+        signature, binding, outputs = self._runtime.signature, self._binding, self.outputs
+        assert outputs is not None  # open
         binding.clear_binding_outputs()
         preallocated = {}
         for spec in signature.outputs:
-            if spec.name in self.outputs and spec.name not in allocated_by_runtime:
+            if spec.name in outputs and spec.name not in allocated_by_runtime:
                 shape = (batch, *spec.shape[1:]) if signature.batched else spec.shape
-                view = self.outputs.view(spec.name, shape)
+                view = outputs.view(spec.name, shape)
                 binding.bind_output(spec.name, "cpu", 0, spec.dtype, view.shape, view.ctypes.data)
                 preallocated[spec.name] = view
             else:
@@ -211,5 +229,7 @@ class OnnxContext(ExecutionContext):
 
     def _read_outputs(self, preallocated: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outputs = self._runtime.signature.outputs
-        return {spec.name: preallocated[spec.name] if spec.name in preallocated else read_output(value, spec.dtype)
-                for spec, value in zip(outputs, self._binding.get_outputs())}
+        return {
+            spec.name: preallocated[spec.name] if spec.name in preallocated else read_output(value, spec.dtype)
+            for spec, value in zip(outputs, self._binding.get_outputs(), strict=True)
+        }

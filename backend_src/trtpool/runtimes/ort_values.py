@@ -1,6 +1,7 @@
 """Tensors into and out of an ONNX Runtime IOBinding, for the dtypes numpy and ONNX Runtime
 do not share: bfloat16 (ml_dtypes' numpy type, which ONNX Runtime's Python API does not
 know) and strings (Triton hands bytes; ONNX Runtime takes and gives str)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -40,6 +41,7 @@ def decoded_strings(name: str, array: np.ndarray) -> np.ndarray:
     try:
         texts = [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in array.ravel()]
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"input '{name}': element is not UTF-8 text ({exc}); the model's string "
-                           "tensors hold text") from None
+        raise InvalidInput(
+            f"input '{name}': element is not UTF-8 text ({exc}); the model's string tensors hold text"
+        ) from None
     return np.array(texts, dtype=object).reshape(array.shape)

@@ -6,6 +6,7 @@ as the caller may reuse them then. ``done`` is recorded after the batch's last c
 complete() waits on it: the one wait per batch. Closing drains the stream first, so that
 nothing still reads or writes the buffers that go with it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,6 +44,7 @@ class StreamContext(ExecutionContext):
     def complete(self) -> dict[str, np.ndarray]:
         self._done.synchronize()  # the one wait per batch
         results, self._results = self._results, None
+        assert results is not None  # submit() queued a batch
         return results
 
     def _drain(self) -> None:

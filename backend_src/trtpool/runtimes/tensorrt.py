@@ -6,6 +6,7 @@ its activation memory sized to the shapes it has run, and CUDA graphs per batch 
 (parameter ``cuda_graphs``). Several contexts share an optimization profile. trtpool.gpu.trt_api
 holds what differs between TensorRT releases. How and why: docs/design/tensorrt-runtime.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,10 @@ class TensorRTRuntime(Runtime):
         try:
             self.device = cuda.device_index(cfg.device)
         except ConfigError:
-            raise ConfigError(f"{self.name} engines run on a GPU, but this model instance is on "
-                              f"'{cfg.device}'; use instance_group [{{ kind: KIND_GPU }}]") from None
+            raise ConfigError(
+                f"{self.name} engines run on a GPU, but this model instance is on "
+                f"'{cfg.device}'; use instance_group [{{ kind: KIND_GPU }}]"
+            ) from None
         try:
             cuda.set_device(self.device)
             gpu = cuda.device_properties(self.device)
@@ -68,7 +71,8 @@ class TensorRTRuntime(Runtime):
         self._check_profile_parameter(cfg)
         self.input_capacities = {
             s.name: (s.dtype, max(prod(p.ranges[s.name].max) for p in self.signature.profiles))
-            for s in self.signature.inputs}
+            for s in self.signature.inputs
+        }
         self.output_capacities, self.data_dependent = self._learn_outputs()
         self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.infers_shapes = trt_api.raises_safely(self.trt)
@@ -76,8 +80,10 @@ class TensorRTRuntime(Runtime):
         # Why batches run without CUDA graphs, once they do.
         self.graphs_off: str | None = None if cfg.cuda_graphs else "parameter 'cuda_graphs' is off"
         if self.graphs_off is None and self.data_dependent:
-            self.stop_graphs(f"outputs {sorted(self.data_dependent)} have data-dependent shapes, and "
-                             f"{self.name} synchronizes inside such a run")
+            self.stop_graphs(
+                f"outputs {sorted(self.data_dependent)} have data-dependent shapes, and "
+                f"{self.name} synchronizes inside such a run"
+            )
 
     # ---- loading --------------------------------------------------------------------
 
@@ -89,7 +95,8 @@ class TensorRTRuntime(Runtime):
                 f"engine '{self.path}' is not version-compatible, and {self.name} {self.trt.__version__} is "
                 "TensorRT's lean runtime, which runs version-compatible engines only. Rebuild it with "
                 f"--version-compatible:\n  {self._rebuild} --version-compatible\nor install the full "
-                "TensorRT (pip install --extra-index-url https://pypi.nvidia.com tensorrt-cu12)")
+                "TensorRT (pip install --extra-index-url https://pypi.nvidia.com tensorrt-cu12)"
+            )
 
     def _deserialize(self, gpu: cuda.DeviceProperties) -> Any:
         data = self.path.read_bytes()
@@ -101,7 +108,8 @@ class TensorRTRuntime(Runtime):
                 f"{self.trt.__version__} on {gpu.name} (compute capability {gpu.compute_capability}). "
                 "Likely causes: the file is truncated or corrupt, or it was built by another TensorRT "
                 f"version or for another GPU. {self.name} said: {trt_api.said(errors)}. "
-                f"Rebuild it with:\n  {self._rebuild}")
+                f"Rebuild it with:\n  {self._rebuild}"
+            )
         return engine
 
     def _spec(self, name: str) -> TensorSpec:
@@ -109,10 +117,10 @@ class TensorRTRuntime(Runtime):
         if dtype.name not in TENSORRT_DTYPES:
             raise EngineError(
                 f"engine '{self.path}': tensor '{name}' has type {dtype.name}, which trtpool cannot "
-                f"pass through numpy; rebuild with {'/'.join(TENSORRT_DTYPES)} I/O (cast at the graph's edges)")
+                f"pass through numpy; rebuild with {'/'.join(TENSORRT_DTYPES)} I/O (cast at the graph's edges)"
+            )
         if self.engine.is_shape_inference_io(name):
-            raise EngineError(f"engine '{self.path}': tensor '{name}' is a shape tensor, which trtpool "
-                              "does not serve")
+            raise EngineError(f"engine '{self.path}': tensor '{name}' is a shape tensor, which trtpool does not serve")
         return TensorSpec(name, TENSORRT_DTYPES[dtype.name], trt_api.dims(self.engine.get_tensor_shape(name)))
 
     def _read_signature(self) -> Signature:
@@ -127,8 +135,9 @@ class TensorRTRuntime(Runtime):
             low, opt, high = (trt_api.dims(d) for d in engine.get_tensor_profile_shape(spec.name, profile))
             return ShapeRange(low, opt, high)
 
-        profiles = tuple(Profile(p, {s.name: shape_range(s, p) for s in inputs})
-                         for p in range(engine.num_optimization_profiles))
+        profiles = tuple(
+            Profile(p, {s.name: shape_range(s, p) for s in inputs}) for p in range(engine.num_optimization_profiles)
+        )
         # Outputs count as well as inputs, as for the sidecar's signature: see is_batched.
         return Signature(inputs, outputs, profiles, is_batched(inputs, outputs), owner="engine")
 
@@ -138,7 +147,8 @@ class TensorRTRuntime(Runtime):
             raise ConfigError(
                 f"parameter 'profile' is '{';'.join(map(format_profile, cfg.profiles))}' but the engine "
                 f"'{self.path}' was built with '{';'.join(map(format_profile, built))}'; an engine's profiles "
-                f"are fixed when it is built: remove the parameter, or rebuild with {BUILD_COMMAND} --shapes ...")
+                f"are fixed when it is built: remove the parameter, or rebuild with {BUILD_COMMAND} --shapes ..."
+            )
 
     def _learn_outputs(self) -> tuple[Capacities, frozenset[str]]:
         """Per output, the elements it takes at each profile's largest inputs as the runtime
@@ -149,13 +159,22 @@ class TensorRTRuntime(Runtime):
         context, stream = self.new_trt_context(), cuda.Stream()
         try:
             for profile in self.signature.profiles:
-                trt_api.call(f"engine '{self.path}': selecting optimization profile {profile.index}",
-                             context.set_optimization_profile_async, profile.index, stream.handle,
-                             failure=EngineError)
+                trt_api.call(
+                    f"engine '{self.path}': selecting optimization profile {profile.index}",
+                    context.set_optimization_profile_async,
+                    profile.index,
+                    stream.handle,
+                    failure=EngineError,
+                )
                 for name, shape_range in profile.ranges.items():
-                    trt_api.call(f"engine '{self.path}': profile {profile.index} refuses its own max shape "
-                                 f"{list(shape_range.max)} for '{name}'", context.set_input_shape, name,
-                                 shape_range.max, failure=EngineError)
+                    trt_api.call(
+                        f"engine '{self.path}': profile {profile.index} refuses its own max shape "
+                        f"{list(shape_range.max)} for '{name}'",
+                        context.set_input_shape,
+                        name,
+                        shape_range.max,
+                        failure=EngineError,
+                    )
                 for name in counts:
                     shape = trt_api.dims(context.get_tensor_shape(name))
                     if min(shape, default=0) < 0:
@@ -174,8 +193,10 @@ class TensorRTRuntime(Runtime):
         signature = self.signature
         if not signature.batched:
             return {}
-        return {p.index: power_of_two_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
-                for p in signature.profiles}
+        return {
+            p.index: power_of_two_buckets(max(r.min[0] for r in p.ranges.values()), p.max_batch())
+            for p in signature.profiles
+        }
 
     # ---- what contexts share ----------------------------------------------------------
 
@@ -197,9 +218,12 @@ class TensorRTRuntime(Runtime):
         """An IExecutionContext without activation memory (USER_MANAGED): its owner gives it
         what the shapes in use need (TensorRTContext._fit_activations)."""
         with self._lock:
-            return trt_api.call(f"engine '{self.path}': no execution context could be made (out of GPU memory?)",
-                                self.engine.create_execution_context,
-                                self.trt.ExecutionContextAllocationStrategy.USER_MANAGED, failure=ContextFailure)
+            return trt_api.call(
+                f"engine '{self.path}': no execution context could be made (out of GPU memory?)",
+                self.engine.create_execution_context,
+                self.trt.ExecutionContextAllocationStrategy.USER_MANAGED,
+                failure=ContextFailure,
+            )
 
     def device_bytes(self) -> int:
         """One context's preallocated device I/O buffers."""
@@ -238,6 +262,7 @@ class DeviceOutput:
 
     @property
     def ptr(self) -> int:
+        assert self._device is not None  # made in __init__
         return self._device.ptr
 
     def ensure(self, nbytes: int) -> bool:
@@ -251,7 +276,7 @@ class DeviceOutput:
         return True
 
     def host_view(self, shape: tuple[int, ...]) -> np.ndarray:
-        return self._host[:prod(shape)].reshape(shape)
+        return self._host[: prod(shape)].reshape(shape)
 
     def close(self) -> None:
         if self._device is not None:
@@ -266,22 +291,27 @@ class TensorRTContext(StreamContext):
         self._runtime = runtime
         cuda.set_device(runtime.device)
         self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
-        self._inputs = {name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
-                        for name, (dtype, count) in runtime.input_capacities.items()}
+        self._inputs = {
+            name: cuda.DeviceBuffer(np.dtype(dtype).itemsize * count)
+            for name, (dtype, count) in runtime.input_capacities.items()
+        }
         self._outputs = {name: DeviceOutput(dtype, count) for name, (dtype, count) in runtime.output_capacities.items()}
         self._open_stream(cuda.Stream())
         self._context = runtime.new_trt_context()
         self._reported: Shapes = {}  # data-dependent outputs' shapes, as the allocator was told
         allocator = trt_api.output_allocator(runtime.trt, self._allocate_output, self._reported.__setitem__)
         for name in sorted(runtime.data_dependent):
-            self._trt(f"setting the output allocator of '{name}'", self._context.set_output_allocator,
-                      name, allocator)
-        self._profile: int | None = None   # selected on the context (explicitly, on the first batch)
+            self._trt(f"setting the output allocator of '{name}'", self._context.set_output_allocator, name, allocator)
+        self._profile: int | None = None  # selected on the context (explicitly, on the first batch)
         self._shapes: Shapes | None = None  # input shapes set on the context
-        self._settled: int | None = None   # the profile of the last ordinary run since it was selected
+        self._settled: int | None = None  # the profile of the last ordinary run since it was selected
         self._graphs: dict[GraphKey, cuda.Graph] = {}
         self._activations: cuda.DeviceBuffer | None = None  # sized to the largest shapes run so far
         self._activation_bytes = 0
+
+    def _buffers(self) -> list[tuple[str, cuda.DeviceBuffer | DeviceOutput]]:
+        """Every input's and output's device buffer, by tensor name."""
+        return [*self._inputs.items(), *self._outputs.items()]
 
     @property
     def captured(self) -> list[GraphKey]:
@@ -318,10 +348,14 @@ class TensorRTContext(StreamContext):
         if profile == self._profile:
             return
         self._profile = self._shapes = self._settled = None
-        self._trt(f"selecting optimization profile {profile}", self._context.set_optimization_profile_async,
-                  profile, self._stream.handle)
+        self._trt(
+            f"selecting optimization profile {profile}",
+            self._context.set_optimization_profile_async,
+            profile,
+            self._stream.handle,
+        )
         self._profile = profile
-        for name, buffer in (*self._inputs.items(), *self._outputs.items()):
+        for name, buffer in self._buffers():
             self._trt(f"binding tensor '{name}'", self._context.set_tensor_address, name, buffer.ptr)
 
     def _set_shapes(self, profile: int, run_shapes: Shapes, shapes: Shapes) -> None:
@@ -331,11 +365,19 @@ class TensorRTContext(StreamContext):
         self._shapes = None
         runtime = self._runtime
         for name, shape in run_shapes.items():
-            trt_api.call(f"input '{name}': {runtime.name} refused shape {list(shape)} for optimization profile "
-                         f"{profile}", self._context.set_input_shape, name, shape, failure=InvalidInput)
+            trt_api.call(
+                f"input '{name}': {runtime.name} refused shape {list(shape)} for optimization profile {profile}",
+                self._context.set_input_shape,
+                name,
+                shape,
+                failure=InvalidInput,
+            )
         if runtime.infers_shapes:
-            trt_api.call(f"the model rejected input shapes {self._listed(shapes)}", self._context.infer_shapes,
-                         failure=InvalidInput)
+            trt_api.call(
+                f"the model rejected input shapes {self._listed(shapes)}",
+                self._context.infer_shapes,
+                failure=InvalidInput,
+            )
         self._fit_activations(run_shapes)
         self._shapes = run_shapes
 
@@ -343,15 +385,20 @@ class TensorRTContext(StreamContext):
         """Give the context the activation memory the input shapes set need, when it holds
         less: a context that runs small batches never holds the largest profile's. The old
         block is idle (the last batch has completed); graphs captured with it are dropped."""
-        need = int(self._trt("sizing activation memory for the input shapes",
-                             self._context.update_device_memory_size_for_shapes))
+        need = int(
+            self._trt(
+                "sizing activation memory for the input shapes", self._context.update_device_memory_size_for_shapes
+            )
+        )
         if self._activations is not None and need <= self._activation_bytes:
             return
         try:
             fresh = cuda.DeviceBuffer(max(need, 1))
         except cuda.CudaError as exc:
-            raise ContextFailure(f"context {self.index}: {need} bytes of activation memory for input shapes "
-                                 f"{self._listed(run_shapes)} could not be allocated: {exc}") from exc
+            raise ContextFailure(
+                f"context {self.index}: {need} bytes of activation memory for input shapes "
+                f"{self._listed(run_shapes)} could not be allocated: {exc}"
+            ) from exc
         self._context.device_memory = fresh.ptr
         if self._activations is not None:
             self._settled = None
@@ -371,8 +418,10 @@ class TensorRTContext(StreamContext):
             # A shape the runtime failed to compute has -1s, or no dimensions at all
             # (Dims{-1} is the C++ API's error value: include/NvInferRuntime.h, getTensorShape).
             if len(shape) != len(spec.shape) or min(shape, default=0) < 0:
-                raise InvalidInput(f"the model cannot compute output '{spec.name}' for input shapes "
-                                   f"{self._listed(shapes)}: {trt_api.said(errors)}")
+                raise InvalidInput(
+                    f"the model cannot compute output '{spec.name}' for input shapes "
+                    f"{self._listed(shapes)}: {trt_api.said(errors)}"
+                )
             buffer = self._outputs[spec.name]
             if buffer.ensure(prod(shape) * buffer.dtype.itemsize):
                 self._rebind(spec.name, buffer.ptr)
@@ -432,9 +481,14 @@ class TensorRTContext(StreamContext):
             runtime.stop_graphs(f"capturing execute_async_v3 failed: {exc}")
             return
         self._graphs[key] = graph
-        log.info("context %d: captured a CUDA graph for optimization profile %d, input shapes %s; it holds "
-                 "%d bytes of device memory (free memory before and after instantiation)", self.index, key[0],
-                 self._listed(dict(key[1])), free - cuda.mem_get_info()[0])
+        log.info(
+            "context %d: captured a CUDA graph for optimization profile %d, input shapes %s; it holds "
+            "%d bytes of device memory (free memory before and after instantiation)",
+            self.index,
+            key[0],
+            self._listed(dict(key[1])),
+            free - cuda.mem_get_info()[0],
+        )
 
     def _download(self, output_shapes: Shapes, cut_to: int | None) -> dict[str, np.ndarray]:
         """Queue each output's copy to its pinned staging buffer; `cut_to`: the real batch
@@ -468,7 +522,7 @@ class TensorRTContext(StreamContext):
         self._drain()
         self._drop_graphs()
         self._context = None
-        for buffer in (*self._inputs.values(), *self._outputs.values()):
+        for _, buffer in self._buffers():
             buffer.close()
         if self._activations is not None:  # after the context that used it
             self._activations.close()

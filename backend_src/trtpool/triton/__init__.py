@@ -8,6 +8,7 @@
     metrics       trtpool's counters on Triton's metrics endpoint
     status_relay  Triton status codes carried across a front's BLS hop
     stub_check    the stub's numpy hand-over checked at load
+    pb_api        the slice of pb_utils trtpool calls, as Protocols: the types of what the others take
 
 Each takes pb_utils (or objects made by it) as an argument: the code imports without Triton.
 """

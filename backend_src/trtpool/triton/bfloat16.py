@@ -7,15 +7,16 @@ module reads a host BF16 DLPack capsule into an ml_dtypes bfloat16 array (a
 copy), and lends the stub a bfloat16 array's memory through a DLPack capsule of
 its own making (the DLPack C structs, spelled out below).
 """
+
 from __future__ import annotations
 
 import ctypes
 from math import prod
-from typing import Any
 
 import numpy as np
 
 from trtpool.model.dtypes import BFLOAT16
+from trtpool.triton.pb_api import PbUtils, Tensor
 
 KDL_CPU = 1
 KDL_BFLOAT = 4
@@ -26,9 +27,16 @@ class _DLDataType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -36,12 +44,12 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _dl_tensor(capsule: Any) -> _DLTensor:
+def _dl_tensor(capsule: object) -> _DLTensor:
     """The DLTensor a (not yet consumed) 'dltensor' capsule holds; its first member."""
     return _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
 
 
-def from_triton(tensor: Any) -> np.ndarray:
+def from_triton(tensor: Tensor) -> np.ndarray:
     """A host BF16 pb_utils.Tensor as a bfloat16 array (a copy: the capsule frees its memory)."""
     capsule = tensor.to_dlpack()
     dl = _dl_tensor(capsule)
@@ -51,7 +59,7 @@ def from_triton(tensor: Any) -> np.ndarray:
     count = prod(shape)
     if count == 0:
         return np.empty(shape, BFLOAT16)
-    if dl.strides and any(dl.strides[a] != prod(shape[a + 1:]) for a in range(dl.ndim)):
+    if dl.strides and any(dl.strides[a] != prod(shape[a + 1 :]) for a in range(dl.ndim)):
         raise ValueError(f"tensor '{tensor.name()}': a strided bfloat16 tensor is not supported")
     address = dl.data + dl.byte_offset
     bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(address))
@@ -59,8 +67,11 @@ def from_triton(tensor: Any) -> np.ndarray:
 
 
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+    ]
 
 
 # What each capsule handed to the stub points into, by the address of its DLManagedTensor,
@@ -78,7 +89,7 @@ def _release(address: int) -> None:
     _lent.pop(address, None)
 
 
-def to_triton(pb_utils: Any, name: str, array: np.ndarray) -> Any:
+def to_triton(pb_utils: PbUtils, name: str, array: np.ndarray) -> Tensor:
     """A pb_utils.Tensor of a host bfloat16 array, lent to the stub without a copy."""
     bits = np.ascontiguousarray(array).view(np.uint16)
     shape = (ctypes.c_int64 * max(bits.ndim, 1))(*bits.shape)

@@ -5,6 +5,7 @@ batch when 0, and once more at unload): each update is a round trip from the stu
 server. With an engine host the counts are the host's, published by one instance.
 Every metric and its labels: docs/design/metrics.md.
 """
+
 from __future__ import annotations
 
 import threading
@@ -12,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from trtpool.engine.pool import ContextStats, PoolStats
-
+from trtpool.triton.pb_api import Metric, MetricFamily, MetricFamilyType
 
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
 SIZE_GAUGES = {
@@ -28,40 +29,67 @@ CHANGE_COUNTERS = {
 
 
 class PoolMetrics:
-    def __init__(self, metric_family: Any, model_name: str) -> None:
+    def __init__(self, metric_family: MetricFamilyType, model_name: str) -> None:
         counter = metric_family.COUNTER
         self._family = metric_family
         self._fetch: Any = None
-        self._rebase = False   # the engine host's totals are a new baseline (_adopt)
+        self._rebase = False  # the engine host's totals are a new baseline (_adopt)
         self._model = model_name
-        self._busy = metric_family(name="trtpool_context_busy_us_total",
-                                   description="Microseconds each execution context spent running batches", kind=counter)
-        self._runs = metric_family(name="trtpool_context_runs_total",
-                                   description="Batches run by each execution context", kind=counter)
-        self._failures = metric_family(name="trtpool_context_failures_total",
-                                       description="Runs that failed and caused the context to be rebuilt", kind=counter)
-        self._wait = metric_family(name="trtpool_queue_wait_us_total",
-                                   description="Microseconds batches waited for a free execution context", kind=counter)
-        self._batches = metric_family(name="trtpool_batches_total",
-                                      description="Batches executed, by batch size", kind=counter)
-        self._request_wait = metric_family(name="trtpool_request_wait_us_total",
-                                           description="Microseconds decoupled requests waited in trtpool's queue",
-                                           kind=counter)
-        self._workers_lost = metric_family(name="trtpool_workers_lost_total",
-                                           description="Decoupled worker threads that died and were replaced",
-                                           kind=counter)
-        self._size = {field: metric_family(name=name, description=text, kind=metric_family.GAUGE)
-                      for field, (name, text) in SIZE_GAUGES.items()}
-        self._changes = {field: metric_family(name=name, description=text, kind=counter)
-                         for field, (name, text) in CHANGE_COUNTERS.items()}
-        self._stage_time = metric_family(name="trtpool_stage_us_total", kind=counter, description=(
-            "Microseconds per stage of a model with a process file: pre and post (process.py, summed over "
-            "requests), queue (batches waiting for a free context), engine (contexts running)"))
-        self._stage_failures = metric_family(name="trtpool_stage_failures_total", kind=counter, description=(
-            "Requests that process.py's preprocess refused (pre) or whose postprocess failed (post)"))
+        self._busy = metric_family(
+            name="trtpool_context_busy_us_total",
+            description="Microseconds each execution context spent running batches",
+            kind=counter,
+        )
+        self._runs = metric_family(
+            name="trtpool_context_runs_total", description="Batches run by each execution context", kind=counter
+        )
+        self._failures = metric_family(
+            name="trtpool_context_failures_total",
+            description="Runs that failed and caused the context to be rebuilt",
+            kind=counter,
+        )
+        self._wait = metric_family(
+            name="trtpool_queue_wait_us_total",
+            description="Microseconds batches waited for a free execution context",
+            kind=counter,
+        )
+        self._batches = metric_family(
+            name="trtpool_batches_total", description="Batches executed, by batch size", kind=counter
+        )
+        self._request_wait = metric_family(
+            name="trtpool_request_wait_us_total",
+            description="Microseconds decoupled requests waited in trtpool's queue",
+            kind=counter,
+        )
+        self._workers_lost = metric_family(
+            name="trtpool_workers_lost_total",
+            description="Decoupled worker threads that died and were replaced",
+            kind=counter,
+        )
+        self._size = {
+            field: metric_family(name=name, description=text, kind=metric_family.GAUGE)
+            for field, (name, text) in SIZE_GAUGES.items()
+        }
+        self._changes = {
+            field: metric_family(name=name, description=text, kind=counter)
+            for field, (name, text) in CHANGE_COUNTERS.items()
+        }
+        self._stage_time = metric_family(
+            name="trtpool_stage_us_total",
+            kind=counter,
+            description=(
+                "Microseconds per stage of a model with a process file: pre and post (process.py, summed over "
+                "requests), queue (batches waiting for a free context), engine (contexts running)"
+            ),
+        )
+        self._stage_failures = metric_family(
+            name="trtpool_stage_failures_total",
+            kind=counter,
+            description=("Requests that process.py's preprocess refused (pre) or whose postprocess failed (post)"),
+        )
         self._stage_ns: Counter[str] = Counter()
         self._stage_failed: Counter[str] = Counter()
-        self._metrics: dict[tuple, Any] = {}
+        self._metrics: dict[tuple, Metric] = {}
         self._gauges: dict[tuple, float] = {}  # (id(family), labels) -> the value last set
         self._published: dict[tuple, int] = {}
         self._flush_lock = threading.Lock()  # one flush at a time
@@ -76,11 +104,12 @@ class PoolMetrics:
     def start_hosted(self, fetch: Any, interval_ms: int) -> None:
         """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None."""
         self._fetch = fetch
-        self._host_pid: int | None = None   # the host whose totals this instance publishes
-        self._host_gauges: dict[str, Any] | None = None
-        self._host_last = (0, 0)   # busy_ns, uptime_ns at the previous flush
-        self._thread = threading.Thread(target=self._flush_every, args=(max(interval_ms, 100) / 1000,),
-                                        name="trtpool-metrics", daemon=True)
+        self._host_pid: int | None = None  # the host whose totals this instance publishes
+        self._host_gauges: dict[str, MetricFamily] | None = None
+        self._host_last = (0, 0)  # busy_ns, uptime_ns at the previous flush
+        self._thread = threading.Thread(
+            target=self._flush_every, args=(max(interval_ms, 100) / 1000,), name="trtpool-metrics", daemon=True
+        )
         self._thread.start()
 
     def _adopt(self) -> None:
@@ -90,7 +119,7 @@ class PoolMetrics:
             self._stats = None
             self._host_pid = None
             return
-        if snapshot["host_pid"] != self._host_pid:   # a new host counts from 0: so do its deltas
+        if snapshot["host_pid"] != self._host_pid:  # a new host counts from 0: so do its deltas
             self._published.clear()
             self._host_pid = snapshot["host_pid"]
         # Taking over from another publisher: its totals were published already, so they are only
@@ -116,18 +145,30 @@ class PoolMetrics:
             self._set(gauges["busy"], round((busy - last_busy) / (uptime - last_uptime), 4))
         self._host_last = (busy, uptime)
 
-    def _host_families(self) -> dict[str, Any]:
+    def _host_families(self) -> dict[str, MetricFamily]:
         if self._host_gauges is None:
             family = self._family
             self._host_gauges = {
-                "depth": family(name="trtpool_host_queue_depth", kind=family.GAUGE,
-                                description="Engine host: requests waiting for a worker"),
-                "merged": family(name="trtpool_host_merged_batches_total", kind=family.COUNTER,
-                                 description="Engine host: batches by how many instances' batches they merged"),
-                "in_flight": family(name="trtpool_context_in_flight", kind=family.GAUGE,
-                                    description="Engine host: batches running on each execution context now"),
-                "busy": family(name="trtpool_host_busy_share", kind=family.GAUGE,
-                               description="Engine host: share of the last interval with a batch running"),
+                "depth": family(
+                    name="trtpool_host_queue_depth",
+                    kind=family.GAUGE,
+                    description="Engine host: requests waiting for a worker",
+                ),
+                "merged": family(
+                    name="trtpool_host_merged_batches_total",
+                    kind=family.COUNTER,
+                    description="Engine host: batches by how many instances' batches they merged",
+                ),
+                "in_flight": family(
+                    name="trtpool_context_in_flight",
+                    kind=family.GAUGE,
+                    description="Engine host: batches running on each execution context now",
+                ),
+                "busy": family(
+                    name="trtpool_host_busy_share",
+                    kind=family.GAUGE,
+                    description="Engine host: share of the last interval with a batch running",
+                ),
             }
         return self._host_gauges
 
@@ -135,8 +176,9 @@ class PoolMetrics:
         """Flush the pool's `stats` and the recorded counters every interval_ms (0: after every batch)."""
         self._stats = stats
         if interval_ms > 0:
-            self._thread = threading.Thread(target=self._flush_every, args=(interval_ms / 1000,),
-                                             name="trtpool-metrics", daemon=True)
+            self._thread = threading.Thread(
+                target=self._flush_every, args=(interval_ms / 1000,), name="trtpool-metrics", daemon=True
+            )
             self._thread.start()
 
     def record_batch(self, batch_size: int) -> None:
@@ -206,21 +248,20 @@ class PoolMetrics:
         while not self._stop.wait(interval_s):
             self.flush()
 
-    def _metric(self, family: Any, **labels: str) -> Any:
+    def _metric(self, family: MetricFamily, **labels: str) -> Metric:
         key = (id(family), *sorted(labels.items()))
         if key not in self._metrics:
             self._metrics[key] = family.Metric(labels={"model": self._model, **labels})
         return self._metrics[key]
 
-    def _set(self, family: Any, value: float, **labels: str) -> None:
+    def _set(self, family: MetricFamily, value: float, **labels: str) -> None:
         """A gauge, set only when it changed (each set is a round trip to the server)."""
         key = (id(family), *sorted(labels.items()))
         if self._gauges.get(key) != value:
             self._metric(family, **labels).set(value)
             self._gauges[key] = value
 
-
-    def _advance(self, family: Any, total: int, **labels: str) -> None:
+    def _advance(self, family: MetricFamily, total: int, **labels: str) -> None:
         """Counters only go up: add what the running total gained since the last flush (on a rebase,
         the total is only remembered)."""
         key = (id(family), *sorted(labels.items()))

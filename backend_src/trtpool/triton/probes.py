@@ -8,16 +8,18 @@ once with no outputs and runs no user code: the answer proves what a probe asks,
 stub is alive and answering. Models without a process file run a probe as any request; a unary
 front forwards a probe as a probe.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from trtpool.triton.pb_api import InferenceRequest
 
 PROBE_PARAMETER = "trtpool_probe"
-PROBE_MARK = {PROBE_PARAMETER: True}   # a probe's request parameters
+PROBE_MARK = {PROBE_PARAMETER: True}  # a probe's request parameters
 
 
-def is_probe(request: Any) -> bool:
+def is_probe(request: InferenceRequest) -> bool:
     """Whether a Triton request carries PROBE_PARAMETER set to true."""
     try:
         return json.loads(request.parameters() or "{}").get(PROBE_PARAMETER) is True

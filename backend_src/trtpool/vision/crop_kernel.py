@@ -10,12 +10,13 @@ antialiased bilinear resize of Pillow and torch (a triangle filter whose support
 the downscale, weights normalized per axis), the centre crop, rounding to grey levels, and
 (x / 255 - mean) / std. tests/harness/pipelines.crop_reference is the same in float64 numpy.
 """
+
 from __future__ import annotations
 
 import ctypes
 import threading
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from trtpool.gpu import cuda
 from trtpool.vision.images import CropSpec, placement
@@ -30,7 +31,7 @@ class CropKernel:
     """The compiled kernel on one device; `launch` is safe from several threads (each passes
     its own stream)."""
 
-    _compiled: dict[tuple[int, str], bytes] = {}
+    _compiled: ClassVar[dict[tuple[int, str], bytes]] = {}  # every instance's cache
     _lock = threading.Lock()
 
     def __init__(self, device_index: int, source: str = KERNEL) -> None:
@@ -41,8 +42,9 @@ class CropKernel:
         cuda.set_device(device_index)  # the runtime's primary context: the driver calls use it
         image = self._cubin(device_index, source)
         self.module = _checked(driver, "cuModuleLoadData", driver.cuModuleLoadData(image))
-        self.function = _checked(driver, "cuModuleGetFunction",
-                                 driver.cuModuleGetFunction(self.module, b"imagenet_crops"))
+        self.function = _checked(
+            driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, b"imagenet_crops")
+        )
 
     @classmethod
     def _cubin(cls, device_index: int, source: str) -> bytes:
@@ -52,23 +54,33 @@ class CropKernel:
                 cls._compiled[key] = _compile(source, cuda.device_properties(device_index).compute_capability)
             return cls._compiled[key]
 
-    def launch(self, table: Any, images: int, out: int, crop: int, scale: tuple[float, ...],
-               shift: tuple[float, ...], stream: cuda.Stream) -> None:
+    def launch(
+        self,
+        table: Any,
+        images: int,
+        out: int,
+        crop: int,
+        scale: tuple[float, ...],
+        shift: tuple[float, ...],
+        stream: cuda.Stream,
+    ) -> None:
         c_float, c_int, c_void_p = ctypes.c_float, ctypes.c_int, ctypes.c_void_p
-        arguments = ((table, FIELDS, out, crop, *scale, *shift),
-                     (c_void_p, c_int, c_void_p, c_int, *(c_float,) * 6))
+        arguments = ((table, FIELDS, out, crop, *scale, *shift), (c_void_p, c_int, c_void_p, c_int, *(c_float,) * 6))
         blocks = -(-crop * crop // BLOCK)
-        _checked(self.driver, "cuLaunchKernel",
-                 self.driver.cuLaunchKernel(self.function, blocks, images, 1, BLOCK, 1, 1, 0, stream.handle,
-                                            arguments, 0))
+        _checked(
+            self.driver,
+            "cuLaunchKernel",
+            self.driver.cuLaunchKernel(self.function, blocks, images, 1, BLOCK, 1, 1, 0, stream.handle, arguments, 0),
+        )
 
 
 def _compile(source: str, compute_capability: str) -> bytes:
     """The kernel's cubin for this GPU (sm_XY), from NVRTC."""
     from cuda.bindings import nvrtc
 
-    program = _checked(nvrtc, "nvrtcCreateProgram",
-                       nvrtc.nvrtcCreateProgram(source.encode(), b"crop_kernel.cu", 0, [], []))
+    program = _checked(
+        nvrtc, "nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), b"crop_kernel.cu", 0, [], [])
+    )
     arch = f"--gpu-architecture=sm_{compute_capability.replace('.', '')}".encode()
     result = nvrtc.nvrtcCompileProgram(program, 2, [arch, b"-default-device"])
     if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:

@@ -14,6 +14,7 @@ with the reason). JPEGs nvJPEG decodes as libjpeg would (baseline or progressive
 grayscale, complete) are decoded in calls whose decoded pixels stay within ``max_decoded_bytes``;
 other files (PNG, CMYK JPEG, ...) and any the decoder fails take the CPU path and are uploaded.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -91,8 +92,11 @@ class NvImageCodecDecoder:
 
         allowed = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, name)) for name in backends] or None
         self.decoder = nvimgcodec.Decoder(device_id=device_index, backends=allowed)
-        self.params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
-                                              sample_format=nvimgcodec.SampleFormat.I_RGB)
+        self.params = nvimgcodec.DecodeParams(
+            apply_exif_orientation=False,
+            color_spec=nvimgcodec.ColorSpec.SRGB,
+            sample_format=nvimgcodec.SampleFormat.I_RGB,
+        )
 
     def decode(self, files: list[bytes], stream: cuda.Stream) -> list[Any]:
         return self.decoder.decode(files, params=self.params, cuda_stream=stream.handle)
@@ -132,9 +136,12 @@ def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -
     if name == "auto":
         try:
             return TorchvisionDecoder(device_index)
-        except Exception as exc:  # no torchvision, or one built for another torch
-            log.info("JPEG decoder 'auto': torchvision cannot be used here (%s: %s); nvImageCodec decodes",
-                     type(exc).__name__, exc)
+        except Exception as exc:  # noqa: BLE001 - no torchvision, or one built for another torch
+            log.info(
+                "JPEG decoder 'auto': torchvision cannot be used here (%s: %s); nvImageCodec decodes",
+                type(exc).__name__,
+                exc,
+            )
             name = "nvimgcodec"
     return TorchvisionDecoder(device_index) if name == "torchvision" else NvImageCodecDecoder(device_index, backends)
 
@@ -185,7 +192,7 @@ class DeviceCrops:
         held: list[Any] = []  # decoded images and host arrays the stream still reads
         for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
             rows = []
-            for index, image in zip(chunk, self.decoder.decode([files[i] for i in chunk], stream)):
+            for index, image in zip(chunk, self.decoder.decode([files[i] for i in chunk], stream), strict=True):
                 if image is None:  # Pillow decodes it, or refuses it with its reason
                     on_cpu.append(index)
                     continue
@@ -195,8 +202,7 @@ class DeviceCrops:
                 table = np.array(rows, np.int64)
                 cuda.memcpy_htod_async(device_table.ptr, table, table.nbytes, stream)
                 held.append(table)
-                self.kernel.launch(device_table.ptr, len(rows), buffer.ptr, spec.crop, self.scale, self.shift,
-                                   stream)
+                self.kernel.launch(device_table.ptr, len(rows), buffer.ptr, spec.crop, self.scale, self.shift, stream)
         for index in on_cpu:
             try:
                 crop = np.ascontiguousarray(cpu_crop(files[index], spec))

@@ -6,6 +6,7 @@
 Every file is read from its header first; one that is no image, or too large decoded, is refused
 alone (ImageRefused). How the GPU path follows the CPU one: docs/design/image-crops.md.
 """
+
 from __future__ import annotations
 
 import io
@@ -83,21 +84,23 @@ def opened(data: bytes, spec: CropSpec) -> Image.Image:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise ImageRefused(f"not an image Pillow can identify ({len(data):,} bytes starting {data[:8]!r})") from None
-    except Exception as exc:  # a header Pillow cannot parse
+    except Exception as exc:  # noqa: BLE001 - a header Pillow cannot parse
         raise ImageRefused(f"unreadable image header: {type(exc).__name__}: {exc}") from None
     width, height = image.size
     if width * height * 3 > spec.max_decoded_bytes:
         image.close()
-        raise ImageRefused(f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
-                           f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}")
+        raise ImageRefused(
+            f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
+            f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}"
+        )
     return image
 
 
 def read_header(data: bytes, spec: CropSpec) -> Header:
     """The file's format and size from its header; ImageRefused for what is no image or too large."""
     with opened(data, spec) as image:
-        return Header(image.format or "unknown", *image.size, image.mode,
-                      b"\xff\xd9" in data[-4096:])
+        width, height = image.size
+        return Header(image.format or "unknown", width, height, image.mode, b"\xff\xd9" in data[-4096:])
 
 
 def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
@@ -106,18 +109,19 @@ def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
         try:
             image.draft("RGB", (spec.resize, spec.resize))  # JPEG: the smallest DCT scale still >= resize
             rgb = image.convert("RGB")
-        except Exception as exc:  # truncated or corrupt data past the header
+        except Exception as exc:  # noqa: BLE001 - truncated or corrupt data past the header
             raise ImageRefused(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
     width, height = spec.resized(*rgb.size)
-    rgb = rgb.resize((width, height), Image.BILINEAR)
+    rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
     left, top = spec.crop_origin(width, height)
     pixels = np.asarray(rgb.crop((left, top, left + spec.crop, top + spec.crop)), dtype=np.float32) / 255.0
     mean, std = np.array(spec.mean, np.float32), np.array(spec.std, np.float32)
     return ((pixels - mean) / std).transpose(2, 0, 1)
 
 
-def sort_files(files: list[bytes], spec: CropSpec
-               ) -> tuple[list[tuple[int, Header]], list[int], dict[int, ImageRefused]]:
+def sort_files(
+    files: list[bytes], spec: CropSpec
+) -> tuple[list[tuple[int, Header]], list[int], dict[int, ImageRefused]]:
     """By index: the files a GPU decoder takes (with their headers), those Pillow takes, those refused."""
     on_gpu: list[tuple[int, Header]] = []
     on_cpu: list[int] = []

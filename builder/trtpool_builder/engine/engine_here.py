@@ -1,4 +1,5 @@
 """Can this machine run an engine? Its sidecar against the TensorRT module and GPU found here."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,10 @@ from trtpool_builder.errors import BuildError
 
 
 def built_for(sidecar: Sidecar) -> str:
-    return (f"{sidecar.module} {sidecar.module_version}, compute capability "
-            f"{', '.join(sidecar.target.compute_capabilities)}")
+    return (
+        f"{sidecar.module} {sidecar.module_version}, compute capability "
+        f"{', '.join(sidecar.target.compute_capabilities)}"
+    )
 
 
 def why_not_here(engine: Path) -> str | None:

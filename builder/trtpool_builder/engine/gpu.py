@@ -1,4 +1,5 @@
 """The GPU this process would build for or run on (trtpool.gpu.cuda's view of it), or why there is none."""
+
 from __future__ import annotations
 
 from trtpool.gpu import cuda

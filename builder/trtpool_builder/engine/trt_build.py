@@ -4,6 +4,7 @@ Written against the API both modules share; the few differences (timing
 cache, hardware compatibility, target compute capabilities) are handled
 where they are set, and refused earlier by `build.check_options`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,7 +19,6 @@ import numpy as np
 from trtpool.gpu import trt_api
 from trtpool.model.signature import Profile
 from trtpool_builder.errors import BuildError
-
 
 # A warning, not an error, in TensorRT-RTX 1.7: the engine is written and then refuses those shapes.
 INCONSISTENT_PROFILE = "values are not self-consistent"
@@ -44,10 +44,10 @@ class TrtSettings:
     workspace_mib: int | None = None
     opt_level: int | None = None
     version_compatible: bool = False
-    hardware_compatible: bool = False       # tensorrt only
+    hardware_compatible: bool = False  # tensorrt only
     compute_capabilities: tuple[str, ...] = ()  # tensorrt_rtx only
-    legacy_flags: tuple[str, ...] = ()      # BuilderFlag names, tensorrt 10 only
-    timing_cache: Path | None = None        # tensorrt only (no-op in tensorrt_rtx)
+    legacy_flags: tuple[str, ...] = ()  # BuilderFlag names, tensorrt 10 only
+    timing_cache: Path | None = None  # tensorrt only (no-op in tensorrt_rtx)
 
 
 class ParseError(BuildError):
@@ -108,30 +108,37 @@ def _configure(trt: ModuleType, builder: Any, settings: TrtSettings, notes: list
         data = settings.timing_cache.read_bytes() if settings.timing_cache.is_file() else b""
         cache = config.create_timing_cache(data)
         if not config.set_timing_cache(cache, ignore_mismatch=False):
-            notes.append(f"timing cache '{settings.timing_cache}' was made for another device or "
-                         "TensorRT version; starting a new one")
+            notes.append(
+                f"timing cache '{settings.timing_cache}' was made for another device or "
+                "TensorRT version; starting a new one"
+            )
             config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
         elif data:
             notes.append(f"timing cache '{settings.timing_cache}' loaded ({len(data)} bytes)")
     return config
 
 
-def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, verbose: bool,
-                     notes: list[str], label: str) -> tuple[bytes, Any]:
+def build_serialized(
+    trt: ModuleType, onnx_path: Path, settings: TrtSettings, verbose: bool, notes: list[str], label: str
+) -> tuple[bytes, Any]:
     """(serialized engine, network) — the network describes the engine's I/O tensors.
 
     `label` names the model in errors (the user's file, not a temporary conversion). TensorRT's
     messages are printed (`_printer`), not logged, and a profile the graph cannot run counts as
     an error."""
-    with (trt_api.tensorrt_messages(_printer(trt, verbose)),
-          trt_api.tensorrt_errors(counting=INCONSISTENT_PROFILE) as errors):
+    with (
+        trt_api.tensorrt_messages(_printer(trt, verbose)),
+        trt_api.tensorrt_errors(counting=INCONSISTENT_PROFILE) as errors,
+    ):
         builder = trt.Builder(trt_api.process_logger(trt))
         network = parse_onnx(trt, builder, onnx_path, settings.network_flags, label)
         config = _configure(trt, builder, settings, notes)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None or errors:
-            raise BuildError(f"{trt.__name__} could not build an engine from {label}:\n  "
-                             + "\n  ".join(errors or ["(no error was logged; rerun with --verbose)"]))
+            raise BuildError(
+                f"{trt.__name__} could not build an engine from {label}:\n  "
+                + "\n  ".join(errors or ["(no error was logged; rerun with --verbose)"])
+            )
         if settings.timing_cache is not None:
             data = bytes(memoryview(config.get_timing_cache().serialize()))
             settings.timing_cache.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +149,7 @@ def build_serialized(trt: ModuleType, onnx_path: Path, settings: TrtSettings, ve
 
 def io_tensors(trt: ModuleType, network: Any) -> tuple[list[tuple[str, str, tuple[int, ...]]], ...]:
     """([(name, numpy dtype name, shape)] for inputs, same for outputs), from the network."""
+
     def describe(tensors: Sequence[Any]) -> list[tuple[str, str, tuple[int, ...]]]:
         return [(t.name, np.dtype(trt.nptype(t.dtype)).name, tuple(t.shape)) for t in tensors]
 

@@ -6,6 +6,7 @@ so the same name and options always give the same file.
     write_example("tiny", Path("tiny.onnx"))
     write_example("bert_base", Path("bert.onnx"), num_layers=2, hidden=128)
 """
+
 from __future__ import annotations
 
 import inspect
@@ -46,16 +47,16 @@ class Example:
         params = inspect.signature(self.build).parameters
         unknown = sorted(set(overrides) - set(params))
         if unknown:
-            raise ValueError(f"example '{self.name}': unknown option(s) {unknown}; "
-                             f"it takes {sorted(params)}")
+            raise ValueError(f"example '{self.name}': unknown option(s) {unknown}; it takes {sorted(params)}")
         return {k: overrides.get(k, p.default) for k, p in params.items()}
 
     def serving_profiles(self, **overrides: Any) -> tuple[str, ...]:
         return self.profiles(self.options(**overrides))
 
     def max_batch_size(self, **overrides: Any) -> int:
-        return max(Profile(i, parse_profile(text)).max_batch()
-                   for i, text in enumerate(self.serving_profiles(**overrides)))
+        return max(
+            Profile(i, parse_profile(text)).max_batch() for i, text in enumerate(self.serving_profiles(**overrides))
+        )
 
     def sample_inputs(self, batch: int, seed: int = 0, **overrides: Any) -> dict[str, np.ndarray]:
         return self.sample(np.random.default_rng(seed), batch, self.options(**overrides))
@@ -72,7 +73,7 @@ def _bert_sample(rng: np.random.Generator, batch: int, o: dict[str, Any]) -> dic
     length = min(16, o["max_positions"])
     ids = rng.integers(0, o["vocab_size"], size=(batch, length), dtype=np.int64)
     mask = np.ones((batch, length), np.int64)
-    mask[:, length // 2 + 1:] = rng.integers(0, 2, size=(batch, length - length // 2 - 1))
+    mask[:, length // 2 + 1 :] = rng.integers(0, 2, size=(batch, length - length // 2 - 1))
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -86,17 +87,20 @@ def _resnet_sample(rng: np.random.Generator, batch: int, o: dict[str, Any]) -> d
 
 EXAMPLES: dict[str, Example] = {
     "tiny": Example(
-        "tiny", build_tiny,
+        "tiny",
+        build_tiny,
         profiles=lambda o: ("INPUT0=1x16:8x16:64x16",),
         preferred_batch_sizes=(8, 64),
         sample=lambda rng, b, o: {"INPUT0": rng.standard_normal((b, 16), dtype=np.float32)},
     ),
     "resnet50": Example("resnet50", build_resnet50, _resnet_profiles, (8, 32), _resnet_sample),
     # Encoded images in, the top-5 class names and scores out (process/resnet50_jpeg.py).
-    "resnet50_jpeg": Example("resnet50_jpeg", build_resnet50, _resnet_profiles, (8, 32), _resnet_sample,
-                             process=RESNET50_JPEG),
+    "resnet50_jpeg": Example(
+        "resnet50_jpeg", build_resnet50, _resnet_profiles, (8, 32), _resnet_sample, process=RESNET50_JPEG
+    ),
     "bert_base": Example(
-        "bert_base", build_bert_base,
+        "bert_base",
+        build_bert_base,
         profiles=_bert_profiles,
         preferred_batch_sizes=(8, 32),
         sample=_bert_sample,

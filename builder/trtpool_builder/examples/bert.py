@@ -3,6 +3,7 @@
 Weights ~ N(0, 0.02) as in BERT's initialisation; LayerNorm scales are one and
 biases zero. Options shrink it (`num_layers`, `hidden`, ...) for fast tests.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,16 @@ MASK_VALUE = -10000.0  # finite, so an fp16 conversion of the graph stays finite
 
 
 class _BertWriter:
-    def __init__(self, seed: int, num_layers: int, hidden: int, num_heads: int,
-                 intermediate: int, vocab_size: int, max_positions: int) -> None:
+    def __init__(
+        self,
+        seed: int,
+        num_layers: int,
+        hidden: int,
+        num_heads: int,
+        intermediate: int,
+        vocab_size: int,
+        max_positions: int,
+    ) -> None:
         if hidden % num_heads:
             raise ValueError(f"bert_base: hidden {hidden} is not divisible by num_heads {num_heads}")
         self.rng = np.random.default_rng(seed)
@@ -36,8 +45,7 @@ class _BertWriter:
     def layer_norm(self, x: str, name: str) -> str:
         scale = self.g.const(f"{name}.weight", np.ones(self.hidden, np.float32))
         bias = self.g.const(f"{name}.bias", np.zeros(self.hidden, np.float32))
-        return self.g.op("LayerNormalization", [x, scale, bias], f"{name}.LayerNormalization",
-                         axis=-1, epsilon=1e-12)
+        return self.g.op("LayerNormalization", [x, scale, bias], f"{name}.LayerNormalization", axis=-1, epsilon=1e-12)
 
     def gelu(self, x: str, name: str) -> str:
         """x * 0.5 * (1 + erf(x / sqrt(2))): opset 17 has no Gelu operator."""
@@ -73,19 +81,25 @@ class _BertWriter:
         return self.layer_norm(g.op("Add", [out, x], f"{name}.residual"), f"{name}.LayerNorm")
 
     def feed_forward(self, x: str, name: str) -> str:
-        y = self.gelu(self.dense(x, f"{name}.intermediate", self.hidden, self.intermediate),
-                      f"{name}.gelu")
+        y = self.gelu(self.dense(x, f"{name}.intermediate", self.hidden, self.intermediate), f"{name}.gelu")
         y = self.dense(y, f"{name}.output", self.intermediate, self.hidden)
         return self.layer_norm(self.g.op("Add", [y, x], f"{name}.residual"), f"{name}.LayerNorm")
 
     def embeddings(self) -> str:
         g = self.g
-        words = g.op("Gather", [self.normal("embeddings.word", self.vocab_size, self.hidden),
-                                "input_ids"], "embeddings.word.Gather", axis=0)
+        words = g.op(
+            "Gather",
+            [self.normal("embeddings.word", self.vocab_size, self.hidden), "input_ids"],
+            "embeddings.word.Gather",
+            axis=0,
+        )
         seq_len = g.op("Shape", ["input_ids"], "embeddings.seq_len", start=1, end=2)
         zero = g.const("embeddings.zero", np.array([0], np.int64))
-        positions = g.op("Slice", [self.normal("embeddings.position", self.max_positions, self.hidden),
-                                   zero, seq_len, zero], "embeddings.position.Slice")
+        positions = g.op(
+            "Slice",
+            [self.normal("embeddings.position", self.max_positions, self.hidden), zero, seq_len, zero],
+            "embeddings.position.Slice",
+        )
         x = g.op("Add", [words, positions], "embeddings.position.Add")
         # Token type 0 for every token: its embedding row is a constant vector.
         x = g.op("Add", [x, self.normal("embeddings.token_type", self.hidden)], "embeddings.token_type.Add")
@@ -112,16 +126,24 @@ class _BertWriter:
         g.output("Tanh", [pooled], "pooler_output")
         return g.model(
             "bert_base",
-            [tensor("input_ids", INT64, ["batch", "sequence"]),
-             tensor("attention_mask", INT64, ["batch", "sequence"])],
-            [tensor("last_hidden_state", FLOAT, ["batch", "sequence", self.hidden]),
-             tensor("pooler_output", FLOAT, ["batch", self.hidden])],
+            [tensor("input_ids", INT64, ["batch", "sequence"]), tensor("attention_mask", INT64, ["batch", "sequence"])],
+            [
+                tensor("last_hidden_state", FLOAT, ["batch", "sequence", self.hidden]),
+                tensor("pooler_output", FLOAT, ["batch", self.hidden]),
+            ],
         )
 
 
-def build_bert_base(seed: int = 0, num_layers: int = 12, hidden: int = 768, num_heads: int = 12,
-                    intermediate: int | None = None, vocab_size: int = 30522,
-                    max_positions: int = 512) -> onnx.ModelProto:
+def build_bert_base(
+    seed: int = 0,
+    num_layers: int = 12,
+    hidden: int = 768,
+    num_heads: int = 12,
+    intermediate: int | None = None,
+    vocab_size: int = 30522,
+    max_positions: int = 512,
+) -> onnx.ModelProto:
     """`intermediate` defaults to 4 * hidden (3072 for BERT-base)."""
-    return _BertWriter(seed, num_layers, hidden, num_heads, intermediate or 4 * hidden,
-                       vocab_size, max_positions).build()
+    return _BertWriter(
+        seed, num_layers, hidden, num_heads, intermediate or 4 * hidden, vocab_size, max_positions
+    ).build()

@@ -1,4 +1,5 @@
 """A small helper for writing ONNX graphs node by node with named weights."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -43,16 +44,18 @@ class GraphBuilder:
     def output(self, op_type: str, inputs: Sequence[str], graph_output: str, **attrs) -> str:
         """Add a node whose output is a graph output called `graph_output`."""
         self._names.add(graph_output)
-        self.nodes.append(helper.make_node(op_type, list(inputs), [graph_output],
-                                           name=f"{graph_output}.{op_type}", **attrs))
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), [graph_output], name=f"{graph_output}.{op_type}", **attrs)
+        )
         return graph_output
 
-    def model(self, name: str, inputs: Sequence[onnx.ValueInfoProto],
-              outputs: Sequence[onnx.ValueInfoProto]) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs),
-                                  initializer=self.initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="trtpool-examples")
+    def model(
+        self, name: str, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto]
+    ) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs), initializer=self.initializers)
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="trtpool-examples"
+        )
         model.ir_version = IR_VERSION
         return model
 

@@ -8,6 +8,7 @@ from ``np.random.default_rng(seed)`` like the examples' weights, so the labels
 a served example answers are synthetic (docs/modes.md). The sample beside the
 model folder's config.pbtxt is a request for scripts/client.py --file.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,24 +24,55 @@ from trtpool_builder.folder.process_folder import ProcessOptions
 
 PROCESS_SOURCES = Path(__file__).resolve().parent / "process"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "ba", "do", "fu", "gi", "ha", "je", "po",
-             "qu", "wi", "xo", "ye", "an", "el", "is", "on", "us", "er", "th", "st", "ch", "sh")
+SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "ze",
+    "ba",
+    "do",
+    "fu",
+    "gi",
+    "ha",
+    "je",
+    "po",
+    "qu",
+    "wi",
+    "xo",
+    "ye",
+    "an",
+    "el",
+    "is",
+    "on",
+    "us",
+    "er",
+    "th",
+    "st",
+    "ch",
+    "sh",
+)
 CLASSES = ("negative", "neutral", "positive")
 MAX_PARTS = 4  # syllables in a word: 837,930 distinct words
 
 
 @dataclass(frozen=True)
 class ProcessExample:
-    source: str                     # a file in examples/process/
-    inputs: tuple[str, ...]         # the outside face, NAME:TYPE:DIMS
+    source: str  # a file in examples/process/
+    inputs: tuple[str, ...]  # the outside face, NAME:TYPE:DIMS
     outputs: tuple[str, ...]
     write_files: Callable[[Path, dict[str, Any]], list[Path]]  # (folder, the model's options) -> files
     write_sample: Callable[[Path], Path]  # (the model folder) -> a file a client sends as the input
 
     def process_options(self, folder: Path, options: dict[str, Any]) -> ProcessOptions:
         """The process file and its files, written into `folder`, as trtpool-model takes them."""
-        return ProcessOptions.parse(PROCESS_SOURCES / self.source, self.inputs, self.outputs,
-                                    self.write_files(folder, options))
+        return ProcessOptions.parse(
+            PROCESS_SOURCES / self.source, self.inputs, self.outputs, self.write_files(folder, options)
+        )
 
 
 def _words(rng: np.random.Generator, count: int) -> list[str]:
@@ -79,7 +111,7 @@ def _sample_image(folder: Path) -> Path:
 
     coarse = np.random.default_rng(0).integers(0, 256, (15, 20, 3), dtype=np.uint8)
     path = folder / "sample.jpg"
-    Image.fromarray(coarse).resize((320, 240), Image.BILINEAR).save(path, "JPEG", quality=90)
+    Image.fromarray(coarse).resize((320, 240), Image.Resampling.BILINEAR).save(path, "JPEG", quality=90)
     return path
 
 
@@ -94,8 +126,10 @@ def vocabulary(vocab_size: int, seed: int) -> list[str]:
     characters = list(string.ascii_lowercase + string.digits + string.punctuation)
     tokens = [*SPECIAL_TOKENS, *characters, *(f"##{c}" for c in string.ascii_lowercase + string.digits)]
     if vocab_size < len(tokens) + len(SYLLABLES):
-        raise ValueError(f"bert_text: vocab_size {vocab_size} is too small for a WordPiece vocabulary "
-                         f"(at least {len(tokens) + len(SYLLABLES)})")
+        raise ValueError(
+            f"bert_text: vocab_size {vocab_size} is too small for a WordPiece vocabulary "
+            f"(at least {len(tokens) + len(SYLLABLES)})"
+        )
     pieces = [*SYLLABLES, *(f"##{s}" for s in SYLLABLES)]
     count = vocab_size - len(tokens) - len(pieces)
     words = [w for w in _words(np.random.default_rng(seed), count + len(SYLLABLES)) if w not in SYLLABLES]
@@ -113,7 +147,9 @@ def _text_files(folder: Path, options: dict[str, Any]) -> list[Path]:
     return [vocab, head, settings]
 
 
-RESNET50_JPEG = ProcessExample("resnet50_jpeg.py", ("IMAGE:STRING:1",), ("LABELS:STRING:5", "SCORES:FP32:5"),
-                               _image_files, _sample_image)
-BERT_TEXT = ProcessExample("bert_text.py", ("TEXT:STRING:1",), ("LABEL:STRING:1", "SCORE:FP32:1"), _text_files,
-                           _sample_text)
+RESNET50_JPEG = ProcessExample(
+    "resnet50_jpeg.py", ("IMAGE:STRING:1",), ("LABELS:STRING:5", "SCORES:FP32:5"), _image_files, _sample_image
+)
+BERT_TEXT = ProcessExample(
+    "bert_text.py", ("TEXT:STRING:1",), ("LABEL:STRING:1", "SCORE:FP32:1"), _text_files, _sample_text
+)

@@ -4,6 +4,7 @@ Each folder keeps a stamp (`.trtpool-example.json`) of what produced it: the
 example's options, the runtime and a hash of the generator's source. A second
 run with the same stamp and files in place does nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,7 @@ STAMP = ".trtpool-example.json"
 @dataclass(frozen=True)
 class ExampleFolder:
     folder: Path
-    runtime: str      # onnx | tensorrt: what the version folder serves
+    runtime: str  # onnx | tensorrt: what the version folder serves
     regenerated: bool
 
 
@@ -52,8 +53,9 @@ def _model_file(folder: Path, runtime: str) -> Path:
     return folder / "1" / ("model.plan" if runtime == "tensorrt" else "model.onnx")
 
 
-def make_example_folder(repo: Path, name: str, runtime: str = "auto",
-                        options: dict[str, Any] | None = None) -> ExampleFolder:
+def make_example_folder(
+    repo: Path, name: str, runtime: str = "auto", options: dict[str, Any] | None = None
+) -> ExampleFolder:
     """`<repo>/<name>` serving example `name`; an engine is built from `<repo>/<name>/model.onnx`."""
     example = get_example(name)
     resolved = example.options(**(options or {}))
@@ -62,8 +64,12 @@ def make_example_folder(repo: Path, name: str, runtime: str = "auto",
     stamp = {"example": name, "options": resolved, "runtime": served, "generator": generator_hash()}
     stamp_path = folder / STAMP
     model_file = _model_file(folder, served)
-    if (stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp
-            and model_file.is_file() and (folder / "config.pbtxt").is_file()):
+    if (
+        stamp_path.is_file()
+        and json.loads(stamp_path.read_text()) == stamp
+        and model_file.is_file()
+        and (folder / "config.pbtxt").is_file()
+    ):
         return ExampleFolder(folder, served, regenerated=False)
 
     stamp_path.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ residual branch is scaled down (as zero-init-gamma training would leave it,
 but not zero) so that sixteen residual additions keep activations of order
 one instead of growing geometrically.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,17 @@ class _ResNetWriter:
         self.image_size = image_size
         self.g = GraphBuilder()
 
-    def conv(self, x: str, name: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
-             relu: bool = True, scale: float = 1.0) -> str:
+    def conv(
+        self,
+        x: str,
+        name: str,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        stride: int = 1,
+        relu: bool = True,
+        scale: float = 1.0,
+    ) -> str:
         """Conv with folded BatchNorm (weights + bias), optionally followed by ReLU."""
         fan_in = c_in * kernel * kernel
         gain = 2.0 if relu else 1.0
@@ -33,10 +43,14 @@ class _ResNetWriter:
         weight *= np.float32(scale * np.sqrt(gain / fan_in))
         bias = (self.rng.standard_normal(c_out, dtype=np.float32) * 0.01).astype(np.float32)
         pad = kernel // 2
-        y = self.g.op("Conv", [x, self.g.const(f"{name}.weight", weight),
-                               self.g.const(f"{name}.bias", bias)],
-                      f"{name}.Conv", kernel_shape=[kernel, kernel], strides=[stride, stride],
-                      pads=[pad] * 4)
+        y = self.g.op(
+            "Conv",
+            [x, self.g.const(f"{name}.weight", weight), self.g.const(f"{name}.bias", bias)],
+            f"{name}.Conv",
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+        )
         return self.g.op("Relu", [y], f"{name}.Relu") if relu else y
 
     def bottleneck(self, x: str, name: str, c_in: int, width: int, stride: int) -> str:
@@ -52,8 +66,7 @@ class _ResNetWriter:
 
     def build(self) -> onnx.ModelProto:
         x = self.conv("input", "stem", 3, 64, 7, 2)
-        x = self.g.op("MaxPool", [x], "stem.MaxPool", kernel_shape=[3, 3], strides=[2, 2],
-                      pads=[1, 1, 1, 1])
+        x = self.g.op("MaxPool", [x], "stem.MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
         channels = 64
         for stage, (width, blocks) in enumerate(STAGES, start=1):
             for block in range(blocks):
@@ -65,8 +78,9 @@ class _ResNetWriter:
         fc_weight = self.rng.standard_normal((NUM_CLASSES, channels), dtype=np.float32)
         fc_weight *= np.float32(np.sqrt(1.0 / channels))
         fc_bias = (self.rng.standard_normal(NUM_CLASSES, dtype=np.float32) * 0.01).astype(np.float32)
-        self.g.output("Gemm", [x, self.g.const("fc.weight", fc_weight),
-                               self.g.const("fc.bias", fc_bias)], "logits", transB=1)
+        self.g.output(
+            "Gemm", [x, self.g.const("fc.weight", fc_weight), self.g.const("fc.bias", fc_bias)], "logits", transB=1
+        )
         return self.g.model(
             "resnet50",
             [tensor("input", FLOAT, ["batch", 3, self.image_size, self.image_size])],

@@ -1,4 +1,5 @@
 """`tiny`: a two-layer perceptron, small enough to check exactly against numpy."""
+
 from __future__ import annotations
 
 import numpy as np

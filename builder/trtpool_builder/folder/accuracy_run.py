@@ -5,6 +5,7 @@ A model folder or an engine runs through trtpool's own serving path
 its sidecar says it can run on this machine, otherwise EngineNotRunnable
 says why, and nothing is compared.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,12 +17,12 @@ from google.protobuf import json_format
 from trtpool.errors import TrtpoolError
 from trtpool.model.sidecar import read_sidecar
 from trtpool_builder.engine.engine_here import built_for, why_not_here
-from trtpool_builder.precision.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.errors import BuildError
 from trtpool_builder.folder.instance_runner import instance_runner
 from trtpool_builder.folder.model_folder import ENGINE_SUFFIXES, model_config, read_config
 from trtpool_builder.graph.onnx_io import io_specs, load_graph
 from trtpool_builder.graph.profiles import resolve_profiles
+from trtpool_builder.precision.accuracy import AccuracyReport, InputsRefused, Runner, compare, onnxruntime_runner
 from trtpool_builder.precision.samples import Samples, load_samples, random_samples
 
 
@@ -45,8 +46,10 @@ def model_file_of(path: Path) -> Path:
 def _runnable_here(engine: Path) -> None:
     why = why_not_here(engine)
     if why is not None:
-        raise EngineNotRunnable(f"cannot run engine '{engine}' here ({built_for(read_sidecar(engine))}): {why}. "
-                                "Compare the ONNX file it was built from instead, or run this on the target GPU")
+        raise EngineNotRunnable(
+            f"cannot run engine '{engine}' here ({built_for(read_sidecar(engine))}): {why}. "
+            "Compare the ONNX file it was built from instead, or run this on the target GPU"
+        )
 
 
 def _engine_config(engine: Path) -> dict[str, Any]:
@@ -70,8 +73,9 @@ def _served(candidate: Path, model_file: Path) -> tuple[Runner, Callable[[], Non
     return run, close, f"'{candidate}' served by trtpool"
 
 
-def _feeds(reference: Path, inputs_path: Path | None, shapes: str | None,
-           known_profiles: tuple[str, ...]) -> list[Samples]:
+def _feeds(
+    reference: Path, inputs_path: Path | None, shapes: str | None, known_profiles: tuple[str, ...]
+) -> list[Samples]:
     """Given samples, else random ones at the opt shapes of --shapes or the model's first profile."""
     specs, _ = io_specs(load_graph(reference))
     if inputs_path is not None:
@@ -89,8 +93,9 @@ def _known_profiles(candidate: Path, model_file: Path) -> tuple[str, ...]:
     return ()
 
 
-def run_accuracy(candidate: Path, reference: Path | None = None, inputs: Path | None = None,
-                 shapes: str | None = None) -> AccuracyReport:
+def run_accuracy(
+    candidate: Path, reference: Path | None = None, inputs: Path | None = None, shapes: str | None = None
+) -> AccuracyReport:
     """Compare `candidate` with the fp32 `reference` ONNX on ONNX Runtime.
 
     A model folder or an engine runs through trtpool (ModelInstance); a folder's
@@ -104,8 +109,7 @@ def run_accuracy(candidate: Path, reference: Path | None = None, inputs: Path | 
     elif candidate.is_dir():
         reference = reference or model_file
     elif reference is None:
-        raise BuildError(f"'{model_file}' is an ONNX file: give the fp32 model to compare with, "
-                         "--reference FP32.onnx")
+        raise BuildError(f"'{model_file}' is an ONNX file: give the fp32 model to compare with, --reference FP32.onnx")
     feeds = _feeds(reference, inputs, shapes, _known_profiles(candidate, model_file))
     if candidate.is_dir() or model_file.suffix in ENGINE_SUFFIXES:
         run, close, label = _served(candidate, model_file)
@@ -123,6 +127,8 @@ def _inputs_hint(inputs: Path | None, feed: Samples) -> str:
     """What to do when the model refuses the inputs: its own samples, or other ones."""
     if inputs is not None:
         return f"the samples in '{inputs}' are not valid for this model: check their values and shapes"
-    return ("these are random inputs (floats ~ N(0, 1), integers and booleans 0 or 1) at the profile's opt "
-            "shapes, and they are not valid for this model (a value such as a sample rate must be one it "
-            "knows): give real ones with --inputs FILE.npz, one array per input (" + ", ".join(feed) + ")")
+    return (
+        "these are random inputs (floats ~ N(0, 1), integers and booleans 0 or 1) at the profile's opt "
+        "shapes, and they are not valid for this model (a value such as a sample rate must be one it "
+        "knows): give real ones with --inputs FILE.npz, one array per input (" + ", ".join(feed) + ")"
+    )

@@ -6,6 +6,7 @@ the target's inputs and outputs and forwards every request with BLS, all
 requests of a batch at once, so the target's scheduler still sees them
 together. gRPC streaming clients call the decoupled model directly.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,9 @@ from trtpool.errors import ConfigError
 from trtpool_builder.folder.model_folder import read_config, write_config
 
 
-def make_front_folder(repo: Path, target: str, name: str | None = None,
-                      max_queue_delay_microseconds: int = 100) -> Path:
+def make_front_folder(
+    repo: Path, target: str, name: str | None = None, max_queue_delay_microseconds: int = 100
+) -> Path:
     """Write <repo>/<name> (default <target>_unary) forwarding to <repo>/<target>."""
     target_config = read_config(Path(repo) / target)
     if not target_config.model_transaction_policy.decoupled:

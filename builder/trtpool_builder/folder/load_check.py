@@ -9,6 +9,7 @@ TensorRT: building for another GPU is normal) is checked as far as this
 machine can: the config against the engine's sidecar, and the sidecar against
 the targets it was built for; a note says so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,9 @@ def _engine_checks(handed: dict[str, Any], engine: Path, faces: tuple[str, ...])
     sidecar = read_sidecar(engine)
     check_agreement(handed, sidecar.signature(), faces)
     for target in sidecar.target.compute_capabilities:
-        check_compatible(sidecar, sidecar.module, sidecar.module_version,
-                         sidecar.target.gpu_name or "the target GPU", target)
+        check_compatible(
+            sidecar, sidecar.module, sidecar.module_version, sidecar.target.gpu_name or "the target GPU", target
+        )
 
 
 def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...] | None = None) -> Loaded:
@@ -77,13 +79,17 @@ def check_loads(config: mc.ModelConfig, version_dir: Path, faces: tuple[str, ...
             if runtime in ENGINE_RUNTIMES:
                 _engine_checks(handed, path, faces)
                 sidecar = read_sidecar(path)
-                runtime = sidecar.module   # model.plan resolves to 'tensorrt'; the engine says which
+                runtime = sidecar.module  # model.plan resolves to 'tensorrt'; the engine says which
                 where = f"It loads where {built_for(sidecar)} runs"
             else:
                 where = "It loads on a machine with a CUDA GPU"
-            return Loaded([f"this machine cannot run the '{runtime}' runtime ({why}); the folder was checked "
-                           f"as far as it can be here (config, tensors and profiles against the sidecar). {where}"],
-                          None)
+            return Loaded(
+                [
+                    f"this machine cannot run the '{runtime}' runtime ({why}); the folder was checked "
+                    f"as far as it can be here (config, tensors and profiles against the sidecar). {where}"
+                ],
+                None,
+            )
     instance = ModelInstance(handed, version_dir, device)
     try:
         return Loaded([], instance.runtime.signature)

@@ -11,6 +11,7 @@ the config) and loaded there with the server's own code (load_check); only a
 folder that loads is written into the repository, so what is written is what
 loads.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,10 @@ from trtpool.model.config_pbtxt import SECTIONS, check_agreement, tensor_entry
 from trtpool.model.shapes import format_profile
 from trtpool.model.sidecar import read_sidecar, write_sidecar
 from trtpool.model.signature import Profile, Signature, TensorSpec
-from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.errors import naming_the_users_file
 from trtpool_builder.folder.load_check import Loaded, as_triton_hands_it, check_loads
 from trtpool_builder.folder.process_folder import ProcessOptions, apply_face, place_files
+from trtpool_builder.graph.batch_axis import decide_batched
 from trtpool_builder.graph.onnx_io import OnnxFile, external_data_files, io_specs, save_model
 from trtpool_builder.graph.profiles import batch_only_profile, opt_batch, resolve_profiles
 from trtpool_builder.graph.served_copy import repair_for_serving
@@ -43,16 +44,23 @@ MODEL_FILES = ("model.onnx", "model.plan", "model.plan.json", "model.engine", "m
 INSTANCE_KINDS = {"auto": None, "gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc.ModelInstanceGroup.KIND_CPU}
 
 
+def _backend_default(key: str) -> str:
+    """A parameter's default text in the backend's table, for one that has a default."""
+    default = backend_config.PARAMETERS[key].default
+    assert default is not None, key
+    return default
+
+
 @dataclass(frozen=True)
 class ServingOptions:
     """How the model is served; the string fields become config.pbtxt parameters."""
 
     # The backend's defaults (its PARAMETERS table), written out so that the folder says them.
-    runtime: str = backend_config.PARAMETERS["runtime"].default  # auto: picked by the file in the version folder
-    contexts: str = backend_config.PARAMETERS["contexts"].default
-    memory_fraction: str = backend_config.PARAMETERS["memory_fraction"].default
-    mode: str = backend_config.PARAMETERS["mode"].default        # sync | decoupled
-    instance_kind: str = "auto"      # auto: no instance_group (one per GPU, or CPU without one)
+    runtime: str = _backend_default("runtime")  # auto: picked by the file in the version folder
+    contexts: str = _backend_default("contexts")
+    memory_fraction: str = _backend_default("memory_fraction")
+    mode: str = _backend_default("mode")  # sync | decoupled
+    instance_kind: str = "auto"  # auto: no instance_group (one per GPU, or CPU without one)
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()  # (): each profile's opt batch and the max batch
     max_batch_size: int | None = None  # None: batched when the model's first axis is a batch axis (batch_axis.py)
@@ -71,8 +79,9 @@ def preferred_batch_sizes(signature: Signature, options: ServingOptions) -> list
     sizes = options.preferred_batch_sizes or (*(min(opt_batch(p), largest) for p in signature.profiles), largest)
     too_large = [s for s in sizes if not 1 <= s <= largest]
     if too_large:
-        raise ConfigError(f"preferred batch sizes {too_large} are outside 1..{largest}, "
-                          "the largest batch the profiles allow")
+        raise ConfigError(
+            f"preferred batch sizes {too_large} are outside 1..{largest}, the largest batch the profiles allow"
+        )
     return sorted(set(sizes))
 
 
@@ -81,8 +90,10 @@ def max_batch_size(signature: Signature, options: ServingOptions) -> int:
     largest = signature.max_batch_size
     if signature.batched and options.max_batch_size:
         if options.max_batch_size > largest:
-            raise ConfigError(f"--max-batch-size {options.max_batch_size}: the profiles take batches up to "
-                              f"{largest}; give shapes whose first dimension reaches it")
+            raise ConfigError(
+                f"--max-batch-size {options.max_batch_size}: the profiles take batches up to "
+                f"{largest}; give shapes whose first dimension reaches it"
+            )
         return options.max_batch_size
     return largest
 
@@ -115,8 +126,7 @@ def model_config(name: str, signature: Signature, options: ServingOptions = Serv
     for key, value in parameters.items():
         config.parameters[key].string_value = value
     # The backend's own reader: a value it would refuse fails here, not at load time.
-    backend_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True),
-                        Path("."), "cpu")
+    backend_config.load(json_format.MessageToDict(config, preserving_proto_field_name=True), Path("."), "cpu")
     return config
 
 
@@ -145,26 +155,33 @@ class _Served:
 def _served_engine(model_file: Path, shapes: Sequence[str]) -> _Served:
     """An engine is served as it is, with the signature its sidecar records."""
     if shapes:
-        raise ConfigError(f"'{model_file}' is an engine: its optimization profiles were fixed when "
-                          "it was built (see its sidecar); do not pass shapes")
+        raise ConfigError(
+            f"'{model_file}' is an engine: its optimization profiles were fixed when "
+            "it was built (see its sidecar); do not pass shapes"
+        )
     signature = read_sidecar(model_file).signature()
     scalars = [t.name for t in (*signature.inputs, *signature.outputs) if not t.shape]
     if scalars:
-        raise ConfigError(f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
-                          "model without a batch axis; rebuild it with trtpool-build, which builds "
-                          "them as shape [1]")
+        raise ConfigError(
+            f"engine '{model_file}' has scalar tensors {scalars}, which Triton serves in no "
+            "model without a batch axis; rebuild it with trtpool-build, which builds "
+            "them as shape [1]"
+        )
     return _Served(model_file, signature, "model.plan", (), ())
 
 
-def _onnx_signature(served: OnnxFile, shapes: Sequence[str], requested_batch: int | None,
-                    notes: list[str]) -> Signature:
+def _onnx_signature(
+    served: OnnxFile, shapes: Sequence[str], requested_batch: int | None, notes: list[str]
+) -> Signature:
     """The served ONNX graph's signature; notes on the batch axis go to `notes`."""
     inputs, outputs = io_specs(served.model)
     chosen = None if shapes else batch_only_profile(inputs, requested_batch)
     if chosen:
         shapes = [chosen]
-        notes.append(f"no --shapes given and only the batch axis is dynamic: the profile is {chosen} "
-                     "(give --shapes for other batch sizes)")
+        notes.append(
+            f"no --shapes given and only the batch axis is dynamic: the profile is {chosen} "
+            "(give --shapes for other batch sizes)"
+        )
     profiles: tuple[Profile, ...] = resolve_profiles(shapes, inputs)
     decision = decide_batched(served.path, inputs, outputs, profiles, requested_batch)
     if not decision.batched and requested_batch is None and any(s.shape[:1] == (-1,) for s in inputs):
@@ -189,8 +206,7 @@ def _served(model_file: Path, shapes: Sequence[str], requested_batch: int | None
     if model_file.suffix in ENGINE_SUFFIXES:
         return _served_engine(model_file, shapes)
     if model_file.suffix != ".onnx":
-        raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine "
-                          f"({', '.join(ENGINE_SUFFIXES)})")
+        raise ConfigError(f"'{model_file}': expected an ONNX file (.onnx) or an engine ({', '.join(ENGINE_SUFFIXES)})")
     return _served_onnx(model_file, shapes, requested_batch, workdir)
 
 
@@ -220,9 +236,16 @@ def _link(source: Path, dest: Path, data_files: Sequence[Path]) -> None:
         os.symlink(source_file.resolve(), dest_file)
 
 
-def _check_staged(config: mc.ModelConfig, model_file: Path, data_files: Sequence[Path], file_name: str,
-                  version: int, user_file: Path, process: ProcessOptions | None,
-                  faces: tuple[str, ...]) -> Loaded:
+def _check_staged(
+    config: mc.ModelConfig,
+    model_file: Path,
+    data_files: Sequence[Path],
+    file_name: str,
+    version: int,
+    user_file: Path,
+    process: ProcessOptions | None,
+    faces: tuple[str, ...],
+) -> Loaded:
     """Load the folder-to-be from a temporary place; the server's error if it would not load,
     naming `user_file` (what the user gave) rather than the staged link to `model_file`.
     `faces`: the engine's sections (process.faces(), or all without a process file).
@@ -247,13 +270,22 @@ def _check_staged(config: mc.ModelConfig, model_file: Path, data_files: Sequence
         except Exception as exc:  # the server refuses a model on any exception, not only trtpool's own
             said = str(exc) if isinstance(exc, TrtpoolError) else f"{type(exc).__name__}: {exc}"
             said = said.replace(str(version_dir / file_name), f"{version}/{file_name} (a link to '{user_file}')")
-            raise ConfigError(f"'{user_file}' would not load in trtpool as written (config.pbtxt, "
-                              f"{version}/{file_name}), so nothing was written; trtpool says: {said}") from exc
+            raise ConfigError(
+                f"'{user_file}' would not load in trtpool as written (config.pbtxt, "
+                f"{version}/{file_name}), so nothing was written; trtpool says: {said}"
+            ) from exc
 
 
-def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[str] = (),
-                      options: ServingOptions = ServingOptions(), version: int = 1,
-                      log: Callable[[str], None] = print, process: ProcessOptions | None = None) -> Path:
+def make_model_folder(
+    repo: Path,
+    name: str,
+    model_file: Path,
+    shapes: Sequence[str] = (),
+    options: ServingOptions = ServingOptions(),
+    version: int = 1,
+    log: Callable[[str], None] = print,
+    process: ProcessOptions | None = None,
+) -> Path:
     """Write `<repo>/<name>` for `model_file` (.onnx, or an engine with its sidecar); return the folder.
 
     `shapes` (trtpool.model.shapes text, one per profile) is needed for an ONNX file
@@ -264,14 +296,24 @@ def make_model_folder(repo: Path, name: str, model_file: Path, shapes: Sequence[
     model_file = Path(model_file)
     if not model_file.is_file():
         raise ConfigError(f"model file '{model_file}' does not exist")
-    with tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir, \
-            naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}):
+    with (
+        tempfile.TemporaryDirectory(prefix="trtpool-model-") as workdir,
+        naming_the_users_file(model_file, {Path(workdir) / model_file.name: "the served copy of {file}"}),
+    ):
         served = _served(model_file, shapes, options.max_batch_size, Path(workdir))
         signature = served.signature
         staged = model_config(name, signature, options)
         faces = SECTIONS if process is None else process.faces()
-        loaded = _check_staged(_with_face(staged, process, faces), served.path, served.data_files,
-                               served.file_name, version, model_file, process, faces)
+        loaded = _check_staged(
+            _with_face(staged, process, faces),
+            served.path,
+            served.data_files,
+            served.file_name,
+            version,
+            model_file,
+            process,
+            faces,
+        )
         if loaded.signature is not None:
             signature = replace(signature, outputs=loaded.signature.outputs)
         config = _with_face(model_config(name, signature, options), process, faces)

@@ -4,6 +4,7 @@ reads, and the outside face config.pbtxt declares for the functions it defines.
     <repo>/<name>/1/process.py     the user's file, whatever its name was
     <repo>/<name>/1/<extra files>  e.g. labels.txt, vocab.txt
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,9 +33,11 @@ class FaceTensor:
             raise ConfigError(f"tensor '{text}': expected NAME:TYPE:DIMS, e.g. IMAGE:STRING:1 or SCORES:FP32:5")
         name, data_type, dims = parts
         data_type = data_type if data_type.startswith("TYPE_") else f"TYPE_{data_type.upper()}"
-        if data_type not in mc.DataType.keys():
-            raise ConfigError(f"tensor '{text}': data type '{parts[1]}' is not one of Triton's "
-                              f"({', '.join(k.removeprefix('TYPE_') for k in mc.DataType.keys()[1:])})")
+        if data_type not in mc.DataType.keys():  # noqa: SIM118 - a protobuf enum has no `in`
+            raise ConfigError(
+                f"tensor '{text}': data type '{parts[1]}' is not one of Triton's "
+                f"({', '.join(k.removeprefix('TYPE_') for k in mc.DataType.keys()[1:])})"
+            )
         try:
             shape = tuple(int(d) for d in dims.split("x"))
         except ValueError:
@@ -44,17 +47,22 @@ class FaceTensor:
 
 @dataclass(frozen=True)
 class ProcessOptions:
-    file: Path                            # the user's Python file
-    inputs: tuple[FaceTensor, ...] = ()   # the outside face: what clients send (when it has preprocess)
+    file: Path  # the user's Python file
+    inputs: tuple[FaceTensor, ...] = ()  # the outside face: what clients send (when it has preprocess)
     outputs: tuple[FaceTensor, ...] = ()  # what clients get back (when it has postprocess)
-    extra_files: tuple[Path, ...] = ()    # files it reads, placed beside it
+    extra_files: tuple[Path, ...] = ()  # files it reads, placed beside it
 
     @classmethod
-    def parse(cls, file: Path, inputs: Iterable[str] = (), outputs: Iterable[str] = (),
-              extra_files: Iterable[Path] = ()) -> ProcessOptions:
+    def parse(
+        cls, file: Path, inputs: Iterable[str] = (), outputs: Iterable[str] = (), extra_files: Iterable[Path] = ()
+    ) -> ProcessOptions:
         """From text: the outside face's tensors as NAME:TYPE:DIMS (FaceTensor.parse)."""
-        return cls(file, tuple(FaceTensor.parse(t) for t in inputs), tuple(FaceTensor.parse(t) for t in outputs),
-                   tuple(extra_files))
+        return cls(
+            file,
+            tuple(FaceTensor.parse(t) for t in inputs),
+            tuple(FaceTensor.parse(t) for t in outputs),
+            tuple(extra_files),
+        )
 
     def faces(self) -> tuple[str, ...]:
         """The sections that stay the engine's (checked as trtpool checks them at load)."""
@@ -69,12 +77,16 @@ def apply_face(config: mc.ModelConfig, process: ProcessOptions, faces: tuple[str
     for section, tensors, flag in (("input", process.inputs, "--input"), ("output", process.outputs, "--output")):
         if section in faces:
             if tensors:
-                raise ConfigError(f"{process.file} defines no {'preprocess' if section == 'input' else 'postprocess'}"
-                                  f": its {section}s are the engine's; leave out {flag}")
+                raise ConfigError(
+                    f"{process.file} defines no {'preprocess' if section == 'input' else 'postprocess'}"
+                    f": its {section}s are the engine's; leave out {flag}"
+                )
             continue
         if not tensors:
-            raise ConfigError(f"{process.file} defines {'preprocess' if section == 'input' else 'postprocess'}: "
-                              f"give the {section}s clients see ({flag} NAME:TYPE:DIMS, once each)")
+            raise ConfigError(
+                f"{process.file} defines {'preprocess' if section == 'input' else 'postprocess'}: "
+                f"give the {section}s clients see ({flag} NAME:TYPE:DIMS, once each)"
+            )
         entries = getattr(config, section)
         del entries[:]
         for tensor in tensors:

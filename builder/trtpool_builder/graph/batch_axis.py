@@ -16,6 +16,7 @@ model is served batched only when
 Otherwise it is served as ONNX Runtime runs it, one request at a time. The user
 can decide instead (`--max-batch-size`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -60,8 +61,7 @@ def _stacking_changes_answers(model_file: Path, inputs: Sequence[TensorSpec], pr
 
     rows = max(1, profile.ranges[inputs[0].name].opt[0])
     rng = np.random.default_rng(0)
-    requests = [{s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs}
-                for _ in range(2)]
+    requests = [{s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs} for _ in range(2)]
     stacked = {s.name: np.concatenate([r[s.name] for r in requests]) for s in inputs}
     try:
         session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
@@ -70,20 +70,26 @@ def _stacking_changes_answers(model_file: Path, inputs: Sequence[TensorSpec], pr
     except Exception as exc:  # noqa: BLE001 - any refusal means the axis cannot be used to stack
         return f"ONNX Runtime refused {2 * rows} stacked rows ({type(exc).__name__}: {str(exc)[:200]})"
     names = [o.name for o in session.get_outputs()]
-    for name, first, second, both in zip(names, *alone, together):
+    for name, first, second, both in zip(names, *alone, together, strict=True):
         if first.shape[:1] != (rows,) or second.shape[:1] != (rows,) or both.shape[:1] != (2 * rows,):
-            return (f"output '{name}' has shape {list(both.shape)} for {2 * rows} stacked rows and "
-                    f"{list(first.shape)} for {rows}: its first dimension is not the batch")
+            return (
+                f"output '{name}' has shape {list(both.shape)} for {2 * rows} stacked rows and "
+                f"{list(first.shape)} for {rows}: its first dimension is not the batch"
+            )
         expected = np.concatenate([first, second])
-        same = (np.array_equal(both, expected) if both.dtype.kind not in "fc"
-                else np.allclose(both, expected, rtol=RTOL, atol=ATOL, equal_nan=True))
+        same = (
+            np.array_equal(both, expected)
+            if both.dtype.kind not in "fc"
+            else np.allclose(both, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
+        )
         if not same:
             return f"output '{name}' of stacked rows differs from the rows run alone (rows are not independent)"
     return None
 
 
-def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: Profile,
-                      names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+def row_output_shapes(
+    model_file: Path, inputs: Sequence[TensorSpec], profile: Profile, names: Sequence[str]
+) -> dict[str, tuple[int, ...]]:
     """The shapes (-1 for the rows) of the outputs `names` that ONNX Runtime computes with one
     entry per row on axis 0, found by running `model_file` at 2 and 3 rows (the fewest that
     tell rows from a scalar and from a fixed size); the others are left out.
@@ -92,22 +98,35 @@ def row_output_shapes(model_file: Path, inputs: Sequence[TensorSpec], profile: P
     or into a scalar for one row), so that the declaration follows what the graph computes."""
     import onnxruntime as ort
 
-    if not inputs or any(s.shape[:1] != (-1,) for s in inputs) or not _agree_on_batch(profile) \
-            or profile.max_batch() < 2:
+    if (
+        not inputs
+        or any(s.shape[:1] != (-1,) for s in inputs)
+        or not _agree_on_batch(profile)
+        or profile.max_batch() < 2
+    ):
         return {}
     options = ort.SessionOptions()
     options.log_severity_level = 3  # the shape it computes differs from the declared [] by design
     rng = np.random.default_rng(0)
     try:
         session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-        outputs = [dict(zip([o.name for o in session.get_outputs()], session.run(None, {
-            s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs})))
-            for rows in (2, 3)]
+        outputs = [
+            dict(
+                zip(
+                    [o.name for o in session.get_outputs()],
+                    session.run(
+                        None, {s.name: _sample(s, (rows, *profile.ranges[s.name].opt[1:]), rng) for s in inputs}
+                    ),
+                    strict=True,
+                )
+            )
+            for rows in (2, 3)
+        ]
     except Exception:  # noqa: BLE001 - a graph ONNX Runtime cannot run at 2 and 3 rows has no row axis to find
         return {}
     found = {}
     for name in names:
-        two, three = (np.shape(o.get(name)) for o in outputs)
+        two, three = (np.shape(o[name]) if name in o else () for o in outputs)
         if two[:1] == (2,) and three[:1] == (3,) and two[1:] == three[1:]:
             found[name] = (-1, *two[1:])
     return found
@@ -118,8 +137,13 @@ def _without_batch_axis(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSp
     return ", ".join(f"'{s.name}' {list(s.shape)}" for s in (*inputs, *outputs) if s.shape[:1] != (-1,))
 
 
-def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                   profiles: Sequence[Profile], requested: int | None) -> BatchDecision:
+def decide_batched(
+    model_file: Path,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    profiles: Sequence[Profile],
+    requested: int | None,
+) -> BatchDecision:
     """Whether to serve the model batched; `requested` is the user's max_batch_size (None: decide)."""
     if requested is not None and requested < 0:
         raise ConfigError(f"--max-batch-size {requested}: expected 0 (no batch axis) or a largest batch >= 1")
@@ -128,16 +152,23 @@ def decide_batched(model_file: Path, inputs: Sequence[TensorSpec], outputs: Sequ
         return BatchDecision(False, "--max-batch-size 0")
     if not shaped:
         if requested:
-            raise ConfigError(f"--max-batch-size {requested}: the model has no batch axis: every input and output "
-                              f"needs a dynamic first dimension (the batch), which {_without_batch_axis(inputs, outputs)} "
-                              "do not have")
-        return BatchDecision(False, "every input and output needs a dynamic first dimension (the batch), which "
-                                    f"{_without_batch_axis(inputs, outputs)} do not have")
+            raise ConfigError(
+                f"--max-batch-size {requested}: the model has no batch axis: every input and output "
+                f"needs a dynamic first dimension (the batch), which {_without_batch_axis(inputs, outputs)} "
+                "do not have"
+            )
+        return BatchDecision(
+            False,
+            "every input and output needs a dynamic first dimension (the batch), which "
+            f"{_without_batch_axis(inputs, outputs)} do not have",
+        )
     disagree = [p.index for p in profiles if not _agree_on_batch(p)]
     if disagree:
         if requested:
-            raise ConfigError(f"--max-batch-size {requested}: profile {disagree[0]} gives the inputs different (or "
-                              "empty) first dimensions, so they have no common batch size")
+            raise ConfigError(
+                f"--max-batch-size {requested}: profile {disagree[0]} gives the inputs different (or "
+                "empty) first dimensions, so they have no common batch size"
+            )
         return BatchDecision(False, f"profile {disagree[0]} gives the inputs different (or empty) first dimensions")
     if requested:
         return BatchDecision(True, "")

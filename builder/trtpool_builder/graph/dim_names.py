@@ -10,6 +10,7 @@ name, get a name of their own. Names the profiles agree with are kept (BERT's
 'sequence' on input_ids and attention_mask stays shared). Output names are
 left alone: the parser does not read them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ class Renamed:
 
     tensor: str
     axis: int
-    old: str | None   # None: the axis had no name
+    old: str | None  # None: the axis had no name
     new: str
     why: str
 
@@ -40,8 +41,9 @@ Axis = tuple[str, int]
 
 def _sizes(profiles: Sequence[Profile], axis: Axis) -> tuple[tuple[int, int, int], ...]:
     tensor, index = axis
-    return tuple((p.ranges[tensor].min[index], p.ranges[tensor].opt[index], p.ranges[tensor].max[index])
-                 for p in profiles)
+    return tuple(
+        (p.ranges[tensor].min[index], p.ranges[tensor].opt[index], p.ranges[tensor].max[index]) for p in profiles
+    )
 
 
 def _describe_sizes(profiles: Sequence[Profile], axes: Sequence[Axis]) -> str:

@@ -1,4 +1,5 @@
 """An ONNX file's graph inputs and outputs as trtpool TensorSpecs (-1: dynamic)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,17 +56,21 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-
 def _skeleton(model: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
     """The graph with large weights turned into typed graph inputs: cheap to copy and to
     shape-infer, since only small (shape-like) constants carry values inference needs."""
     graph = model.graph
     small = [t for t in graph.initializer if prod(t.dims) <= max_elements]
-    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-             for t in graph.initializer if prod(t.dims) > max_elements]
+    typed = [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in graph.initializer
+        if prod(t.dims) > max_elements
+    ]
     skeleton = helper.make_model(
         helper.make_graph(graph.node, graph.name, [*graph.input, *typed], graph.output, initializer=small),
-        opset_imports=model.opset_import, functions=model.functions)
+        opset_imports=model.opset_import,
+        functions=model.functions,
+    )
     skeleton.ir_version = model.ir_version
     return skeleton
 
@@ -75,7 +80,7 @@ def _inferred(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onn
     for value in model.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
-            for dim, size in zip(dims, shapes[value.name]):
+            for dim, size in zip(dims, shapes[value.name], strict=False):
                 dim.Clear()
                 dim.dim_value = size
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -88,8 +93,9 @@ def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
     return {spec.name: spec.shape for spec in io_specs(_inferred(model, shapes))[1]}
 
 
-def inferred_value_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
-                          names: list[str]) -> dict[str, tuple[int, ...]]:
+def inferred_value_shapes(
+    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], names: list[str]
+) -> dict[str, tuple[int, ...]]:
     """The shapes of the values `names` (any tensor in the graph) for these input shapes, where
     shape inference can tell their rank (-1 for a size it cannot tell)."""
     inferred = _inferred(_skeleton(model), shapes).graph
@@ -132,11 +138,14 @@ def external_data_files(onnx_file: OnnxFile) -> list[Path]:
     for location in locations:
         relative = Path(location)
         if relative.is_absolute() or ".." in relative.parts:
-            raise ConfigError(f"'{model_file}' keeps tensor data in '{location}', outside its folder; "
-                              "ONNX Runtime reads external data only from the model's folder")
+            raise ConfigError(
+                f"'{model_file}' keeps tensor data in '{location}', outside its folder; "
+                "ONNX Runtime reads external data only from the model's folder"
+            )
         if not (model_file.parent / relative).is_file():
-            raise ConfigError(f"'{model_file}' keeps tensor data in '{location}', which is not a file "
-                              f"in '{model_file.parent}'")
+            raise ConfigError(
+                f"'{model_file}' keeps tensor data in '{location}', which is not a file in '{model_file.parent}'"
+            )
         files.append(relative)
     return files
 
@@ -144,6 +153,7 @@ def external_data_files(onnx_file: OnnxFile) -> list[Path]:
 def save_model(model: onnx.ModelProto, path: Path) -> Path:
     """Save `model` to `path`, its weights beside it in `<name>.data` when they are large."""
     weights = sum(len(t.raw_data) for t in model.graph.initializer)
-    onnx.save_model(model, str(path), save_as_external_data=weights > EXTERNAL_DATA_ABOVE,
-                    location=Path(path).name + ".data")
+    onnx.save_model(
+        model, str(path), save_as_external_data=weights > EXTERNAL_DATA_ABOVE, location=Path(path).name + ".data"
+    )
     return Path(path)

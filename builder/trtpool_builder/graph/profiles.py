@@ -1,4 +1,5 @@
 """Optimization profiles checked against a model's inputs before anything is built."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,27 +21,37 @@ def batch_only_profile(inputs: Sequence[TensorSpec], largest: int | None = None)
     if not inputs or any(spec.shape[:1] != (-1,) or -1 in spec.shape[1:] for spec in inputs):
         return None
     low, opt, high = BATCHES if not largest else (1, min(BATCHES[1], largest), largest)
-    return format_profile({spec.name: ShapeRange((low, *spec.shape[1:]), (opt, *spec.shape[1:]),
-                                                 (high, *spec.shape[1:])) for spec in inputs})
+    return format_profile(
+        {
+            spec.name: ShapeRange((low, *spec.shape[1:]), (opt, *spec.shape[1:]), (high, *spec.shape[1:]))
+            for spec in inputs
+        }
+    )
 
 
 def _example(spec: TensorSpec) -> ShapeRange:
     """A range in the real format: BATCHES on a dynamic axis 0, EXAMPLE_SIZES on other dynamic axes."""
+
     def shape(level: int) -> tuple[int, ...]:
-        return tuple(d if d != -1 else (BATCHES if axis == 0 else EXAMPLE_SIZES)[level]
-                     for axis, d in enumerate(spec.shape))
+        return tuple(
+            d if d != -1 else (BATCHES if axis == 0 else EXAMPLE_SIZES)[level] for axis, d in enumerate(spec.shape)
+        )
+
     return ShapeRange(shape(0), shape(1), shape(2))
 
 
 def shapes_needed(dynamic: Sequence[TensorSpec]) -> str:
     """Why --shapes is needed and what it looks like, from the model's own shapes."""
-    axes = "; ".join(f"'{spec.name}' {list(spec.shape)} axes {[a for a, d in enumerate(spec.shape) if d == -1]}"
-                     for spec in dynamic)
-    return (f"dynamic dimensions ({axes}), and trtpool chooses a range only for a batch axis alone (every "
-            "input's first dimension, no other): give each input's shape range with "
-            "--shapes NAME=MIN:OPT:MAX, each a full shape with its dimensions joined by 'x', e.g. --shapes "
-            f"{format_profile({spec.name: _example(spec) for spec in dynamic})} (sizes beyond the batch axis "
-            "are examples: give the ones your model takes)")
+    axes = "; ".join(
+        f"'{spec.name}' {list(spec.shape)} axes {[a for a, d in enumerate(spec.shape) if d == -1]}" for spec in dynamic
+    )
+    return (
+        f"dynamic dimensions ({axes}), and trtpool chooses a range only for a batch axis alone (every "
+        "input's first dimension, no other): give each input's shape range with "
+        "--shapes NAME=MIN:OPT:MAX, each a full shape with its dimensions joined by 'x', e.g. --shapes "
+        f"{format_profile({spec.name: _example(spec) for spec in dynamic})} (sizes beyond the batch axis "
+        "are examples: give the ones your model takes)"
+    )
 
 
 def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tuple[Profile, ...]:
@@ -61,12 +72,15 @@ def resolve_profiles(texts: Sequence[str], inputs: Sequence[TensorSpec]) -> tupl
         ranges = parse_profile(text) if text else {}
         unknown = sorted(set(ranges) - set(by_name))
         if unknown:
-            raise ConfigError(f"{where}: the model has no input(s) {unknown}; its inputs are "
-                              f"{[spec.name for spec in inputs]}")
+            raise ConfigError(
+                f"{where}: the model has no input(s) {unknown}; its inputs are {[spec.name for spec in inputs]}"
+            )
         missing = [name for name in dynamic if name not in ranges]
         if missing:
-            raise ConfigError(f"{where}: no shape range for dynamic input(s) {missing}; every profile "
-                              "must give MIN:OPT:MAX for each input with a -1 dimension")
+            raise ConfigError(
+                f"{where}: no shape range for dynamic input(s) {missing}; every profile "
+                "must give MIN:OPT:MAX for each input with a -1 dimension"
+            )
         for spec in inputs:
             if spec.name in ranges:
                 check_range(spec, ranges[spec.name], where)

@@ -10,6 +10,7 @@ back into the scalar the rest of the graph reads (and a scalar output into
 output declared as a scalar that the graph computes per row is no scalar: the
 served copy declares its real shape first (served_copy.declare_row_outputs).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -73,6 +74,8 @@ def lift_scalars(model: onnx.ModelProto) -> list[str]:
 
 
 def describe_lifted(names: list[str]) -> str:
-    return (f"scalar tensor(s) {names} are taken as shape [1] in the copy that is built or served "
-            "(Triton serves no scalar tensors in a model without a batch axis); clients send and "
-            "receive them as [1]")
+    return (
+        f"scalar tensor(s) {names} are taken as shape [1] in the copy that is built or served "
+        "(Triton serves no scalar tensors in a model without a batch axis); clients send and "
+        "receive them as [1]"
+    )

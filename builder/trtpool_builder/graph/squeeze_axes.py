@@ -10,6 +10,7 @@ opt and max shapes. They are written into the copy (an `axes` input from
 opset 13, an attribute before), and a note says so; a Squeeze whose input
 shape inference cannot tell is left as it is.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,8 +28,14 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 
 def _axisless(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for n in model.graph.node if n.op_type == "Squeeze" and n.domain in ("", "ai.onnx")
-            and len([i for i in n.input if i]) < 2 and not any(a.name == "axes" for a in n.attribute)]
+    return [
+        n
+        for n in model.graph.node
+        if n.op_type == "Squeeze"
+        and n.domain in ("", "ai.onnx")
+        and len([i for i in n.input if i]) < 2
+        and not any(a.name == "axes" for a in n.attribute)
+    ]
 
 
 def _ones_everywhere(shapes: Sequence[tuple[int, ...]]) -> list[int] | None:
@@ -56,8 +63,10 @@ def give_squeezes_axes(model: onnx.ModelProto, profiles: Sequence[Profile]) -> l
         axes = _ones_everywhere(seen[node.input[0]])
         label = node.name or f"Squeeze #{index}"
         if not axes:
-            notes.append(f"Squeeze node '{label}' has no axes and shape inference cannot tell which of its "
-                         "input's dimensions are always 1: left as it is")
+            notes.append(
+                f"Squeeze node '{label}' has no axes and shape inference cannot tell which of its "
+                "input's dimensions are always 1: left as it is"
+            )
             continue
         if opset >= 13:
             constant = f"{node.output[0]}__squeeze_axes"
@@ -66,6 +75,8 @@ def give_squeezes_axes(model: onnx.ModelProto, profiles: Sequence[Profile]) -> l
             node.input.append(constant)
         else:
             node.attribute.append(helper.make_attribute("axes", axes))
-        notes.append(f"Squeeze node '{label}' has no axes (TensorRT needs them): given axes {axes}, the "
-                     "dimensions of size 1 at every profile shape, in the copy that is built")
+        notes.append(
+            f"Squeeze node '{label}' has no axes (TensorRT needs them): given axes {axes}, the "
+            "dimensions of size 1 at every profile shape, in the copy that is built"
+        )
     return notes

@@ -16,6 +16,7 @@ refuse an fp16 engine for one near-tie among 6625 character probabilities
 still sees a broken conversion (a clamped constant, an overflow: about 1 or
 infinite).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ class OutputError:
     max_abs: float
     max_rel: float
     reference_max: float  # largest |reference| value, for scale
-    error: float          # the figure --max-error limits (see the module's docstring)
+    error: float  # the figure --max-error limits (see the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,10 @@ class AccuracyReport:
     def format(self) -> str:
         lines = [f"accuracy of {self.candidate} vs {self.reference} ({self.samples} samples):"]
         for e in self.errors:
-            lines.append(f"  {e.name}: error {e.error:.3g}, max abs error {e.max_abs:.3g}, max rel error "
-                         f"{e.max_rel:.3g} (largest |reference| {e.reference_max:.3g})")
+            lines.append(
+                f"  {e.name}: error {e.error:.3g}, max abs error {e.max_abs:.3g}, max rel error "
+                f"{e.max_rel:.3g} (largest |reference| {e.reference_max:.3g})"
+            )
         return "\n".join(lines)
 
     @property
@@ -75,7 +78,7 @@ class AccuracyReport:
 def onnxruntime_runner(path: Path) -> Runner:
     session = cpu_session(str(path), f"'{path}'")
     names = [o.name for o in session.get_outputs()]
-    return lambda feeds: dict(zip(names, session.run(names, feeds)))
+    return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 
 
 def _figure(reference: np.ndarray, candidate: np.ndarray, diff: np.ndarray) -> float:
@@ -92,13 +95,14 @@ def _figure(reference: np.ndarray, candidate: np.ndarray, diff: np.ndarray) -> f
 
 def output_error(name: str, reference: np.ndarray, candidate: np.ndarray) -> OutputError:
     if reference.shape != candidate.shape:
-        raise BuildError(f"output '{name}': shape {list(candidate.shape)} differs from the "
-                         f"reference's {list(reference.shape)}")
+        raise BuildError(
+            f"output '{name}': shape {list(candidate.shape)} differs from the reference's {list(reference.shape)}"
+        )
     ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
     same = (ref == cand) | (np.isnan(ref) & np.isnan(cand))
     finite = np.abs(ref[np.isfinite(ref)])
     scale = float(finite.max()) if finite.size else 0.0
-    floor = max(scale * REL_FLOOR, np.finfo(np.float64).tiny)
+    floor = max(scale * REL_FLOOR, float(np.finfo(np.float64).tiny))
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(cand - ref))
         diff[np.isnan(diff)] = np.inf  # NaN beside a number, or opposite infinities
@@ -118,8 +122,9 @@ def _ran(runner: Runner, feed: Samples, name: str, refused: type[BuildError]) ->
         raise refused(f"{name} cannot run the inputs {describe(feed)}: {exc}") from exc
 
 
-def compare(reference: Runner, candidate: Runner, feeds: Sequence[Samples],
-            reference_name: str, candidate_name: str) -> AccuracyReport:
+def compare(
+    reference: Runner, candidate: Runner, feeds: Sequence[Samples], reference_name: str, candidate_name: str
+) -> AccuracyReport:
     """Run both on every feed and keep the worst error per output; InputsRefused where the
     reference cannot run a feed."""
     worst: dict[str, OutputError] = {}
@@ -131,8 +136,16 @@ def compare(reference: Runner, candidate: Runner, feeds: Sequence[Samples],
                 raise BuildError(f"{candidate_name} has no output '{name}'")
             e = output_error(name, ref, got[name])
             old = worst.get(name)
-            worst[name] = e if old is None else OutputError(
-                name, max(old.max_abs, e.max_abs), max(old.max_rel, e.max_rel),
-                max(old.reference_max, e.reference_max), max(old.error, e.error))
+            worst[name] = (
+                e
+                if old is None
+                else OutputError(
+                    name,
+                    max(old.max_abs, e.max_abs),
+                    max(old.max_rel, e.max_rel),
+                    max(old.reference_max, e.reference_max),
+                    max(old.error, e.error),
+                )
+            )
     count = sum(len(next(iter(f.values()))) for f in feeds)
     return AccuracyReport(reference_name, candidate_name, count, tuple(worst.values()))

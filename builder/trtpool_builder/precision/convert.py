@@ -19,6 +19,7 @@ is applied to the ONNX graph before parsing:
 `legacy` keeps TensorRT 10's builder flags instead (a weakly typed network):
 fp16/bf16 then leave the graph alone and set the flag.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,9 +49,9 @@ QUANTIZED = ("int8", "fp8")
 
 @dataclass(frozen=True)
 class PreparedModel:
-    path: Path                 # the ONNX file to parse
-    converted: bool            # False: `path` is the original file
-    quantizer: str | None      # modelopt | onnxruntime
+    path: Path  # the ONNX file to parse
+    converted: bool  # False: `path` is the original file
+    quantizer: str | None  # modelopt | onnxruntime
     legacy_flags: tuple[str, ...]
     kept_fp32: tuple[KeptInFp32, ...] = ()
     # What the accuracy check runs for this precision on ONNX Runtime (None: `path` itself).
@@ -66,8 +67,9 @@ def quantizer_for(precision: str) -> str | None:
     return "onnxruntime" if precision == "int8" else None
 
 
-def check_precision(precision: str, module_name: str, module_version: str, legacy: bool,
-                    has_calibration: bool, onnx_has_bf16: bool) -> None:
+def check_precision(
+    precision: str, module_name: str, module_version: str, legacy: bool, has_calibration: bool, onnx_has_bf16: bool
+) -> None:
     """Refuse unsupported combinations before anything is converted or built."""
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision '{precision}': expected one of {', '.join(PRECISIONS)}")
@@ -76,32 +78,38 @@ def check_precision(precision: str, module_name: str, module_version: str, legac
             raise ConfigError(
                 f"--legacy-precision-flags needs the 'tensorrt' module version 10.x; this build uses "
                 f"{module_name} {module_version}, where precision comes from the ONNX types only "
-                "(drop the flag: the graph is converted instead)")
+                "(drop the flag: the graph is converted instead)"
+            )
         if precision == "fp32":
             raise ConfigError("--legacy-precision-flags with --precision fp32 sets no flag; drop it")
     if precision == "fp8" and quantizer_for("fp8") is None:
-        raise ConfigError("--precision fp8 needs NVIDIA ModelOpt to insert FP8 Q/DQ nodes "
-                          "(pip install 'trtpool[modelopt]'); ONNX Runtime's quantizer has no FP8")
+        raise ConfigError(
+            "--precision fp8 needs NVIDIA ModelOpt to insert FP8 Q/DQ nodes "
+            "(pip install 'trtpool[modelopt]'); ONNX Runtime's quantizer has no FP8"
+        )
     if precision in QUANTIZED and not has_calibration:
-        raise ConfigError(f"--precision {precision} needs calibration samples: --calib DIR_OR_FILE "
-                          "(.npz arrays named after the inputs, a .npy for one input, or a folder of them)")
+        raise ConfigError(
+            f"--precision {precision} needs calibration samples: --calib DIR_OR_FILE "
+            "(.npz arrays named after the inputs, a .npy for one input, or a folder of them)"
+        )
     if precision not in SAMPLED and has_calibration:
-        raise ConfigError(f"--calib is only used for fp16 (range check and accuracy), int8 and fp8, "
-                          f"not {precision}")
+        raise ConfigError(f"--calib is only used for fp16 (range check and accuracy), int8 and fp8, not {precision}")
     if precision == "bf16" and not legacy and not onnx_has_bf16:
         raise ConfigError(
             "--precision bf16: no ONNX converter writes bfloat16 (onnxconverter-common and ONNX "
-            "Runtime convert to float16 only) and strongly typed builds take precision from the graph. Export the model "
-            "in bfloat16 (e.g. PyTorch model.to(torch.bfloat16) before torch.onnx.export) and build "
+            "Runtime convert to float16 only) and strongly typed builds take precision from the graph. "
+            "Export the model in bfloat16 (e.g. PyTorch model.to(torch.bfloat16) before torch.onnx.export) and build "
             "that file with --precision bf16, or use --precision fp16"
-            + (", or --legacy-precision-flags" if module_name == "tensorrt" else ""))
+            + (", or --legacy-precision-flags" if module_name == "tensorrt" else "")
+        )
 
 
 def graph_has_dtype(model: onnx.ModelProto, elem_type: int) -> bool:
     graph = model.graph
     values = (*graph.input, *graph.output, *graph.value_info)
-    return (any(v.type.tensor_type.elem_type == elem_type for v in values)
-            or any(t.data_type == elem_type for t in graph.initializer))
+    return any(v.type.tensor_type.elem_type == elem_type for v in values) or any(
+        t.data_type == elem_type for t in graph.initializer
+    )
 
 
 def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[str, ...]) -> PreparedModel:
@@ -118,19 +126,33 @@ def _to_fp16(source: Path, dest: Path, feeds: Sequence[Samples], flags: tuple[st
     converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=names)
     skip_fp16_round_trips(converted)
     save_model(converted, dest)
-    return PreparedModel(dest, True, None, flags, tuple(kept), emulated,
-                         "the fp16 graph emulated on ONNX Runtime (float16 tensors, float32 arithmetic)")
+    return PreparedModel(
+        dest,
+        True,
+        None,
+        flags,
+        tuple(kept),
+        emulated,
+        "the fp16 graph emulated on ONNX Runtime (float16 tensors, float32 arithmetic)",
+    )
 
 
 def _quantize_modelopt(source: Path, dest: Path, mode: str, samples: SampleSet) -> None:
     from modelopt.onnx.quantization import quantize
 
     if not samples.rows_only:
-        raise ConfigError("ModelOpt takes calibration samples as rows of a batch (every array the input's "
-                          "rank, its first axis the batch); give them so, or uninstall nvidia-modelopt to "
-                          "calibrate int8 with ONNX Runtime, which takes any form")
-    quantize(onnx_path=str(source), quantize_mode=mode, calibration_data=samples.arrays,
-             calibration_eps=["cpu"], output_path=str(dest))
+        raise ConfigError(
+            "ModelOpt takes calibration samples as rows of a batch (every array the input's "
+            "rank, its first axis the batch); give them so, or uninstall nvidia-modelopt to "
+            "calibrate int8 with ONNX Runtime, which takes any form"
+        )
+    quantize(
+        onnx_path=str(source),
+        quantize_mode=mode,
+        calibration_data=samples.arrays,
+        calibration_eps=["cpu"],
+        output_path=str(dest),
+    )
 
 
 def _quantize_onnxruntime(source: Path, dest: Path, samples: SampleSet) -> None:
@@ -146,11 +168,17 @@ def _quantize_onnxruntime(source: Path, dest: Path, samples: SampleSet) -> None:
     # TensorRT takes symmetric INT8 Q/DQ (zero point 0), weights per channel, and no
     # int32 bias DequantizeLinear; it fuses Q/DQ into convolutions and matrix products.
     with _quiet_root_logger():  # quantize_static logs advice through the root logger
-        quantize_static(str(source), str(dest), Reader(), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["Conv", "MatMul", "Gemm"], per_channel=True,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
-                                       "QuantizeBias": False})
+        quantize_static(
+            str(source),
+            str(dest),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+        )
 
 
 @contextmanager
@@ -164,8 +192,9 @@ def _quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
-def prepare(source: Path, precision: str, legacy: bool, samples: SampleSet | None,
-            workdir: Path, feeds: Sequence[Samples] = ()) -> PreparedModel:
+def prepare(
+    source: Path, precision: str, legacy: bool, samples: SampleSet | None, workdir: Path, feeds: Sequence[Samples] = ()
+) -> PreparedModel:
     """The ONNX file to parse for `precision`, converted or quantized into `workdir` when needed.
 
     `feeds`: sample inputs on which fp16 looks for activations beyond its range."""
@@ -173,6 +202,7 @@ def prepare(source: Path, precision: str, legacy: bool, samples: SampleSet | Non
     dest = workdir / f"model.{precision}.onnx"
     try:
         if precision in QUANTIZED:
+            assert samples is not None  # check_precision refused a quantized precision without them
             quantizer = quantizer_for(precision)
             if quantizer == "modelopt":
                 _quantize_modelopt(source, dest, precision, samples)

@@ -13,6 +13,7 @@ operators the converter never converts, read and write float32 as in the
 converted graph. It models float16 storage with float32 arithmetic inside each
 operator, as TensorRT's fp16 kernels do; the main graph only (not If/Loop bodies).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -40,8 +41,7 @@ def _as_stored(array: np.ndarray) -> np.ndarray:
     return np.clip(array, -FP16_MAX, FP16_MAX).astype(np.float16).astype(np.float32)
 
 
-def emulate_fp16(model: onnx.ModelProto, kept: Collection[str],
-                 types: dict[str, str] | None = None) -> onnx.ModelProto:
+def emulate_fp16(model: onnx.ModelProto, kept: Collection[str], types: dict[str, str] | None = None) -> onnx.ModelProto:
     """A float32 graph that computes what the fp16 conversion of `model` (with the nodes named in
     `kept` left in fp32) computes. Nodes must be named (tensor_probe.name_nodes). `types`:
     tensor_types of `model`, where the caller has it already."""
@@ -53,8 +53,13 @@ def emulate_fp16(model: onnx.ModelProto, kept: Collection[str],
     floats = float_tensors(emulated, tensor_types(emulated) if types is None else types)
     constants = {init.name: init for init in graph.initializer if init.data_type == TensorProto.FLOAT}
     constant_nodes = {node.output[0]: node for node in graph.node if node.op_type == "Constant"}
-    made_in_fp16 = {name for node in graph.node if node.name not in in_fp32 and node.op_type != "Constant"
-                    for name in node.output if name in floats}
+    made_in_fp16 = {
+        name
+        for node in graph.node
+        if node.name not in in_fp32 and node.op_type != "Constant"
+        for name in node.output
+        if name in floats
+    }
 
     added: list[onnx.NodeProto] = []
     node_names = {node.name for node in graph.node}
@@ -94,7 +99,8 @@ def emulate_fp16(model: onnx.ModelProto, kept: Collection[str],
                 if name in constants or name in constant_nodes:
                     source = constants[name] if name in constants else constant_nodes[name].attribute[0].t
                     graph.initializer.append(
-                        numpy_helper.from_array(_as_stored(numpy_helper.to_array(source)), stored[name]))
+                        numpy_helper.from_array(_as_stored(numpy_helper.to_array(source)), stored[name])
+                    )
                 else:
                     round_trip(name, stored[name])
             node.input[index] = stored[name]

@@ -11,6 +11,7 @@ which wraps them in casts). At the other end, float16 makes magnitudes below
 answer becomes infinite, so those nodes stay in fp32 too. And arithmetic on
 sizes and indices an exporter casts to float (shape_arithmetic) stays in fp32.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -21,7 +22,13 @@ import onnx
 from onnx import numpy_helper
 
 from trtpool_builder.precision.samples import Samples
-from trtpool_builder.precision.tensor_probe import declared_types, float_tensors, node_outputs, reduce_tensors, tensor_types
+from trtpool_builder.precision.tensor_probe import (
+    declared_types,
+    float_tensors,
+    node_outputs,
+    reduce_tensors,
+    tensor_types,
+)
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 # Magnitudes below half the smallest float16 subnormal (2**-25) round to 0 in float16.
@@ -33,8 +40,9 @@ ZERO_SENSITIVE = {"Log": (0,), "Reciprocal": (0,), "Div": (1,), "Sqrt": (0,), "P
 # audio frame's spectrum), and random inputs alone let underflows through.
 QUIET = 1e-4
 # Element types an exporter casts to float when it computes with sizes and indices (shape_arithmetic).
-_INTEGER_TYPES = frozenset(t for name, t in onnx.TensorProto.DataType.items()
-                           if name.startswith(("INT", "UINT", "BOOL")))
+_INTEGER_TYPES = frozenset(
+    t for name, t in onnx.TensorProto.DataType.items() if name.startswith(("INT", "UINT", "BOOL"))
+)
 _INTEGER_KINDS = ("tensor(int", "tensor(uint", "tensor(bool")
 
 
@@ -66,8 +74,10 @@ def _flushes_to_zero(value: np.ndarray) -> float:
 
 def quieted(feeds: Sequence[Samples]) -> list[Samples]:
     """The feeds, and each again with its float inputs scaled by QUIET."""
-    return [*feeds, *({name: a * a.dtype.type(QUIET) if a.dtype.kind == "f" else a for name, a in feed.items()}
-                      for feed in feeds)]
+    return [
+        *feeds,
+        *({name: a * a.dtype.type(QUIET) if a.dtype.kind == "f" else a for name, a in feed.items()} for feed in feeds),
+    ]
 
 
 def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptInFp32]:
@@ -109,8 +119,12 @@ def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptI
             keep(node, f"computes '{name}' up to {peak:.3g} on the sample inputs")
             keep_readers(name, peak, " on the sample inputs")
     producers = {name: node for node, name in computed}
-    sensitive = [(node, node.input[i]) for node in graph.node for i in ZERO_SENSITIVE.get(node.op_type, ())
-                 if i < len(node.input) and node.input[i] in producers]
+    sensitive = [
+        (node, node.input[i])
+        for node in graph.node
+        for i in ZERO_SENSITIVE.get(node.op_type, ())
+        if i < len(node.input) and node.input[i] in producers
+    ]
     flushed = reduce_tensors(model, sorted({tensor for _, tensor in sensitive}), quieted(feeds), _flushes_to_zero)
     for node, tensor in sensitive:
         if flushed.get(tensor, 0.0) > 0:
@@ -119,7 +133,6 @@ def keep_in_fp32(model: onnx.ModelProto, feeds: Sequence[Samples]) -> list[KeptI
             keep(node, f"reads {why}")
     order = {node.name: index for index, node in enumerate(graph.node)}
     return sorted(kept.values(), key=lambda k: order[k.node])
-
 
 
 def shape_arithmetic(model: onnx.ModelProto, types: dict[str, str] | None = None) -> list[str]:
@@ -187,8 +200,13 @@ def skip_fp16_round_trips(model: onnx.ModelProto) -> int:
 def _drop_unread_casts(graph: onnx.GraphProto) -> None:
     while True:
         read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
-        unread = [node for node in graph.node if node.op_type == "Cast" and node.output[0] not in read
-                  and node.name.endswith(("_cast_to_fp16_node", "_cast_to_fp32_node"))]
+        unread = [
+            node
+            for node in graph.node
+            if node.op_type == "Cast"
+            and node.output[0] not in read
+            and node.name.endswith(("_cast_to_fp16_node", "_cast_to_fp32_node"))
+        ]
         if not unread:
             return
         for node in unread:

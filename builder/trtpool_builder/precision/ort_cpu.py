@@ -2,13 +2,14 @@
 of what users read (graph clean-up notes such as CleanUnusedInitializersAndNodeArgs, one per
 unused initializer: four for the tiny example, hundreds after an fp16 conversion). Its
 errors still reach the user, as exceptions and at its ERROR level."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from trtpool_builder.errors import BuildError
 
-ORT_ERROR = 3   # ONNX Runtime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+ORT_ERROR = 3  # ONNX Runtime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 
 
 def cpu_session(model: str | bytes, what: str) -> Any:

@@ -16,6 +16,7 @@ A scalar (rank-0) input takes all three: a 0-d array (one value), shape [N]
 
 Inputs given per sample must agree on the count.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -56,14 +57,16 @@ class SampleSet:
     def _sample(self, name: str, index: int) -> np.ndarray:
         array, form = self.arrays[name], self.forms[name]
         # array[index, ...] stays an array where a sample is a scalar (ONNX Runtime takes no numpy.int64).
-        return array[index, ...] if form == STACKED else array[index:index + 1] if form == ROWS else array
+        return array[index, ...] if form == STACKED else array[index : index + 1] if form == ROWS else array
 
 
 def _read(path: Path, inputs: Sequence[TensorSpec]) -> Samples:
     if path.suffix == ".npy":
         if len(inputs) != 1:
-            raise ConfigError(f"'{path}': a .npy file holds one array but the model has inputs "
-                              f"{[s.name for s in inputs]}; use a .npz file with one array per input")
+            raise ConfigError(
+                f"'{path}': a .npy file holds one array but the model has inputs "
+                f"{[s.name for s in inputs]}; use a .npz file with one array per input"
+            )
         return {inputs[0].name: np.load(path)}
     if path.suffix == ".npz":
         with np.load(path) as archive:
@@ -86,19 +89,25 @@ def _form(name: str, array: np.ndarray, spec: TensorSpec, where: Path) -> str:
         return STACKED
     if array.ndim == rank:
         return ROWS if batched else ONCE
-    forms = [f"rank {rank + 1} (samples first, each a whole input)",
-             f"rank {rank} ({'rows of a batch' if batched else 'one value for every sample'})",
-             *(["[N, 1] (a value per sample, as clients send the scalar)"] if not rank else [])]
-    raise ConfigError(f"'{where}': array '{name}' has shape {list(array.shape)}; the model's input has rank "
-                      f"{rank} ({list(spec.shape)}): give " + ", ".join(forms[:-1]) + f" or {forms[-1]}")
+    forms = [
+        f"rank {rank + 1} (samples first, each a whole input)",
+        f"rank {rank} ({'rows of a batch' if batched else 'one value for every sample'})",
+        *(["[N, 1] (a value per sample, as clients send the scalar)"] if not rank else []),
+    ]
+    raise ConfigError(
+        f"'{where}': array '{name}' has shape {list(array.shape)}; the model's input has rank "
+        f"{rank} ({list(spec.shape)}): give " + ", ".join(forms[:-1]) + f" or {forms[-1]}"
+    )
 
 
 def _check(name: str, array: np.ndarray, spec: TensorSpec, form: str, where: Path) -> np.ndarray:
     one_input = array.shape[1:] if form == STACKED else array.shape
-    for axis, (have, want) in enumerate(zip(one_input, spec.shape)):
+    for axis, (have, want) in enumerate(zip(one_input, spec.shape, strict=True)):
         if (axis or form != ROWS) and want != -1 and have != want:
-            raise ConfigError(f"'{where}': array '{name}' gives dimension {axis} of the input as {have}, "
-                              f"the model needs {want} (input shape {list(spec.shape)})")
+            raise ConfigError(
+                f"'{where}': array '{name}' gives dimension {axis} of the input as {have}, "
+                f"the model needs {want} (input shape {list(spec.shape)})"
+            )
     if array.dtype.kind != spec.dtype.kind and not (array.dtype.kind in "iu" and spec.dtype.kind in "iu"):
         raise ConfigError(f"'{where}': array '{name}' is {array.dtype}, the model's input is {spec.dtype}")
     return array.astype(spec.dtype, copy=False)
@@ -119,36 +128,47 @@ def load_samples(path: Path, inputs: Sequence[TensorSpec]) -> SampleSet:
         data = _read(file, inputs)
         unknown, missing = sorted(set(data) - set(by_name)), sorted(set(by_name) - set(data))
         if unknown or missing:
-            raise ConfigError(f"'{file}': arrays must be named after the model's inputs {sorted(by_name)}; "
-                              f"missing {missing}, unknown {unknown}")
+            raise ConfigError(
+                f"'{file}': arrays must be named after the model's inputs {sorted(by_name)}; "
+                f"missing {missing}, unknown {unknown}"
+            )
         for name, array in data.items():
             array = _as_scalars(array, by_name[name])
             form = _form(name, array, by_name[name], file)
             if forms.setdefault(name, form) != form or (form == ONCE and parts[name]):
-                raise ConfigError(f"'{file}': array '{name}' is given as {form} here and as {forms[name]} "
-                                  "before (or once in several files); give it one way")
+                raise ConfigError(
+                    f"'{file}': array '{name}' is given as {form} here and as {forms[name]} "
+                    "before (or once in several files); give it one way"
+                )
             parts[name].append(_check(name, array, by_name[name], form, file))
     counts = {name: sum(len(a) for a in arrays) for name, arrays in parts.items() if forms[name] != ONCE}
     if len(set(counts.values())) > 1:
-        raise ConfigError(f"'{path}': inputs have different sample counts {counts} (an input given once, "
-                          "the same for every sample, has the input's rank and a fixed first dimension)")
+        raise ConfigError(
+            f"'{path}': inputs have different sample counts {counts} (an input given once, "
+            "the same for every sample, has the input's rank and a fixed first dimension)"
+        )
     # A value given once is one array (a 0-d one cannot be concatenated).
-    return SampleSet({name: arrays[0] if forms[name] == ONCE else np.concatenate(arrays, axis=0)
-                      for name, arrays in parts.items()}, forms, next(iter(counts.values()), 1))
+    return SampleSet(
+        {name: arrays[0] if forms[name] == ONCE else np.concatenate(arrays, axis=0) for name, arrays in parts.items()},
+        forms,
+        next(iter(counts.values()), 1),
+    )
 
 
 def describe(feed: Samples) -> str:
     """Each input's shape and dtype, and the values of a small integer one (a sample rate, a flag)."""
+
     def one(name: str, array: np.ndarray) -> str:
         values = f" = {array.tolist()}" if array.dtype.kind in "iub" and array.size <= 4 else ""
         return f"'{name}' {list(array.shape)} {array.dtype}{values}"
+
     return ", ".join(one(name, array) for name, array in feed.items())
 
 
 def batches(samples: Samples, size: int) -> Iterator[Samples]:
     count = len(next(iter(samples.values())))
     for start in range(0, count, size):
-        yield {name: array[start:start + size] for name, array in samples.items()}
+        yield {name: array[start : start + size] for name, array in samples.items()}
 
 
 def random_feed(inputs: Sequence[TensorSpec], shapes: dict[str, tuple[int, ...]], seed: int = 0) -> Samples:
@@ -170,8 +190,9 @@ def random_samples(inputs: Sequence[TensorSpec], profile: Profile, seed: int = 0
     return random_feed(inputs, {spec.name: profile.ranges[spec.name].opt for spec in inputs}, seed)
 
 
-def sample_feeds(samples: SampleSet | None, inputs: Sequence[TensorSpec], profiles: Sequence[Profile],
-                 limit: int = 32) -> list[Samples]:
+def sample_feeds(
+    samples: SampleSet | None, inputs: Sequence[TensorSpec], profiles: Sequence[Profile], limit: int = 32
+) -> list[Samples]:
     """Feeds to check a conversion on: the first `limit` given samples, else one random batch at
     each profile's opt shapes."""
     if samples:

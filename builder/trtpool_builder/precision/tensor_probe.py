@@ -5,6 +5,7 @@ types), `CHUNK` of them per session so that a large model's activations are
 never all held at once; each is reduced to what the caller needs as soon as
 it is computed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -44,18 +45,18 @@ def _session(model: onnx.ModelProto, extra: Sequence[str]):
     return cpu_session(probe.SerializeToString(), "the graph to inspect its tensors")
 
 
-def probe(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples]) -> Iterator[
-        dict[str, np.ndarray]]:
+def probe(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples]) -> Iterator[dict[str, np.ndarray]]:
     """{name: value} for every chunk of `names` and every feed (feeds vary fastest)."""
     for start in range(0, len(names), CHUNK):
-        chunk = list(names[start:start + CHUNK])
+        chunk = list(names[start : start + CHUNK])
         session = _session(model, chunk)
         for feed in feeds:
-            yield dict(zip(chunk, session.run(chunk, feed)))
+            yield dict(zip(chunk, session.run(chunk, feed), strict=True))
 
 
-def reduce_tensors(model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples],
-                   reduce: Callable[[np.ndarray], float]) -> dict[str, float]:
+def reduce_tensors(
+    model: onnx.ModelProto, names: Sequence[str], feeds: Sequence[Samples], reduce: Callable[[np.ndarray], float]
+) -> dict[str, float]:
     """The largest `reduce(value)` of each named tensor over all feeds."""
     result: dict[str, float] = {}
     for values in probe(model, names, feeds):
@@ -84,5 +85,6 @@ def float_tensors(model: onnx.ModelProto, types: dict[str, str]) -> set[str]:
     """The float32 tensors of the main graph: inputs and initializers declared float, and the
     node outputs `types` (tensor_types of `model`) calls 'tensor(float)'."""
     declared = declared_types(model)
-    return ({name for name, kind in types.items() if kind == "tensor(float)" and name not in declared}
-            | {name for name, elem_type in declared.items() if elem_type == onnx.TensorProto.FLOAT})
+    return {name for name, kind in types.items() if kind == "tensor(float)" and name not in declared} | {
+        name for name, elem_type in declared.items() if elem_type == onnx.TensorProto.FLOAT
+    }

@@ -6,6 +6,7 @@ is absent and the figure is None. It is the device's used memory, so on a GPU th
 serves nothing else it is this server's: its CUDA contexts, the model's weights and
 every trtpool context's buffers and graphs.
 """
+
 from __future__ import annotations
 
 import urllib.error
@@ -16,8 +17,9 @@ METRIC = "nv_gpu_memory_used_bytes"
 
 def used_bytes(metrics: str) -> int | None:
     """The metric summed over every GPU in Prometheus text `metrics`; None where it is absent."""
-    values = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-              if line.startswith((METRIC + "{", METRIC + " "))]
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith((METRIC + "{", METRIC + " "))
+    ]
     return round(sum(values)) if values else None
 
 

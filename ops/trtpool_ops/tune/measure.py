@@ -6,6 +6,7 @@ warm caches. Whatever ends a point (its figures, an error, Ctrl-C), the server's
 process group is stopped and its shared-memory regions are removed before the
 next step.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,15 +15,15 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import closing, contextmanager
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException
 
 from trtpool_builder.folder.front import make_front_folder
 from trtpool_builder.folder.model_folder import read_config, write_config
@@ -38,7 +39,7 @@ from trtpool_ops.tune.space import Candidate, render
 
 CONFIGS = ("config.pbtxt", "config.tuned.pbtxt")
 STOP_GRACE_S = 15.0
-UNSETTLED = ("READY", "LOADING", "UNLOADING")   # a model still live in the repository index
+UNSETTLED = ("READY", "LOADING", "UNLOADING")  # a model still live in the repository index
 
 
 class LoadFailed(RuntimeError):
@@ -69,6 +70,7 @@ def stage(repo: Path, folder: Path, name: str, config: mc.ModelConfig, front: bo
 @dataclass
 class Server:
     """A tritonserver on loopback ports, its regions under a prefix of its own."""
+
     process: subprocess.Popen
     grpc_port: int
     http_port: int
@@ -80,14 +82,22 @@ class Server:
 
 
 @contextmanager
-def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0,
-            load_threads: int = 4) -> Iterator[Server]:
+def serving(
+    tritonserver: str, repo: Path, log: Path, timeout: float = 600.0, load_threads: int = 4
+) -> Iterator[Server]:
     """Every model of `repo` loaded (`load_threads` at a time, Triton's default 4) and READY, or
     LoadFailed with Triton's reason; stopped on the way out."""
     prefix = own_prefix((), tool="tune")
-    options = ServeOptions(repo, (), "127.0.0.1", free_port(), free_port(), free_port(),
-                           passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10",
-                                        f"--model-load-thread-count={load_threads}"))
+    assert prefix is not None  # no flags that set one: always a fresh prefix
+    options = ServeOptions(
+        repo,
+        (),
+        "127.0.0.1",
+        free_port(),
+        free_port(),
+        free_port(),
+        passthrough=(prefix_flag(prefix), "--exit-timeout-secs=10", f"--model-load-thread-count={load_threads}"),
+    )
     with log.open("wb") as out:
         process = start(tritonserver_command(tritonserver, options), out)
     server = Server(process, options.grpc_port, options.http_port, prefix, options.metrics_port)
@@ -98,8 +108,9 @@ def serving(tritonserver: str, repo: Path, log: Path, timeout: float = 600.0,
         with grpcclient.InferenceServerClient(server.url("grpc")) as client:
             failed = [s for s in model_states(client) if s.state != "READY"]
         if failed:
-            raise LoadFailed("\n".join(f"model '{s.name}': {s.reason.split(chr(10) * 2)[0] or s.state}"
-                                       for s in failed))
+            raise LoadFailed(
+                "\n".join(f"model '{s.name}': {s.reason.split(chr(10) * 2)[0] or s.state}" for s in failed)
+            )
         yield server
     finally:
         shut_down(server)
@@ -118,7 +129,7 @@ def unload_all(server: Server, timeout: float = STOP_GRACE_S) -> None:
             while time.monotonic() < deadline and any(s.state in UNSETTLED for s in model_states(client)):
                 time.sleep(0.05)
     except InferenceServerException:
-        pass   # the SIGINT and the group kill that follow stop it anyway
+        pass  # the SIGINT and the group kill that follow stop it anyway
 
 
 def shut_down(server: Server) -> None:
@@ -128,10 +139,8 @@ def shut_down(server: Server) -> None:
         if server.process.poll() is None:
             unload_all(server)
             server.process.send_signal(signal.SIGINT)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 server.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
         kill_group(server.process)
         server.process.wait()
         remove_regions(server.prefix)
@@ -141,16 +150,27 @@ def served_config(tritonserver: str, folder: Path, scratch: Path) -> dict[str, A
     """The folder loaded as it is: the config Triton serves (auto-complete filled in), or LoadFailed."""
     repo = scratch / "as-given"
     stage(repo, folder, folder.name, read_config(folder))
-    with serving(tritonserver, repo, scratch / "as-given.log") as server, \
-            grpcclient.InferenceServerClient(server.url("grpc")) as client:
+    with (
+        serving(tritonserver, repo, scratch / "as-given.log") as server,
+        grpcclient.InferenceServerClient(server.url("grpc")) as client,
+    ):
         return client.get_model_config(folder.name, as_json=True)["config"]
 
 
 class Measurer:
     """Measures candidates of one model folder under one client profile."""
 
-    def __init__(self, folder: Path, base: mc.ModelConfig, tensors: list[str], profile: ClientProfile,
-                 window: perf.Window, tritonserver: str, perf_analyzer: str, scratch: Path) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        base: mc.ModelConfig,
+        tensors: list[str],
+        profile: ClientProfile,
+        window: perf.Window,
+        tritonserver: str,
+        perf_analyzer: str,
+        scratch: Path,
+    ) -> None:
         self.folder, self.base, self.tensors = folder, base, tensors
         self.profile, self.window = profile, window
         self.tritonserver, self.perf_analyzer, self.scratch = tritonserver, perf_analyzer, scratch
@@ -160,14 +180,23 @@ class Measurer:
         return self.window.interval_ms / 1000 * self.window.max_trials * 3 + 60
 
     def drive(self, server: Server, model: str, streaming: bool, where: Path) -> perf.Reading:
-        argv = perf.command(self.perf_analyzer, model, server.url(self.profile.protocol), self.profile, streaming,
-                            self.window, where / "perf.csv")
+        argv = perf.command(
+            self.perf_analyzer,
+            model,
+            server.url(self.profile.protocol),
+            self.profile,
+            streaming,
+            self.window,
+            where / "perf.csv",
+        )
         return perf.run(argv, self.tensors, where / "perf.log", self.perf_timeout(), self.profile)
 
     def stage_all(self, repo: Path, candidates: Mapping[str, Candidate]) -> dict[str, str]:
         """Each candidate under its own name in one repository; {name: the model its clients call}."""
-        return {name: stage(repo, self.folder, name, render(self.base, c), c.mode == "decoupled-front")
-                for name, c in candidates.items()}
+        return {
+            name: stage(repo, self.folder, name, render(self.base, c), c.mode == "decoupled-front")
+            for name, c in candidates.items()
+        }
 
     def measure(self, candidate: Candidate) -> Measurement:
         self.count += 1
@@ -197,15 +226,18 @@ class Measurer:
         beside = f"measured beside {len(candidates) - 1} other point(s) loaded in one server"
         try:
             models = self.stage_all(where / "repo", named)
-            with serving(self.tritonserver, where / "repo", where / "server.log",
-                         load_threads=min(len(named), os.cpu_count() or 4)) as server:
+            with serving(
+                self.tritonserver,
+                where / "repo",
+                where / "server.log",
+                load_threads=min(len(named), os.cpu_count() or 4),
+            ) as server:
                 start_share = (time.monotonic() - begun) / len(named)
                 for name, candidate in named.items():
                     (where / name).mkdir()
                     point_begun = time.monotonic()
                     try:
-                        reading, note = self.settled(server, models[name], candidate.mode == "decoupled",
-                                                     where / name)
+                        reading, note = self.settled(server, models[name], candidate.mode == "decoupled", where / name)
                     except perf.PerfFailed as exc:
                         yield Measurement(candidate, seconds=start_share, error=str(exc))
                         continue
@@ -228,7 +260,8 @@ class Measurer:
         self.window = replace(first, interval_ms=2 * first.interval_ms, stability=min(2 * first.stability, 80))
         try:
             return self.drive(server, model, streaming, where), (
-                f"measured again with {self.window.interval_ms} ms windows, stability {self.window.stability}%")
+                f"measured again with {self.window.interval_ms} ms windows, stability {self.window.stability}%"
+            )
         finally:
             self.window = first
 
@@ -236,5 +269,11 @@ class Measurer:
 def figures(candidate: Candidate, reading: perf.Reading, seconds: float) -> Measurement:
     """perf_analyzer's inferences/s (requests/s x client batch), latencies (us -> ms) and windows."""
     row = reading.row
-    return Measurement(candidate, row["Inferences/Second"], row["p50 latency"] / 1000, row["p99 latency"] / 1000,
-                       seconds, windows=reading.windows)
+    return Measurement(
+        candidate,
+        row["Inferences/Second"],
+        row["p50 latency"] / 1000,
+        row["p99 latency"] / 1000,
+        seconds,
+        windows=reading.windows,
+    )

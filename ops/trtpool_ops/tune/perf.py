@@ -1,5 +1,6 @@
 """perf_analyzer under the client profile: its command, one run that can be stopped at
 any moment without leaving its shared-memory regions behind, and its CSV report."""
+
 from __future__ import annotations
 
 import csv
@@ -21,8 +22,8 @@ ENV = "TRTPOOL_PERF_ANALYZER"
 # Room for the outputs in shared memory (perf_analyzer's default, 100 kB, is less than a
 # batch of 32 ResNet-50 logits).
 OUTPUT_SHM_BYTES = 64 << 20
-UNSTABLE = "Failed to obtain stable measurement"   # perf_analyzer's windows did not agree
-REQUEST_FAILED = re.compile(r"Thread \[\d+\] had error: ")   # the server answered a request with an error
+UNSTABLE = "Failed to obtain stable measurement"  # perf_analyzer's windows did not agree
+REQUEST_FAILED = re.compile(r"Thread \[\d+\] had error: ")  # the server answered a request with an error
 FAILURE = re.compile(r"error|failed", re.IGNORECASE)
 # -v prints a line per measurement window; the figures are the mean of the last three (those that agreed).
 WINDOW_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec")
@@ -45,13 +46,22 @@ def failure(code: int | None, text: str, profile: ClientProfile) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     refused = [REQUEST_FAILED.split(line, 1)[1] for line in lines if REQUEST_FAILED.search(line)]
     said = [line for line in lines if FAILURE.search(line)]
-    cause = (f"the server refused a request: {refused[0]}" if refused
-             else said[-1] if said else lines[-1] if lines else "no output")
+    cause = (
+        f"the server refused a request: {refused[0]}"
+        if refused
+        else said[-1]
+        if said
+        else lines[-1]
+        if lines
+        else "no output"
+    )
     message = f"perf_analyzer exited {code}: {cause}"
     if refused and profile.generated_data:
-        message += ("\nperf_analyzer made these inputs itself (" + (profile.input_data or "random") + " data), and "
-                    "they may not be valid for this model (a sample rate, token ids, an index): give real "
-                    "ones with --input-data FILE.json (perf_analyzer's JSON input format)")
+        message += (
+            "\nperf_analyzer made these inputs itself (" + (profile.input_data or "random") + " data), and "
+            "they may not be valid for this model (a sample rate, token ids, an index): give real "
+            "ones with --input-data FILE.json (perf_analyzer's JSON input format)"
+        )
     elif refused:
         message += f"\ncheck the inputs in --input-data {profile.input_data} against the model's"
     return message + "\n\nperf_analyzer's output ends:\n" + "\n".join(lines[-8:])
@@ -61,6 +71,7 @@ def failure(code: int | None, text: str, profile: ClientProfile) -> str:
 class Reading:
     """perf_analyzer's CSV row ('Inferences/Second', 'p50 latency', 'p99 latency' in us) and the
     infer/s of each window its figures average: how far apart they were is the point's noise."""
+
     row: dict[str, float]
     windows: tuple[float, ...]
 
@@ -73,6 +84,7 @@ def averaged_windows(text: str) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class Window:
     """How long perf_analyzer measures: windows of interval_ms until `stability` percent agree."""
+
     interval_ms: int = 2000
     max_trials: int = 6
     stability: int = 20
@@ -81,24 +93,58 @@ class Window:
 def find_perf_analyzer(given: str | None, tritonserver: str) -> str:
     """--perf-analyzer, else $TRTPOOL_PERF_ANALYZER, else the one beside the tritonserver found
     (the set-up's .triton/bin/), else perf_analyzer on PATH."""
-    found = given_executable(given, "--perf-analyzer", ENV) or shutil.which(str(Path(tritonserver).with_name("perf_analyzer"))) or shutil.which("perf_analyzer")
+    found = (
+        given_executable(given, "--perf-analyzer", ENV)
+        or shutil.which(str(Path(tritonserver).with_name("perf_analyzer")))
+        or shutil.which("perf_analyzer")
+    )
     if found is None:
-        raise ValueError(f"no perf_analyzer beside {tritonserver} nor on PATH: run scripts/setup.sh, or set "
-                         f"{ENV}=/path/to/perf_analyzer (or pass --perf-analyzer)")
+        raise ValueError(
+            f"no perf_analyzer beside {tritonserver} nor on PATH: run scripts/setup.sh, or set "
+            f"{ENV}=/path/to/perf_analyzer (or pass --perf-analyzer)"
+        )
     return found
 
 
-def command(perf_analyzer: str, model: str, url: str, profile: ClientProfile, streaming: bool,
-            window: Window, report: Path) -> list[str]:
-    load = (["--request-rate-range", f"{profile.request_rate:g}", "--async"] if profile.request_rate
-            else ["--concurrency-range", str(profile.concurrency)])
-    shm = (["--shared-memory", profile.shm, "--output-shared-memory-size", str(OUTPUT_SHM_BYTES)]
-           if profile.shm != "none" else [])
+def command(
+    perf_analyzer: str, model: str, url: str, profile: ClientProfile, streaming: bool, window: Window, report: Path
+) -> list[str]:
+    load = (
+        ["--request-rate-range", f"{profile.request_rate:g}", "--async"]
+        if profile.request_rate
+        else ["--concurrency-range", str(profile.concurrency)]
+    )
+    shm = (
+        ["--shared-memory", profile.shm, "--output-shared-memory-size", str(OUTPUT_SHM_BYTES)]
+        if profile.shm != "none"
+        else []
+    )
     data = ["--input-data", profile.input_data] if profile.input_data else []
-    return [perf_analyzer, "-m", model, "-u", url, "-i", profile.protocol, "-b", str(profile.batch), *load, *shm,
-            *(["--streaming"] if streaming else []), *[a for s in profile.shapes for a in ("--shape", s)], *data,
-            "--measurement-interval", str(window.interval_ms), "--max-trials", str(window.max_trials),
-            "--stability-percentage", str(window.stability), "-v", "-f", str(report)]
+    return [
+        perf_analyzer,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        profile.protocol,
+        "-b",
+        str(profile.batch),
+        *load,
+        *shm,
+        *(["--streaming"] if streaming else []),
+        *[a for s in profile.shapes for a in ("--shape", s)],
+        *data,
+        "--measurement-interval",
+        str(window.interval_ms),
+        "--max-trials",
+        str(window.max_trials),
+        "--stability-percentage",
+        str(window.stability),
+        "-v",
+        "-f",
+        str(report),
+    ]
 
 
 def _regions(tensors: list[str]) -> set[Path]:

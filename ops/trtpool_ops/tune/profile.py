@@ -1,4 +1,5 @@
 """The client profile trtpool-tune measures under, and the check that the model can take it."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,11 +21,11 @@ class ProfileError(ValueError):
 class ClientProfile:
     batch: int = 1
     concurrency: int = 1
-    request_rate: float | None = None     # requests/s, open loop; replaces concurrency
+    request_rate: float | None = None  # requests/s, open loop; replaces concurrency
     protocol: str = "grpc"
     shm: str = "none"
-    shapes: tuple[str, ...] = ()          # perf_analyzer's NAME:D1,D2 (no batch dimension)
-    input_data: str | None = None         # zero, random, or a JSON file
+    shapes: tuple[str, ...] = ()  # perf_analyzer's NAME:D1,D2 (no batch dimension)
+    input_data: str | None = None  # zero, random, or a JSON file
 
     @property
     def generated_data(self) -> bool:
@@ -33,8 +34,14 @@ class ClientProfile:
 
     def as_dict(self) -> dict:
         load = {"request_rate": self.request_rate} if self.request_rate else {"concurrency": self.concurrency}
-        return {"batch": self.batch, **load, "protocol": self.protocol, "shm": self.shm,
-                "shapes": list(self.shapes), "input_data": self.input_data}
+        return {
+            "batch": self.batch,
+            **load,
+            "protocol": self.protocol,
+            "shm": self.shm,
+            "shapes": list(self.shapes),
+            "input_data": self.input_data,
+        }
 
     def shape_of(self) -> dict[str, tuple[int, ...]]:
         shapes = {}
@@ -43,15 +50,17 @@ class ClientProfile:
             try:
                 shapes[name] = tuple(int(d) for d in dims.split(","))
             except ValueError:
-                raise ProfileError(f"--shape {text}: expected NAME:D1,D2,... (the dimensions after the batch "
-                                   "dimension), e.g. input_ids:128") from None
+                raise ProfileError(
+                    f"--shape {text}: expected NAME:D1,D2,... (the dimensions after the batch "
+                    "dimension), e.g. input_ids:128"
+                ) from None
             if not sep or not name:
                 raise ProfileError(f"--shape {text}: expected NAME:D1,D2,..., e.g. input_ids:128")
         return shapes
 
 
 def _fits(dims: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(dims) == len(shape) and all(d in (-1, s) for d, s in zip(dims, shape))
+    return len(dims) == len(shape) and all(d in (-1, s) for d, s in zip(dims, shape, strict=True))
 
 
 def _ranges(config: dict[str, Any]) -> list[dict]:
@@ -59,13 +68,14 @@ def _ranges(config: dict[str, Any]) -> list[dict]:
     try:
         return [parse_profile(p) for p in text.split(";") if p.strip()]
     except ConfigError:
-        return []   # the model loaded, so the backend took it; nothing to check against here
+        return []  # the model loaded, so the backend took it; nothing to check against here
 
 
 def _in_some_profile(name: str, full: tuple[int, ...], ranges: list[dict]) -> tuple[bool, str]:
     spans = [r[name] for r in ranges if name in r]
-    fits = not spans or any(len(s.min) == len(full) and all(a <= v <= b for a, v, b in zip(s.min, full, s.max))
-                            for s in spans)
+    fits = not spans or any(
+        len(s.min) == len(full) and all(a <= v <= b for a, v, b in zip(s.min, full, s.max, strict=False)) for s in spans
+    )
     text = " or ".join("x".join(map(str, s.min)) + " to " + "x".join(map(str, s.max)) for s in spans)
     return fits, text
 
@@ -84,8 +94,9 @@ def _opt_shape(name: str, dims: list[int], ranges: list[dict], batched: bool) ->
     return shape if _fits(dims, shape) else None
 
 
-def _filled(profile: ClientProfile, inputs: dict[str, list[int]], ranges: list[dict],
-            batched: bool) -> dict[str, tuple[int, ...]]:
+def _filled(
+    profile: ClientProfile, inputs: dict[str, list[int]], ranges: list[dict], batched: bool
+) -> dict[str, tuple[int, ...]]:
     """A shape for each input with variable dimensions that --shape leaves out, from the model's
     profile; ProfileError naming every input the profile gives none, with an example for all at once."""
     given = profile.shape_of()
@@ -94,10 +105,12 @@ def _filled(profile: ClientProfile, inputs: dict[str, list[int]], ranges: list[d
     lacking = [n for n, shape in filled.items() if shape is None]
     if lacking:
         example = " ".join(f"--shape {n}:{_dims(filled[n] or [max(d, 1) for d in inputs[n]])}" for n in missing)
-        raise ProfileError("input(s) " + ", ".join(f"'{n}' {inputs[n]}" for n in lacking) + " have variable "
-                           f"dimensions and the model's profile gives no shape for them: give one for each "
-                           f"input, e.g. {example}")
-    return filled
+        raise ProfileError(
+            "input(s) " + ", ".join(f"'{n}' {inputs[n]}" for n in lacking) + " have variable "
+            f"dimensions and the model's profile gives no shape for them: give one for each "
+            f"input, e.g. {example}"
+        )
+    return {n: shape for n, shape in filled.items() if shape is not None}
 
 
 def check(profile: ClientProfile, config: dict[str, Any], model: str) -> ClientProfile:
@@ -112,18 +125,23 @@ def check(profile: ClientProfile, config: dict[str, Any], model: str) -> ClientP
     inputs = {spec["name"]: [int(d) for d in spec.get("dims", [])] for spec in config.get("input", [])}
     for name in profile.shape_of():
         if name not in inputs:
-            raise ProfileError(f"--shape {name}: model '{model}' has no input '{name}'; its inputs are "
-                               f"{', '.join(sorted(inputs))}")
+            raise ProfileError(
+                f"--shape {name}: model '{model}' has no input '{name}'; its inputs are {', '.join(sorted(inputs))}"
+            )
     ranges = _ranges(config)
     filled = _filled(profile, inputs, ranges, bool(max_batch))
     measured = replace(profile, shapes=(*profile.shapes, *(f"{n}:{_dims(shape)}" for n, shape in filled.items())))
     for name, shape in measured.shape_of().items():
         if not _fits(inputs[name], shape):
-            raise ProfileError(f"--shape {name}:{_dims(shape)}: input '{name}' expects dims {inputs[name]} "
-                               "(after the batch dimension; -1 takes any size)")
+            raise ProfileError(
+                f"--shape {name}:{_dims(shape)}: input '{name}' expects dims {inputs[name]} "
+                "(after the batch dimension; -1 takes any size)"
+            )
         full = (profile.batch, *shape) if max_batch else shape
         fits, spans = _in_some_profile(name, full, ranges)
         if not fits:
-            raise ProfileError(f"--shape {name}:{_dims(shape)} at --batch {profile.batch}: input "
-                               f"'{name}' takes shapes {spans} (the model's profiles)")
+            raise ProfileError(
+                f"--shape {name}:{_dims(shape)} at --batch {profile.batch}: input "
+                f"'{name}' takes shapes {spans} (the model's profiles)"
+            )
     return measured

@@ -1,4 +1,5 @@
 """Points measured one after another within the budget, each announced on a progress line."""
+
 from __future__ import annotations
 
 import statistics
@@ -37,8 +38,8 @@ class Runner:
         self.left = lambda: total - len(self.measured)
 
     def best(self) -> Measurement | None:
-        scored = [m for m in self.measured if self.objective.score(m) is not None]
-        return max(scored, key=self.objective.score) if scored else None
+        scored = [(score, m) for m in self.measured if (score := self.objective.score(m)) is not None]
+        return max(scored, key=lambda pair: pair[0])[1] if scored else None
 
     def __call__(self, candidate: Candidate) -> Measurement:
         self._announce(f"measuring {candidate.label}")
@@ -46,8 +47,7 @@ class Runner:
 
     def together(self, candidates: Sequence[Candidate]) -> None:
         """The candidates loaded in one server and measured in turn (the grid's --grid-together)."""
-        self._announce(f"loading {len(candidates)} points in one server: "
-                       + ", ".join(c.label for c in candidates))
+        self._announce(f"loading {len(candidates)} points in one server: " + ", ".join(c.label for c in candidates))
         for measurement in self.measurer.measure_together(candidates):
             self._record(measurement)
 
@@ -58,16 +58,23 @@ class Runner:
         if left_s <= 0 or expected > left_s:
             raise BudgetSpent()
         best = self.best()
-        so_far = (f"best so far {best.candidate.label}: {best.infer_per_s:.1f} infer/s p99 {best.p99_ms:.2f} ms"
-                  if best else "no best yet")
-        say(f"point {len(self.measured) + 1} (done {len(self.measured)}, at most {self.left()} left) "
-            f"{what} | {so_far} | {left_s / 60:.1f} min of budget left")
+        so_far = (
+            f"best so far {best.candidate.label}: {best.infer_per_s:.1f} infer/s p99 {best.p99_ms:.2f} ms"
+            if best
+            else "no best yet"
+        )
+        say(
+            f"point {len(self.measured) + 1} (done {len(self.measured)}, at most {self.left()} left) "
+            f"{what} | {so_far} | {left_s / 60:.1f} min of budget left"
+        )
 
     def _record(self, measurement: Measurement) -> Measurement:
         self.measured.append(measurement)
         if measurement.ok:
-            say(f"  {measurement.candidate.label}: {measurement.infer_per_s:.1f} infer/s, "
-                f"p50 {measurement.p50_ms:.2f} ms, p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)")
+            say(
+                f"  {measurement.candidate.label}: {measurement.infer_per_s:.1f} infer/s, "
+                f"p50 {measurement.p50_ms:.2f} ms, p99 {measurement.p99_ms:.2f} ms ({measurement.seconds:.0f} s)"
+            )
         else:
             say(f"  {measurement.candidate.label} failed: {summary(measurement.error)}")
         return measurement

@@ -18,6 +18,7 @@ more than one context, the same point with an elastic pool of 1 up to its
 contexts (min_contexts, max_contexts) is measured once. The objective takes it in
 the fixed pool's place when it serves within the noise of it (Objective.choose).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,8 +29,14 @@ from trtpool_ops.tune.space import ELASTIC_MIN, Axis, Candidate, Space, elastic_
 
 
 class Search:
-    def __init__(self, space: Space, measure: Callable[[Candidate], Measurement], objective: Objective,
-                 noise: float = 0.05, elastic: bool = True) -> None:
+    def __init__(
+        self,
+        space: Space,
+        measure: Callable[[Candidate], Measurement],
+        objective: Objective,
+        noise: float = 0.05,
+        elastic: bool = True,
+    ) -> None:
         self.space, self.objective, self.noise = space, objective, noise
         self._measure = measure
         self.measured: dict[Candidate, Measurement] = {}

@@ -5,6 +5,7 @@ delay, preferred batch sizes, ...), and, where it is elastic, min_contexts (its
 pool then grows from that to its contexts). Its config is the user's config.pbtxt
 with only those fields changed, through Triton's own protobuf classes.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,10 +17,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 # decoupled: reached by gRPC streaming clients; decoupled-front: by unary clients through
 # the front trtpool-model --unary-front writes (forward_to).
 MODES = ("sync", "pipelined", "decoupled", "decoupled-front")
-KEEP = "keep"   # an axis value: the field as the user's config has it
+KEEP = "keep"  # an axis value: the field as the user's config has it
 POOL_SIZES = ("contexts", "min_contexts", "max_contexts")
-ELASTIC_POLICY = ("grow_after_wait_microseconds", "shrink_after_idle_seconds")   # refused beside a fixed pool
-ELASTIC = "min_contexts"   # a candidate's setting: an elastic pool from this many up to its contexts
+ELASTIC_POLICY = ("grow_after_wait_microseconds", "shrink_after_idle_seconds")  # refused beside a fixed pool
+ELASTIC = "min_contexts"  # a candidate's setting: an elastic pool from this many up to its contexts
 ELASTIC_MIN = 1
 
 
@@ -27,7 +28,7 @@ ELASTIC_MIN = 1
 class Candidate:
     mode: str
     contexts: int
-    settings: tuple[tuple[str, str], ...] = ()   # (axis name, value), sorted by name
+    settings: tuple[tuple[str, str], ...] = ()  # (axis name, value), sorted by name
 
     def setting(self, name: str) -> str | None:
         return dict(self.settings).get(name)
@@ -101,8 +102,8 @@ def _elastic(config: mc.ModelConfig, value: str) -> None:
 @dataclass(frozen=True)
 class AxisKind:
     apply: Callable[[mc.ModelConfig, str], None]
-    ordered: bool       # numeric: searched by stepping to neighbours; else every value is tried
-    batching: bool      # only for a model that batches (max_batch_size > 0)
+    ordered: bool  # numeric: searched by stepping to neighbours; else every value is tried
+    batching: bool  # only for a model that batches (max_batch_size > 0)
 
 
 AXES: dict[str, AxisKind] = {
@@ -131,8 +132,8 @@ def elastic_twin(candidate: Candidate) -> Candidate | None:
 @dataclass(frozen=True)
 class Axis:
     name: str
-    values: tuple[str, ...]   # numeric axes ascending
-    start: str                # where the search starts: the user's value where it is one of them
+    values: tuple[str, ...]  # numeric axes ascending
+    start: str  # where the search starts: the user's value where it is one of them
 
     @property
     def ordered(self) -> bool:
@@ -142,7 +143,7 @@ class Axis:
 @dataclass(frozen=True)
 class Space:
     modes: tuple[str, ...]
-    contexts: tuple[int, ...]       # ascending
+    contexts: tuple[int, ...]  # ascending
     axes: tuple[Axis, ...] = ()
 
     def at(self, mode: str, contexts: int) -> Candidate:
@@ -151,13 +152,19 @@ class Space:
 
     def grid(self) -> list[Candidate]:
         names = [a.name for a in self.axes]
-        return [Candidate(mode, contexts, tuple(sorted(zip(names, values))))
-                for mode, contexts in itertools.product(self.modes, self.contexts)
-                for values in itertools.product(*(a.values for a in self.axes))]
+        return [
+            Candidate(mode, contexts, tuple(sorted(zip(names, values, strict=True))))
+            for mode, contexts in itertools.product(self.modes, self.contexts)
+            for values in itertools.product(*(a.values for a in self.axes))
+        ]
 
     def as_dict(self) -> dict:
-        return {"modes": list(self.modes), "contexts": list(self.contexts),
-                **{a.name: list(a.values) for a in self.axes}, "grid_size": len(self.grid())}
+        return {
+            "modes": list(self.modes),
+            "contexts": list(self.contexts),
+            **{a.name: list(a.values) for a in self.axes},
+            "grid_size": len(self.grid()),
+        }
 
 
 def render(base: mc.ModelConfig, candidate: Candidate) -> mc.ModelConfig:

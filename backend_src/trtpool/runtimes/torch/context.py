@@ -4,6 +4,7 @@ A bucket (padded input shapes) is captured on its first batch on a context, afte
 on the context's stream; later batches of the bucket replay it. A model that cannot be captured
 runs eagerly on the same stream.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,6 +59,7 @@ class Bucket:
         if self.graph is None:
             return runtime.forward(self.inputs)
         self.graph.replay()
+        assert self.outputs is not None  # captured with the graph
         return self.outputs
 
 
@@ -68,7 +70,7 @@ class TorchContext(StreamContext):
         self.index = index
         self._runtime = runtime
         runtime.make_current()
-        self.staging = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)
+        self.staging: HostBuffers | None = HostBuffers(runtime.input_capacities, cuda.pinned_allocator)  # None: closed
         self._host_outputs: dict[str, np.ndarray] = {}  # pinned, grown to the largest output seen
         # The stream is trtpool.gpu.cuda's, as in the TensorRT context: copies, the
         # event wait and teardown are the same checked calls on the same kind of
@@ -79,11 +81,16 @@ class TorchContext(StreamContext):
         self._pool = torch.cuda.graph_pool_handle()  # shared by this context's graphs, never replayed at once
         self._buckets: dict[tuple[tuple[int, ...], ...], Bucket] = {}
         with torch.cuda.stream(self._torch_stream):
-            self._static = {name: self._empty(dtype, count) for name, (dtype, count) in runtime.input_capacities.items()}
+            self._static = {
+                name: self._empty(dtype, count) for name, (dtype, count) in runtime.input_capacities.items()
+            }
             # Where a real batch is not the leading block of its bucket (a padded
             # sequence), it lands here first and is copied in on the device.
-            self._landing = {name: self._empty(dtype, count) for name, (dtype, count)
-                             in runtime.input_capacities.items() if runtime.may_pad_inner(name)}
+            self._landing = {
+                name: self._empty(dtype, count)
+                for name, (dtype, count) in runtime.input_capacities.items()
+                if runtime.may_pad_inner(name)
+            }
         for shapes in list(runtime.buckets_in_use.values()):  # the graphs the load runs, captured now
             self._bucket(shapes)
 
@@ -104,7 +111,7 @@ class TorchContext(StreamContext):
         padded = self._runtime.padded_shapes(shapes)
         key = tuple(padded.values())
         if key not in self._buckets:
-            inputs = {n: self._static[n][:prod(s)].view(s) for n, s in padded.items()}
+            inputs = {n: self._static[n][: prod(s)].view(s) for n, s in padded.items()}
             self._buckets[key] = self._capture(inputs)
             if in_use:
                 self._runtime.buckets_in_use.setdefault(key, padded)
@@ -126,16 +133,20 @@ class TorchContext(StreamContext):
                 return bucket
             graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph, pool=self._pool, stream=self._torch_stream,
-                                      capture_error_mode="thread_local"):
+                with torch.cuda.graph(
+                    graph, pool=self._pool, stream=self._torch_stream, capture_error_mode="thread_local"
+                ):
                     outputs = runtime.forward(inputs)
             except RuntimeError as exc:
                 # An op that reads a device tensor on the host (a shape computed on the
                 # GPU, .item(), an output sized by the data) breaks capture: such a model
                 # runs eagerly on the context's stream, slower but right.
                 runtime.eager_reason = f"{type(exc).__name__}: {exc}"
-                log.warning("the model converted from '%s' cannot be captured in a CUDA graph (%s); "
-                            "it runs without graphs", runtime.path, runtime.eager_reason)
+                log.warning(
+                    "the model converted from '%s' cannot be captured in a CUDA graph (%s); it runs without graphs",
+                    runtime.path,
+                    runtime.eager_reason,
+                )
                 return bucket
         log.debug("context %d: captured bucket %s", self.index, shapes)
         bucket.graph, bucket.outputs = graph, outputs
@@ -154,16 +165,17 @@ class TorchContext(StreamContext):
         static = bucket.inputs[name]
         region = static[leading(shape)]
         if region.shape != static.shape:  # the padding is zeros
-            (static.view(-1)[region.numel():] if region.is_contiguous() else static).zero_()
+            (static.view(-1)[region.numel() :] if region.is_contiguous() else static).zero_()
         if is_device(parts[0]):  # already on the GPU: device copies straight into place
             offset = 0
             for part in parts:
                 rows = part.shape[0] if self._runtime.signature.batched else shape[0]
                 # torch's own tensors as they are; others by the CUDA array interface, not copied
-                region[offset:offset + rows].copy_(torch.as_tensor(part, device=region.device))
+                region[offset : offset + rows].copy_(torch.as_tensor(part, device=region.device))
                 offset += rows
             return
-        target = region if region.is_contiguous() else self._landing[name][:prod(shape)].view(shape)
+        target = region if region.is_contiguous() else self._landing[name][: prod(shape)].view(shape)
+        assert self.staging is not None  # open
         self._runtime.uploader.upload(parts, self.staging.view(name, shape), target.data_ptr(), self._stream)
         if target is not region:
             region.copy_(target)

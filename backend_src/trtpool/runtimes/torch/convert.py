@@ -3,6 +3,7 @@ captured in a CUDA graph: shapes stay host tensors, as TensorRT keeps them (Host
 integer initializers on the CPU), and ONNX's NonZero layout is restored. torchvision, which
 onnx2torch imports for two converters only, may be missing (_import_onnx2torch).
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,13 +35,15 @@ def _import_onnx2torch() -> types.ModuleType:
     takes its place and fails only if one of those two converters is used."""
     try:
         import torchvision  # noqa: F401
-    except Exception:  # ImportError, or RuntimeError from a mismatched build
+    except Exception:  # noqa: BLE001 - ImportError, or RuntimeError from a mismatched build
         sys.modules["torchvision"] = sys.modules["torchvision.ops"] = _Missing("torchvision")
     try:
         import onnx2torch
     except ImportError as exc:
-        raise EngineError(f"the torch runtime converts ONNX files with onnx2torch, which cannot be "
-                          f"imported ({exc}); pip install --no-deps onnx2torch==1.5.15") from exc
+        raise EngineError(
+            f"the torch runtime converts ONNX files with onnx2torch, which cannot be "
+            f"imported ({exc}); pip install --no-deps onnx2torch==1.5.15"
+        ) from exc
     return onnx2torch
 
 
@@ -53,7 +56,7 @@ class HostShape(torch.nn.Module):
         self.start, self.end = start, end
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(x.shape[self.start:self.end], dtype=torch.int64)
+        return torch.tensor(x.shape[self.start : self.end], dtype=torch.int64)
 
 
 class NonZero(torch.nn.Module):
@@ -72,8 +75,9 @@ def prefers_channels_last(module: torch.nn.Module, precision: str) -> bool:
     return precision == "fp16" and any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
 
 
-def convert(model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32",
-            channels_last: bool | None = None) -> torch.nn.Module:
+def convert(
+    model: onnx.ModelProto, device: torch.device | str, precision: str = "fp32", channels_last: bool | None = None
+) -> torch.nn.Module:
     """The ONNX model as an eval-mode torch module on `device` whose forward reads
     no device tensor on the host (so it can be captured in a CUDA graph).
     `channels_last`: lay 4-D weights out NHWC; None: where prefers_channels_last says so."""

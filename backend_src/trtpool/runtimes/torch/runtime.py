@@ -1,6 +1,7 @@
 """TorchRuntime: one copy of the weights on the GPU, shared by every context, the buckets a batch
 is padded to (trtpool.runtimes.buckets), and the forward pass in the file's output types.
 """
+
 from __future__ import annotations
 
 import threading
@@ -37,15 +38,21 @@ class TorchRuntime(Runtime):
         try:
             index = cuda.device_index(cfg.device)
         except ConfigError:
-            raise ConfigError(f"the torch runtime runs on a GPU, but this model instance is on "
-                              f"'{cfg.device}'; use instance_group [{{ kind: KIND_GPU }}]") from None
+            raise ConfigError(
+                f"the torch runtime runs on a GPU, but this model instance is on "
+                f"'{cfg.device}'; use instance_group [{{ kind: KIND_GPU }}]"
+            ) from None
         self.path = Path(path)
         if self.path.suffix != ".onnx":
-            raise ConfigError(f"the torch runtime converts an ONNX file, not '{self.path.name}'; "
-                              "set parameter 'model_file' to the model's ONNX file (e.g. model.onnx)")
+            raise ConfigError(
+                f"the torch runtime converts an ONNX file, not '{self.path.name}'; "
+                "set parameter 'model_file' to the model's ONNX file (e.g. model.onnx)"
+            )
         if index >= torch.cuda.device_count():
-            raise EngineError(f"the torch runtime needs GPU {cfg.device}, but torch sees "
-                              f"{torch.cuda.device_count()} GPU(s); check nvidia-smi and CUDA_VISIBLE_DEVICES")
+            raise EngineError(
+                f"the torch runtime needs GPU {cfg.device}, but torch sees "
+                f"{torch.cuda.device_count()} GPU(s); check nvidia-smi and CUDA_VISIBLE_DEVICES"
+            )
         self.device = torch.device("cuda", index)
         self.precision = precision
         self.compute_dtype = torch.float16 if precision == "fp16" else torch.float32
@@ -56,8 +63,9 @@ class TorchRuntime(Runtime):
         self.signature = read_signature(model, cfg.profiles, cfg.max_batch_size)
         self.padded_axes = padded_axis_sources(model, self.signature) if sequence_buckets else {}
         self.axis_buckets = self._axis_buckets(sequence_buckets)
-        self.input_capacities = {s.name: (s.dtype, prod(self.signature.max_shape(s.name)))
-                                 for s in self.signature.inputs}
+        self.input_capacities = {
+            s.name: (s.dtype, prod(self.signature.max_shape(s.name))) for s in self.signature.inputs
+        }
         self.make_current()
         if precision == "fp32":
             _use_ieee_fp32()
@@ -67,7 +75,7 @@ class TorchRuntime(Runtime):
         torch.cuda.empty_cache()
         self.uploader = HostUploader()  # host inputs into the contexts' device buffers
         self.capture_lock = threading.Lock()  # one capture at a time in the process
-        self.eager_reason: str | None = None   # set once a capture fails: every bucket then runs eagerly
+        self.eager_reason: str | None = None  # set once a capture fails: every bucket then runs eagerly
         self._context_bytes: int | None = None
         # Streams of closed contexts, for the next ones: torch keeps a cuBLAS workspace
         # per stream for the process's life, so new streams after every close (an
@@ -104,8 +112,10 @@ class TorchRuntime(Runtime):
 
     def padded_shapes(self, shapes: Shapes) -> Shapes:
         """The bucket these input shapes run in, in the model's input order."""
-        return {s.name: tuple(bucket_of(d, b) for d, b in zip(shapes[s.name], self.axis_buckets[s.name]))
-                for s in self.signature.inputs}
+        return {
+            s.name: tuple(bucket_of(d, b) for d, b in zip(shapes[s.name], self.axis_buckets[s.name], strict=True))
+            for s in self.signature.inputs
+        }
 
     def real_output(self, name: str, output: torch.Tensor, shapes: Shapes) -> torch.Tensor:
         """The part of a bucket's output that belongs to a batch of these input shapes."""
@@ -134,9 +144,10 @@ class TorchRuntime(Runtime):
             results = (results,)
         outputs = self.signature.outputs
         if len(results) != len(outputs):
-            raise EngineError(f"the converted model returned {len(results)} outputs, its ONNX file declares "
-                              f"{len(outputs)}")
-        return {spec.name: result.to(torch_dtype(spec.dtype)) for spec, result in zip(outputs, results)}
+            raise EngineError(
+                f"the converted model returned {len(results)} outputs, its ONNX file declares {len(outputs)}"
+            )
+        return {spec.name: result.to(torch_dtype(spec.dtype)) for spec, result in zip(outputs, results, strict=True)}
 
     def keep_outputs_on_device(self) -> bool:
         self.outputs_on_device = True

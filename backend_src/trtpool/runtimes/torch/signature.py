@@ -3,6 +3,7 @@
 Profiles come from the config as for ONNX Runtime (trtpool.model.onnx); ``sequence_buckets``
 may pad an input axis only where every output axis it changes is named after it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,23 +19,22 @@ from trtpool.model.onnx import read_signature as file_signature
 from trtpool.model.signature import ShapeRange, Signature
 
 # The numpy dtypes the torch runtime serves; each is the torch dtype of the same name.
-SERVED = tuple(np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int64, np.int32, np.int8,
-                                     np.uint8, np.bool_))
+SERVED = tuple(
+    np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool_)
+)
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return getattr(torch, np.dtype(dtype).name)
 
 
-def read_signature(model: onnx.ModelProto, profiles: Sequence[dict[str, ShapeRange]],
-                   max_batch_size: int) -> Signature:
+def read_signature(model: onnx.ModelProto, profiles: Sequence[dict[str, ShapeRange]], max_batch_size: int) -> Signature:
     """The model's signature, with profiles as the ONNX Runtime runtime makes them."""
     inputs, outputs = graph_io(model)
     values = {v.name: v for v in (*model.graph.input, *model.graph.output)}
     for name, dtype, _ in (*inputs, *outputs):
         if dtype not in SERVED:
-            raise ConfigError(f"tensor '{name}' has type {type_text(values[name].type)}, "
-                              "which trtpool does not serve")
+            raise ConfigError(f"tensor '{name}' has type {type_text(values[name].type)}, which trtpool does not serve")
     return file_signature(inputs, outputs, profiles, max_batch_size)
 
 
@@ -57,8 +57,10 @@ def padded_axis_sources(model: onnx.ModelProto, signature: Signature) -> dict[st
             if isinstance(dim, int) and dim > 0:
                 continue
             if dim not in named:
-                raise ConfigError(f"parameter 'sequence_buckets': output '{name}' dimension {axis} ('{dim}') "
-                                  "is named after no input dimension, so a padded input cannot be cut back "
-                                  "out of it; remove the parameter (a CUDA graph per distinct shape)")
+                raise ConfigError(
+                    f"parameter 'sequence_buckets': output '{name}' dimension {axis} ('{dim}') "
+                    "is named after no input dimension, so a padded input cannot be cut back "
+                    "out of it; remove the parameter (a CUDA graph per distinct shape)"
+                )
             sources[name][axis] = named[dim]
     return sources

@@ -11,6 +11,7 @@ length share a batch, and truncated to process.json's max_length. The
 classifier head (head.npy: [hidden, classes] weights, then a bias row) runs on
 pooler_output here, in postprocessing.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,8 @@ def make_tokenizer(vocab_file: Path, max_length: int) -> Tokenizer:
     tokenizer.normalizer = BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = BertPreTokenizer()
     tokenizer.post_processor = TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
     tokenizer.enable_truncation(max_length)
     tokenizer.enable_padding(pad_id=vocab["[PAD]"], pad_to_multiple_of=PAD_TO_MULTIPLE)
     return tokenizer
@@ -56,15 +58,19 @@ def _text(element: int, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Refused.element("TEXT", element, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start})") \
-            from None
+        raise Refused.element(
+            "TEXT", element, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start})"
+        ) from None
 
 
 def preprocess(inputs: dict) -> dict:
     texts = [_text(element, row[0]) for element, row in enumerate(inputs["TEXT"])]
+    assert _tokenizer is not None  # made by setup(), which Triton runs first
     encodings = _tokenizer.encode_batch(texts)
-    return {"input_ids": np.array([e.ids for e in encodings], np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], np.int64)}
+    return {
+        "input_ids": np.array([e.ids for e in encodings], np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
 
 
 def postprocess(outputs: dict, inputs: dict) -> dict:
@@ -72,5 +78,7 @@ def postprocess(outputs: dict, inputs: dict) -> dict:
     probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
     probabilities /= probabilities.sum(axis=1, keepdims=True)
     best = probabilities.argmax(axis=1)
-    return {"LABEL": _labels[best][:, None],
-            "SCORE": probabilities[np.arange(len(best)), best].astype(np.float32)[:, None]}
+    return {
+        "LABEL": _labels[best][:, None],
+        "SCORE": probabilities[np.arange(len(best)), best].astype(np.float32)[:, None],
+    }

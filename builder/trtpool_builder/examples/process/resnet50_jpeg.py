@@ -25,8 +25,10 @@ A file that is not an image, or is too large (process.json's max_decoded_bytes),
 its request alone: a Refused naming the element and the reason. The folder's process.json gives the crop size,
 labels.txt the class names (synthetic: the example's weights are random).
 """
+
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -47,8 +49,9 @@ _device_crops: dict = {}
 def setup(model_config: dict, folder: Path) -> None:
     global _spec, _settings, _labels
     _settings = json.loads((folder / "process.json").read_text())
-    _spec = CropSpec.imagenet(int(_settings["image_size"]),
-                              int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES)))
+    _spec = CropSpec.imagenet(
+        int(_settings["image_size"]), int(_settings.get("max_decoded_bytes", DEFAULT_MAX_DECODED_BYTES))
+    )
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
     if _decodes_on_a_gpu(model_config):
         _check_decoder(_settings.get("decoder", "auto"))
@@ -86,7 +89,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     """Every request's files decoded together; each request gets its rows of the batch, or the
     refusal of its first bad file."""
     if device == "cpu":
-        entries = []
+        entries: list[dict | Refused] = []
         for inputs in batch:
             try:
                 entries.append(preprocess(inputs))
@@ -100,8 +103,9 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
     for inputs in batch:
         stop = start + len(inputs["IMAGE"])
         bad = next((i for i in range(start, stop) if i in refused), None)
-        entries.append({"input": pixels[start:stop]} if bad is None else
-                       Refused.element("IMAGE", bad - start, refused[bad]))
+        entries.append(
+            {"input": pixels[start:stop]} if bad is None else Refused.element("IMAGE", bad - start, refused[bad])
+        )
         start = stop
     return entries
 
@@ -140,4 +144,4 @@ def postprocess_batch(outputs: list[dict], batch: list[dict]) -> list:
 
         answers = _top_on_device(torch.cat(logits))
     bounds = np.cumsum([0, *(len(o["logits"]) for o in outputs)])
-    return [{name: value[start:stop] for name, value in answers.items()} for start, stop in zip(bounds, bounds[1:])]
+    return [{name: value[start:stop] for name, value in answers.items()} for start, stop in itertools.pairwise(bounds)]
