@@ -128,24 +128,12 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
 def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     onnx = repo.parent / f"{args.case}.onnx"
     write_example(args.case, onnx, **({"image_size": args.image_size} if args.case == "resnet50" else {}))
+    # Triton copies CUDA-shm inputs to host memory for the thin instances: they hold no CUDA context.
+    hosted = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"}
+    arrangements = [(f"host_x{count}", count, args.host_contexts, hosted) for count in args.host_instances]
+    arrangements += [(f"now_x{count}", count, 1, {"engine_host": "off"}) for count in (1, 2)]
     variants = {}
-    for count in args.host_instances:
-        name = f"host_x{count}"
-        # Triton copies CUDA-shm inputs to host memory for the thin instance: it holds no CUDA context.
-        add_model(
-            repo,
-            onnx,
-            f"{args.case}_{name}",
-            args.case,
-            args,
-            contexts=args.host_contexts,
-            mode="sync",
-            instances=count,
-            parameters={"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"},
-        )
-        variants[name] = f"{args.case}_{name}"
-    for count, contexts in ((1, 1), (2, 1)):
-        name = f"now_x{count}"
+    for name, count, contexts, parameters in arrangements:
         add_model(
             repo,
             onnx,
@@ -155,7 +143,7 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
             contexts=contexts,
             mode="sync",
             instances=count,
-            parameters={"engine_host": "off"},
+            parameters=parameters,
         )
         variants[name] = f"{args.case}_{name}"
     return variants
