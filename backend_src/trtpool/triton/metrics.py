@@ -15,6 +15,16 @@ from typing import Any
 from trtpool.engine.pool import ContextStats, PoolStats
 from trtpool.triton.pb_api import Metric, MetricFamily, MetricFamilyType
 
+# trtpool's own counters: key -> name, description.
+COUNTERS = {
+    "busy": ("trtpool_context_busy_us_total", "Microseconds each execution context spent running batches"),
+    "runs": ("trtpool_context_runs_total", "Batches run by each execution context"),
+    "failures": ("trtpool_context_failures_total", "Runs that failed and caused the context to be rebuilt"),
+    "wait": ("trtpool_queue_wait_us_total", "Microseconds batches waited for a free execution context"),
+    "batches": ("trtpool_batches_total", "Batches executed, by batch size"),
+    "request_wait": ("trtpool_request_wait_us_total", "Microseconds decoupled requests waited in trtpool's queue"),
+    "workers_lost": ("trtpool_workers_lost_total", "Decoupled worker threads that died and were replaced"),
+}
 # The pool's size (gauges) and an elastic pool's changes (counters): PoolStats field -> name, description.
 SIZE_GAUGES = {
     "current": ("trtpool_contexts", "Execution contexts that exist now"),
@@ -35,37 +45,9 @@ class PoolMetrics:
         self._fetch: Any = None
         self._rebase = False  # the engine host's totals are a new baseline (_adopt)
         self._model = model_name
-        self._busy = metric_family(
-            name="trtpool_context_busy_us_total",
-            description="Microseconds each execution context spent running batches",
-            kind=counter,
-        )
-        self._runs = metric_family(
-            name="trtpool_context_runs_total", description="Batches run by each execution context", kind=counter
-        )
-        self._failures = metric_family(
-            name="trtpool_context_failures_total",
-            description="Runs that failed and caused the context to be rebuilt",
-            kind=counter,
-        )
-        self._wait = metric_family(
-            name="trtpool_queue_wait_us_total",
-            description="Microseconds batches waited for a free execution context",
-            kind=counter,
-        )
-        self._batches = metric_family(
-            name="trtpool_batches_total", description="Batches executed, by batch size", kind=counter
-        )
-        self._request_wait = metric_family(
-            name="trtpool_request_wait_us_total",
-            description="Microseconds decoupled requests waited in trtpool's queue",
-            kind=counter,
-        )
-        self._workers_lost = metric_family(
-            name="trtpool_workers_lost_total",
-            description="Decoupled worker threads that died and were replaced",
-            kind=counter,
-        )
+        self._counters = {
+            key: metric_family(name=name, description=text, kind=counter) for key, (name, text) in COUNTERS.items()
+        }
         self._size = {
             field: metric_family(name=name, description=text, kind=metric_family.GAUGE)
             for field, (name, text) in SIZE_GAUGES.items()
@@ -218,14 +200,14 @@ class PoolMetrics:
         with self._flush_lock:
             for index, context in list(stats.contexts.items()):
                 label = str(index)
-                self._advance(self._busy, context.busy_ns // 1000, context=label)
-                self._advance(self._runs, context.runs, context=label)
-                self._advance(self._failures, context.failures, context=label)
-            self._advance(self._wait, stats.wait_ns // 1000)
+                self._advance(self._counters["busy"], context.busy_ns // 1000, context=label)
+                self._advance(self._counters["runs"], context.runs, context=label)
+                self._advance(self._counters["failures"], context.failures, context=label)
+            self._advance(self._counters["wait"], stats.wait_ns // 1000)
             for size, count in batch_sizes.items():
-                self._advance(self._batches, count, batch_size=str(size))
-            self._advance(self._request_wait, request_wait_us)
-            self._advance(self._workers_lost, lost)
+                self._advance(self._counters["batches"], count, batch_size=str(size))
+            self._advance(self._counters["request_wait"], request_wait_us)
+            self._advance(self._counters["workers_lost"], lost)
             for field, family in self._size.items():
                 self._set(family, getattr(stats, field))
             for field, family in self._changes.items():
