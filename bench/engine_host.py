@@ -24,11 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -313,6 +318,47 @@ class _Count:
         return False
 
 
+@contextmanager
+def self_profile(out: Path | None, seconds: float) -> Iterator[dict]:
+    """py-spy's samples of this process (the thread holding the GIL) while the block
+    runs, into `out` (raw stacks); nothing when `out` is None. The samples over rate x seconds is
+    the share of the time the GIL was held."""
+    outcome: dict = {}
+    if out is None:
+        yield outcome
+        return
+    rate = 100
+    beside = Path(sys.executable).parent / "py-spy"  # the venv's, where its bin is not on PATH
+    recorder = subprocess.Popen(
+        [
+            *(
+                str(beside) if beside.exists() else "py-spy",
+                "record",
+                "--threads",
+                "--gil",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--rate",
+                str(rate),
+            ),
+            *("--duration", str(max(1, int(seconds) - 1)), "--pid", str(os.getpid()), "--output", str(out)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield outcome
+    finally:
+        _, err = recorder.communicate(timeout=seconds + 120)
+        samples = sum(int(line.rpartition(" ")[2]) for line in out.read_text().splitlines()) if out.exists() else 0
+        outcome.update(
+            file=str(out), samples=samples, gil_held_share=round(samples / (rate * max(1, int(seconds) - 1)), 3)
+        )
+        outcome["py_spy"] = err[-300:]
+
+
 def ceiling(args: argparse.Namespace) -> dict:
     """K threads, each serving batches of --ceiling-batch JPEG files through one hosted ModelInstance
     of K contexts (decode, crop, engine and postprocess as the host runs them), for --seconds."""
@@ -325,7 +371,14 @@ def ceiling(args: argparse.Namespace) -> dict:
         results = {}
         for threads in args.ceiling_threads:
             set_parameters(folder, contexts=str(threads))
-            instance = ModelInstance(as_triton_hands_it(read_config(folder)), folder / "1", device, hosted=True)
+            stage_ns: Counter[str] = Counter()
+            instance = ModelInstance(
+                as_triton_hands_it(read_config(folder)),
+                folder / "1",
+                device,
+                on_stage=lambda stage, ns, ok: stage_ns.update({stage: ns}),
+                hosted=True,
+            )
             tally = {"ok": 0, "failed": 0}
             stop = threading.Event()
 
@@ -344,17 +397,23 @@ def ceiling(args: argparse.Namespace) -> dict:
                 inline=True,
             )
             start_ok, start = tally["ok"], time.monotonic()
+            stage_ns.clear()
             for worker in workers:
                 worker.start()
-            time.sleep(args.seconds)
+            with self_profile(args.profile if threads == args.ceiling_threads[0] else None, args.seconds) as outcome:
+                time.sleep(args.seconds)
             stop.set()
             for worker in workers:
                 worker.join()
             elapsed = time.monotonic() - start
+            served = tally["ok"] - start_ok
             results[str(threads)] = {
-                "images_per_s": round((tally["ok"] - start_ok) / elapsed, 1),
+                "images_per_s": round(served / elapsed, 1),
                 "failed": tally["failed"],
                 "error": tally.get("error"),
+                # the process file's batch faces, in the threads that ran them (overlapping in time)
+                "stage_us_per_image": {k: round(ns / 1e3 / max(1, served), 1) for k, ns in stage_ns.items()},
+                **({"profile": outcome} if outcome else {}),
             }
             print(f"ceiling threads={threads}: {results[str(threads)]}", flush=True)
             instance.close()
@@ -391,6 +450,12 @@ def main() -> int:
         metavar="FILE",
         help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
         "engine host under load, into FILE",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="ceiling: py-spy's samples (GIL holder) of the first --ceiling-threads run, into FILE",
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

@@ -137,6 +137,9 @@
 #             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
+#   ceiling-profile  issue 36: (f), the in-process ceiling (2, 1, 4 threads, 10 s each), with each batch face's
+#             time per image and py-spy's samples of the GIL holder in the 2-thread run
+#             -> engine_host_ceiling.json, ceiling_profile.txt (bench/profile_summary.py prints its tables)
 #   host-roundtrip  bench/host_roundtrip.py (issue 36): the engine host's transport on this machine, 1 and
 #             64 requests a run, in the image's Python (no setup); carry .whl/roundtrip, which
 #             `bench/host_roundtrip.py --prepare .whl/roundtrip` writes here -> host_roundtrip.json
@@ -197,24 +200,13 @@ for stage in "$@"; do
       timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256 \
         --host-instances 6 --profile-host "$OUT/host_profile.txt" --out "$OUT/engine_host_profile.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 6
-      python3 - "$OUT/host_profile.txt" <<'PY'
-import collections, sys
-leaf, inner = collections.Counter(), collections.Counter()
-for line in open(sys.argv[1]):
-    stack, _, count = line.rstrip().rpartition(" ")
-    frames = stack.split(";")
-    leaf[frames[-1]] += int(count)
-    for frame in set(frames):
-        inner[frame] += int(count)
-total = sum(leaf.values())
-print("samples holding the GIL:", total)
-print("-- where they were (leaf) --")
-for frame, n in leaf.most_common(25):
-    print(f"{n / total:6.1%} {frame[:150]}")
-print("-- inside (inclusive) --")
-for frame, n in inner.most_common(40):
-    print(f"{n / total:6.1%} {frame[:150]}")
-PY
+      python3 bench/profile_summary.py "$OUT/host_profile.txt"
+      ;;
+    ceiling-profile)
+      timeout -s INT 150 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,1,4 \
+        --seconds 10 --profile "$OUT/ceiling_profile.txt" --out "$OUT/engine_host_ceiling.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 8
+      python3 bench/profile_summary.py "$OUT/ceiling_profile.txt" --rate 100 --seconds 9
       ;;
     host-roundtrip)
       "$IMAGE_PYTHON" bench/host_roundtrip.py --from .whl/roundtrip --out "$OUT/host_roundtrip.json" 2>&1 | tail -n 4
