@@ -87,9 +87,13 @@ def _exit_cause(code: int) -> str:
 class Launcher:
     """One instance's way to its model's engine host."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        """`spec`: what the host loads (model_config, version_dir, device) and server_pid."""
+    def __init__(self, spec: dict[str, Any], log_fd: int = 2) -> None:
+        """`spec`: what the host loads (model_config, version_dir, device) and server_pid. `log_fd`:
+        where a host this instance starts writes its log lines: this process's stderr, which a Triton
+        stub shares with tritonserver (one file description, one offset: the lines interleave with
+        the server's instead of overwriting them, and outlive this instance)."""
         self.spec = spec
+        self.log_fd = log_fd
         self.name = spec["model_config"].get("name", "")
         self.address = host_address(spec["model_config"], Path(spec["version_dir"]), spec["device"], spec["server_pid"])
         self._starts: deque[float] = deque()
@@ -168,25 +172,29 @@ class Launcher:
             self.spec["device"],
             str(self.spec["server_pid"]),
         ]
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            pass_fds=(listener.fileno(),),
-            start_new_session=True,
-        )
+        log_fd = os.dup(self.log_fd)  # a number of its own: the child's 2 becomes the relayed pipe
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                pass_fds=(listener.fileno(), log_fd),
+                start_new_session=True,
+            )
+        finally:
+            os.close(log_fd)
         assert process.stdin is not None
-        process.stdin.write(json.dumps({**self.spec, "listen_fd": listener.fileno()}).encode())
+        process.stdin.write(json.dumps({**self.spec, "listen_fd": listener.fileno(), "log_fd": log_fd}).encode())
         process.stdin.close()
         log.info("model '%s': started its engine host, pid %d (%s)", self.name, process.pid, self.spec["device"])
         self._started[process.pid] = threading.Event()
         threading.Thread(target=self._relay, args=(process,), name="trtpool-host-log", daemon=True).start()
 
     def _relay(self, process: subprocess.Popen) -> None:
-        """What the host prints to its stderr (a crash's traceback; its log lines where it could not
-        open tritonserver's stderr) into this instance's (Triton's) log, then how it ended."""
+        """What else the host prints to its stderr (a crash's traceback) into this instance's
+        (Triton's) log, then how it ended."""
         assert process.stderr is not None
         for raw in process.stderr:
             line = raw.decode(errors="replace").rstrip()

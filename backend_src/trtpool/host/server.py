@@ -374,20 +374,20 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def log_stream(server_pid: int) -> TextIO:
-    """Where the host's log lines go: tritonserver's own stderr, beside its log, so that they outlive
-    the instance that started the host (the pipe it reads ends with it); else this process's stderr,
-    which the starter relays (and which keeps anything else the host prints, a crash's traceback)."""
+def log_stream(log_fd: int) -> TextIO:
+    """Where the host's log lines go: the file description its starter shared (tritonserver's own
+    stderr, as a stub inherits it: the lines outlive the starter, and interleave with the server's
+    at one offset); else this process's stderr, which the starter relays."""
     try:
-        return open(f"/proc/{server_pid}/fd/2", "a", buffering=1, encoding="utf-8", errors="replace")
-    except OSError:  # a socket, or not ours to open
+        return open(log_fd, "a", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    except OSError:  # not passed on
         return sys.stderr
 
 
 def main() -> None:
     spec = json.load(sys.stdin)
     logging.basicConfig(
-        stream=log_stream(spec["server_pid"]),
+        stream=log_stream(spec.get("log_fd", 2)),
         level=logging.INFO,
         format=f"%(levelname)s trtpool engine host [{spec['model_config'].get('name', '')}] %(message)s",
     )

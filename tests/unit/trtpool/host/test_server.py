@@ -296,19 +296,29 @@ def test_slabs_that_grow_do_not_pile_up_in_the_host(make_spec):
         close(clients)
 
 
-def test_the_host_logs_to_the_servers_stderr_not_through_its_starter(make_spec, tmp_path):
+def test_the_host_logs_to_the_servers_stderr_beside_the_servers_own_lines(make_spec, tmp_path):
     """Its log lines outlive the instance that started it (whose stderr pipe ends with it): they are
-    written to tritonserver's own stderr, here a stand-in server's file."""
+    written to the stderr that the starter shares with tritonserver, here a stand-in server's file
+    opened without O_APPEND (as `2> file` opens it). One file description, one offset: the host's
+    lines and the server's, written before and after them, are all there (a file opened again
+    through /proc/PID/fd/2 has an offset of its own, and the server's next lines overwrote the
+    host's)."""
     server_stderr = tmp_path / "server.stderr"
     with server_stderr.open("w") as stderr:
-        server = subprocess.Popen(["sleep", "120"], stderr=stderr)
-    try:
-        clients = attach({**make_spec(), "server_pid": server.pid}, 1)
-        host = clients[0].host_pid
-        close(clients)
-        wait_until(lambda: f"model 'tiny' loaded in pid {host}" in server_stderr.read_text(), 10,
-                   "the host's load line in the server's stderr")
-        assert server_stderr.read_text().startswith("INFO trtpool engine host [tiny] ")
-    finally:
-        server.kill()
-        server.wait()
+        server = subprocess.Popen(
+            ["sh", "-c", "i=0; while [ $i -lt 300 ]; do echo server line $i >&2; i=$((i+1)); sleep 0.01; done"],
+            stderr=stderr,
+        )
+        try:
+            client = HostClient(Launcher({**make_spec(), "server_pid": server.pid}, log_fd=stderr.fileno()))
+            client.attach()
+            host = client.host_pid
+            client.close()
+            server.wait(timeout=30)
+        finally:
+            server.kill()
+    text = server_stderr.read_text()
+    assert f"INFO trtpool engine host [tiny] engine host: model 'tiny' loaded in pid {host}" in text
+    assert [line for line in text.splitlines() if line.startswith("server line")] == [
+        f"server line {i}" for i in range(300)
+    ]
