@@ -10,6 +10,8 @@ exists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,19 @@ def device_pointer(tensor: Any) -> int:
 
 def device_nbytes(tensor: Any) -> int:
     return tensor.numel() * tensor.element_size() if hasattr(tensor, "numel") else int(tensor.nbytes)
+
+
+def coalesced(parts: Sequence[Any]) -> list[Any]:
+    """GPU parts with each run of adjacent DeviceArray rows joined into one part: one device copy
+    for a batch that a process file's batch face made in one piece, not one per request."""
+    joined: list[Any] = []
+    for part in parts:
+        both = joined[-1].followed_by(part) if joined and isinstance(joined[-1], DeviceArray) else None
+        if both is None:
+            joined.append(part)
+        else:
+            joined[-1] = both
+    return joined
 
 
 def from_dlpack(capsule_owner: Any) -> Any:
@@ -80,7 +95,19 @@ class DeviceArray:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.dtype.itemsize
+        return prod(self.shape) * self.dtype.itemsize
+
+    def followed_by(self, other: Any) -> DeviceArray | None:
+        """This array and `other` as one, where `other` is the rows right after this one's in the
+        same memory (a batch face's per-request slices of one batch); else None."""
+        if (
+            not isinstance(other, DeviceArray)
+            or other._owner is not self._owner
+            or other.shape[1:] != self.shape[1:]
+            or other.ptr != self.ptr + self.nbytes
+        ):
+            return None
+        return DeviceArray(self._owner, self.ptr, (self.shape[0] + other.shape[0], *self.shape[1:]))
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -15,7 +15,7 @@ import numpy as np
 
 from trtpool.errors import InvalidInput, ProcessError, Refused
 from trtpool.model.signature import Signature
-from trtpool.model.validate import check_request
+from trtpool.model.validate import accept
 from trtpool.process.faces import Faces
 from trtpool.process.file import ProcessFile, Refusable, Tensors
 from trtpool.process.observe import StageObserver, timed, why
@@ -72,7 +72,7 @@ class Preprocessor:
             )
         tensors = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in returned.items()}
         try:
-            check_request(self.signature, tensors)
+            tensors, _ = accept(self.signature, tensors)
         except InvalidInput as exc:
             raise ProcessError(f"{self._file} {face} returned what the engine cannot take: {exc}") from None
         return tensors

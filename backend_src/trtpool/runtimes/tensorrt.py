@@ -21,7 +21,7 @@ import numpy as np
 from trtpool.errors import ConfigError, ContextFailure, EngineError, InvalidInput
 from trtpool.gpu import cuda, trt_api
 from trtpool.gpu.buffers import HostBuffers
-from trtpool.gpu.device_tensors import device_nbytes, device_pointer, is_device
+from trtpool.gpu.device_tensors import coalesced, device_nbytes, device_pointer, is_device
 from trtpool.gpu.host_upload import HostUploader
 from trtpool.model.dtypes import TENSORRT_DTYPES
 from trtpool.model.shapes import format_profile
@@ -441,7 +441,7 @@ class TensorRTContext(StreamContext):
         itemsize = self.staging.flat(name).itemsize
         if is_device(parts[0]):
             offset = 0
-            for part in parts:
+            for part in coalesced(parts):
                 nbytes = device_nbytes(part)
                 cuda.memcpy_dtod_async(device + offset, device_pointer(part), nbytes, self._stream)
                 offset += nbytes

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import warnings
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,6 +63,9 @@ class TorchvisionDecoder:
         self.torch = torch
         self.device = torch.device("cuda", device_index)
         self.decode_jpeg, self.rgb = torchvision.io.decode_jpeg, torchvision.io.ImageReadMode.RGB
+        with warnings.catch_warnings():  # "The given buffer is not writable": said once, here
+            warnings.simplefilter("ignore", UserWarning)
+            torch.frombuffer(b"\xff", dtype=torch.uint8)
 
     def decode(self, files: list[bytes], stream: cuda.Stream) -> list[Any]:
         torch = self.torch
@@ -73,7 +77,9 @@ class TorchvisionDecoder:
         return image.data_ptr(), tuple(image.shape), image.stride()
 
     def _decoded(self, files: list[bytes]) -> list[Any]:
-        encoded = [self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8) for data in files]
+        # The files' own memory, not a copy: decode_jpeg only reads it. torch warns once per process
+        # that the buffer is read-only (said at __init__, where the warning is silenced).
+        encoded = [self.torch.frombuffer(data, dtype=self.torch.uint8) for data in files]
         try:
             return self.decode_jpeg(encoded, mode=self.rgb, device=self.device)
         except RuntimeError:

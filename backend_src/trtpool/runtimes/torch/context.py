@@ -19,7 +19,7 @@ import torch
 from trtpool.errors import InvalidInput
 from trtpool.gpu import cuda
 from trtpool.gpu.buffers import HostBuffers
-from trtpool.gpu.device_tensors import is_device
+from trtpool.gpu.device_tensors import coalesced, is_device
 from trtpool.model.dtypes import dtype_of
 from trtpool.runtimes.base import Parts, batch_shapes
 from trtpool.runtimes.stream_context import StreamContext
@@ -168,7 +168,7 @@ class TorchContext(StreamContext):
             (static.view(-1)[region.numel() :] if region.is_contiguous() else static).zero_()
         if is_device(parts[0]):  # already on the GPU: device copies straight into place
             offset = 0
-            for part in parts:
+            for part in coalesced(parts):
                 rows = part.shape[0] if self._runtime.signature.batched else shape[0]
                 # torch's own tensors as they are; others by the CUDA array interface, not copied
                 region[offset : offset + rows].copy_(torch.as_tensor(part, device=region.device))

@@ -349,8 +349,22 @@ def test_device_arrays_without_torch_are_taken_by_the_cuda_array_interface(runti
     tensor = DeviceTensor(fake, whole)
     rows = DeviceArray(tensor, tensor.buffer.ptr, whole.shape)
     assert whole.dtype == rows.dtype
-    context.submit({"x": [rows[0:2], rows[2:3]]})
-    check({k: v.copy() for k, v in context.complete().items()}, whole)
+    copies = fake.calls["cudaMemcpyAsync"]
+    context.submit({"x": [rows[0:1], rows[1:2], rows[2:3]]})
+    output = {k: v.copy() for k, v in context.complete().items()}
+    check(output, whole)
+    # the adjacent rows went in one device copy (and the output came back in one)
+    assert fake.calls["cudaMemcpyAsync"] - copies == 1 + len(output)
+    context.close()
+
+
+def test_device_arrays_that_are_not_adjacent_are_copied_apart(runtime, fake):
+    context = runtime.create_context(0)
+    whole = batch(4)
+    tensor = DeviceTensor(fake, whole)
+    rows = DeviceArray(tensor, tensor.buffer.ptr, whole.shape)
+    context.submit({"x": [rows[2:4], rows[0:1]]})  # out of order: two copies, in the order given
+    check({k: v.copy() for k, v in context.complete().items()}, np.concatenate([whole[2:4], whole[0:1]]))
     context.close()
 
 
