@@ -359,9 +359,43 @@ def self_profile(out: Path | None, seconds: float) -> Iterator[dict]:
         outcome["py_spy"] = err[-300:]
 
 
+def served_in_threads(
+    instance, files: list[bytes], threads: int, args: argparse.Namespace, profile: Path | None
+) -> dict:
+    """Images/s of `threads` threads serving random batches of `files` on `instance` for --seconds."""
+    tally = {"ok": 0, "failed": 0}
+    stop = threading.Event()
+
+    def loop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            chosen = rng.integers(0, len(files), args.ceiling_batch)
+            requests = [as_request("IMAGE", files[i]) for i in chosen]
+            instance.serve(requests, [_Count(tally) for _ in requests], inline=True)
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    start = time.monotonic()
+    for worker in workers:
+        worker.start()
+    with self_profile(profile, args.seconds) as outcome:
+        time.sleep(args.seconds)
+    stop.set()
+    for worker in workers:
+        worker.join()
+    elapsed = time.monotonic() - start
+    return {
+        "images_per_s": round(tally["ok"] / elapsed, 1),
+        "images": tally["ok"],
+        "failed": tally["failed"],
+        "error": tally.get("error"),
+        **({"profile": outcome} if outcome else {}),
+    }
+
+
 def ceiling(args: argparse.Namespace) -> dict:
     """K threads, each serving batches of --ceiling-batch JPEG files through one hosted ModelInstance
-    of K contexts (decode, crop, engine and postprocess as the host runs them), for --seconds."""
+    of K contexts (decode, crop, engine and postprocess as the host runs them), for --seconds at
+    each of Python's --switch-intervals (how long a thread may hold the GIL while another waits)."""
     from trtpool.instance import ModelInstance
 
     files = images(args.files, seed=7, png_every=0)
@@ -369,6 +403,7 @@ def ceiling(args: argparse.Namespace) -> dict:
         folder = jpeg_folder(Path(scratch) / "repo", args)
         device = "cuda:0" if gpu(args) else "cpu"
         results = {}
+        profile = args.profile
         for threads in args.ceiling_threads:
             set_parameters(folder, contexts=str(threads))
             stage_ns: Counter[str] = Counter()
@@ -379,43 +414,23 @@ def ceiling(args: argparse.Namespace) -> dict:
                 on_stage=lambda stage, ns, ok: stage_ns.update({stage: ns}),
                 hosted=True,
             )
-            tally = {"ok": 0, "failed": 0}
-            stop = threading.Event()
-
-            def loop(seed: int) -> None:
-                rng = np.random.default_rng(seed)
-                while not stop.is_set():
-                    chosen = rng.integers(0, len(files), args.ceiling_batch)
-                    requests = [as_request("IMAGE", files[i]) for i in chosen]
-                    instance.serve(requests, [_Count(tally) for _ in requests], inline=True)
-
-            workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
             # warm-up: the first batches build kernels and graphs
             instance.serve(
                 [as_request("IMAGE", f) for f in files[: args.ceiling_batch]],
                 [_Count({"ok": 0, "failed": 0}) for _ in range(args.ceiling_batch)],
                 inline=True,
             )
-            start_ok, start = tally["ok"], time.monotonic()
-            stage_ns.clear()
-            for worker in workers:
-                worker.start()
-            with self_profile(args.profile if threads == args.ceiling_threads[0] else None, args.seconds) as outcome:
-                time.sleep(args.seconds)
-            stop.set()
-            for worker in workers:
-                worker.join()
-            elapsed = time.monotonic() - start
-            served = tally["ok"] - start_ok
-            results[str(threads)] = {
-                "images_per_s": round(served / elapsed, 1),
-                "failed": tally["failed"],
-                "error": tally.get("error"),
+            for interval in args.switch_intervals:
+                sys.setswitchinterval(interval)
+                stage_ns.clear()
+                name = str(threads) if len(args.switch_intervals) == 1 else f"{threads}@{interval * 1e3:g}ms"
+                result = served_in_threads(instance, files, threads, args, profile)
+                served = max(1, result.pop("images"))
                 # the process file's batch faces, in the threads that ran them (overlapping in time)
-                "stage_us_per_image": {k: round(ns / 1e3 / max(1, served), 1) for k, ns in stage_ns.items()},
-                **({"profile": outcome} if outcome else {}),
-            }
-            print(f"ceiling threads={threads}: {results[str(threads)]}", flush=True)
+                result["stage_us_per_image"] = {k: round(ns / 1e3 / served, 1) for k, ns in stage_ns.items()}
+                results[name] = result
+                profile = None
+                print(f"ceiling threads={name}: {results[name]}", flush=True)
             instance.close()
     best = max(results.values(), key=lambda r: r["images_per_s"])
     return {
@@ -444,6 +459,12 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
+    parser.add_argument(
+        "--switch-intervals",
+        type=lambda t: [float(x) for x in t.split(",")],
+        default=[sys.getswitchinterval()],
+        help="ceiling: Python's switch intervals to measure each thread count at, in seconds",
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument(
         "--profile-host",

@@ -137,8 +137,9 @@
 #             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
-#   ceiling-profile  issue 36: (f), the in-process ceiling (2, 1, 4 threads, 10 s each), with each batch face's
-#             time per image and py-spy's samples of the GIL holder in the 2-thread run
+#   ceiling-profile  issue 36: (f), the in-process ceiling (2 and 4 threads at Python switch intervals of 5, 1 and
+#             0.2 ms, 8 s each), with each batch face's time per image and py-spy's samples of the GIL holder in
+#             the first run (2 threads, 5 ms)
 #             -> engine_host_ceiling.json, ceiling_profile.txt (bench/profile_summary.py prints its tables)
 #   host-roundtrip  bench/host_roundtrip.py (issue 36): the engine host's transport on this machine, 1 and
 #             64 requests a run, in the image's Python (no setup); carry .whl/roundtrip, which
@@ -203,10 +204,11 @@ for stage in "$@"; do
       python3 bench/profile_summary.py "$OUT/host_profile.txt"
       ;;
     ceiling-profile)
-      timeout -s INT 150 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,1,4 \
-        --seconds 10 --profile "$OUT/ceiling_profile.txt" --out "$OUT/engine_host_ceiling.json" 2>&1 \
+      timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 \
+        --switch-intervals 0.005,0.001,0.0002 --seconds 8 --profile "$OUT/ceiling_profile.txt" \
+        --out "$OUT/engine_host_ceiling.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 8
-      python3 bench/profile_summary.py "$OUT/ceiling_profile.txt" --rate 100 --seconds 9
+      python3 bench/profile_summary.py "$OUT/ceiling_profile.txt" --rate 100 --seconds 7
       ;;
     host-roundtrip)
       "$IMAGE_PYTHON" bench/host_roundtrip.py --from .whl/roundtrip --out "$OUT/host_roundtrip.json" 2>&1 | tail -n 4
