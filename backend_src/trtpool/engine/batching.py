@@ -115,6 +115,14 @@ class BatchPlanner:
         return chunks
 
 
+def _split_rows(output: Any, rows: list[int]) -> Sequence[Any]:
+    """Views of `output`'s rows per request: a device tensor's in one call (torch's split; slicing
+    it 64 times cost a host 6% of its time), a host array's by slicing."""
+    if isinstance(output, np.ndarray):
+        return [output[start:stop] for start, stop in split_points(rows)]
+    return output.split(rows)
+
+
 class BatchRunner:
     """Runs requests on the context pool: one batch per chunk the planner makes."""
 
@@ -231,10 +239,9 @@ class BatchRunner:
         if len(chunk) == 1:  # the outputs are the request's (scalars too)
             per_request = [outputs]
         else:
-            per_request = [
-                {name: out[start:stop] for name, out in outputs.items()}
-                for start, stop in split_points([i.batch for i in chunk])
-            ]
+            rows = [i.batch for i in chunk]
+            pieces = {name: _split_rows(out, rows) for name, out in outputs.items()}
+            per_request = [{name: pieces[name][i] for name in outputs} for i in range(len(chunk))]
         for position, (item, answer) in enumerate(zip(chunk, per_request, strict=True)):
             try:
                 item.responder.send(answer)
