@@ -560,6 +560,14 @@ class OnDevice:
     def __getitem__(self, rows: slice) -> OnDevice:
         return OnDevice(self.host[rows])
 
+    def split(self, sections: list[int]) -> tuple[OnDevice, ...]:
+        """torch.Tensor.split with a list: views of consecutive rows, one per section, which must
+        add up to the rows (torch raises otherwise)."""
+        if sum(sections) != len(self.host):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {len(self.host)}")
+        bounds = np.cumsum([0, *sections])
+        return tuple(OnDevice(self.host[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
     def __array__(self, *args, **kwargs):
         raise TypeError("can't convert a device tensor to numpy")
 
