@@ -377,7 +377,7 @@ def served_in_threads(
     start = time.monotonic()
     for worker in workers:
         worker.start()
-    with self_profile(profile, args.seconds) as outcome:
+    with self_profile(profile, args.seconds) as outcome, GpuUtilization() as busy:
         time.sleep(args.seconds)
     stop.set()
     for worker in workers:
@@ -386,6 +386,7 @@ def served_in_threads(
     return {
         "images_per_s": round(tally["ok"] / elapsed, 1),
         "images": tally["ok"],
+        "gpu_busy_percent": busy.mean,
         "failed": tally["failed"],
         "error": tally.get("error"),
         **({"profile": outcome} if outcome else {}),
