@@ -3,8 +3,9 @@
     cpu_crop(data, spec)                   one file on the CPU with Pillow
     sort_files, decode_chunks, placement   what the GPU path (trtpool.vision.device_crops) decides on the host
 
-Every file is read from its header first; one that is no image, or too large decoded, is refused
-alone (ImageRefused). How the GPU path follows the CPU one: docs/design/image-crops.md.
+Every file is read from its header first (a JPEG's without Pillow where trtpool.vision.jpeg_frame is
+sure); one that is no image, or too large decoded, is refused alone (ImageRefused). How the GPU path
+follows the CPU one: docs/design/image-crops.md.
 """
 
 from __future__ import annotations
