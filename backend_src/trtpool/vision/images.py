@@ -3,8 +3,9 @@
     cpu_crop(data, spec)                   one file on the CPU with Pillow
     sort_files, decode_chunks, placement   what the GPU path (trtpool.vision.device_crops) decides on the host
 
-Every file is read from its header first; one that is no image, or too large decoded, is refused
-alone (ImageRefused). How the GPU path follows the CPU one: docs/design/image-crops.md.
+Every file is read from its header first (a JPEG's without Pillow where trtpool.vision.jpeg_frame is
+sure); one that is no image, or too large decoded, is refused alone (ImageRefused). How the GPU path
+follows the CPU one: docs/design/image-crops.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+from trtpool.vision.jpeg_frame import read_frame
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -86,21 +89,48 @@ def opened(data: bytes, spec: CropSpec) -> Image.Image:
         raise ImageRefused(f"not an image Pillow can identify ({len(data):,} bytes starting {data[:8]!r})") from None
     except Exception as exc:  # noqa: BLE001 - a header Pillow cannot parse
         raise ImageRefused(f"unreadable image header: {type(exc).__name__}: {exc}") from None
-    width, height = image.size
-    if width * height * 3 > spec.max_decoded_bytes:
+    too_large = _size_refusal(*image.size, spec)
+    if too_large is not None:
         image.close()
-        raise ImageRefused(
-            f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
-            f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}"
-        )
+        raise too_large
     return image
+
+
+def _size_refusal(width: int, height: int, spec: CropSpec) -> ImageRefused | None:
+    """The refusal of an image that would decode past max_decoded_bytes, or None."""
+    if width * height * 3 <= spec.max_decoded_bytes:
+        return None
+    return ImageRefused(
+        f"{width}x{height} pixels decode to {width * height * 3:,} bytes, "
+        f"above the limit max_decoded_bytes={spec.max_decoded_bytes:,}"
+    )
+
+
+def jpeg_header(data: bytes) -> Header | None:
+    """The header Pillow's path would give a JPEG, read without Pillow; None where that read is
+    not sure to agree (then Pillow reads it)."""
+    frame = read_frame(data)
+    if frame is None:
+        return None
+    return Header("JPEG", frame.width, frame.height, frame.mode, _ends(data))
 
 
 def read_header(data: bytes, spec: CropSpec) -> Header:
     """The file's format and size from its header; ImageRefused for what is no image or too large."""
+    header = jpeg_header(data)
+    if header is not None:
+        too_large = _size_refusal(header.width, header.height, spec)
+        if too_large is not None:
+            raise too_large
+        return header
     with opened(data, spec) as image:
         width, height = image.size
-        return Header(image.format or "unknown", width, height, image.mode, b"\xff\xd9" in data[-4096:])
+        return Header(image.format or "unknown", width, height, image.mode, _ends(data))
+
+
+def _ends(data: bytes) -> bool:
+    """A JPEG's end-of-image marker is in its last 4 KiB (searched from the end, where it usually is)."""
+    return data.rfind(b"\xff\xd9", max(0, len(data) - 4096)) >= 0
 
 
 def cpu_crop(data: bytes, spec: CropSpec) -> np.ndarray:
