@@ -293,6 +293,7 @@ INVENTORY = (
             not_here=RACE),
     # docs/benchmarks.md: the engine host (issue 36) and the lean runtime (issue 37) on the H200
     command("bash bench/gpu/h200.sh engine-host-tensor host-gpu-tests", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh host-roundtrip", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
     # docs/benchmarks.md: the engine host (issue 36)
