@@ -45,7 +45,7 @@ from bench import gpu_memory  # noqa: E402
 from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
 from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
-from tests.harness.pipelines import add_mode, as_request, images  # noqa: E402
+from tests.harness.pipelines import add_mode, as_request, images, set_process_settings  # noqa: E402
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -104,9 +104,10 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     variants = {}
     for count in args.host_instances:
         name = f"host_x{count}"
-        set_instances(
-            add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on"), count, kind
-        )
+        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on")
+        set_instances(hosted, count, kind)
+        if args.host_decoder:
+            set_process_settings(hosted, decoder=args.host_decoder)
         variants[name] = f"jpeg_{name}"
     if args.profile_host:
         shutil.rmtree(jpeg)
@@ -402,6 +403,8 @@ def ceiling(args: argparse.Namespace) -> dict:
     files = images(args.files, seed=7, png_every=0)
     with tempfile.TemporaryDirectory() as scratch:
         folder = jpeg_folder(Path(scratch) / "repo", args)
+        if args.host_decoder:
+            set_process_settings(folder, decoder=args.host_decoder)
         device = "cuda:0" if gpu(args) else "cpu"
         results = {}
         profile = args.profile
@@ -458,6 +461,11 @@ def main() -> int:
         help="perf_analyzer's --stability-percentage for the tensor cases (a noisy machine: 50)",
     )
     parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
+    parser.add_argument(
+        "--host-decoder",
+        choices=("torchvision", "nvimgcodec"),
+        help="process.json's decoder for the host variants and the ceiling (default: the example's, auto)",
+    )
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)
     parser.add_argument(

@@ -141,6 +141,10 @@
 #             0.2 ms, 8 s each), with each batch face's time per image and py-spy's samples of the GIL holder in
 #             the first run (2 threads, 5 ms)
 #             -> engine_host_ceiling.json, ceiling_profile.txt (bench/profile_summary.py prints its tables)
+#   decoder-ab  issue 36: (f) with torchvision's decoder (one per process, behind its lock) against nvImageCodec's
+#             (one per thread), 2 and 4 threads; needs stash-gpu before setup -> engine_host_ceiling_<decoder>.json
+#   engine-host-jpeg-nvimgcodec  the JPEG case with the host decoding by nvImageCodec, 6 instances, beside today's
+#             6 sync instances (torchvision) and the null model, 256 and 512 clients -> engine_host_nvimgcodec.json
 #   host-roundtrip  bench/host_roundtrip.py (issue 36): the engine host's transport on this machine, 1 and
 #             64 requests a run, in the image's Python (no setup); carry .whl/roundtrip, which
 #             `bench/host_roundtrip.py --prepare .whl/roundtrip` writes here -> host_roundtrip.json
@@ -209,6 +213,17 @@ for stage in "$@"; do
         --out "$OUT/engine_host_ceiling.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 8
       python3 bench/profile_summary.py "$OUT/ceiling_profile.txt" --rate 100 --seconds 7
+      ;;
+    decoder-ab)
+      for decoder in torchvision nvimgcodec; do
+        timeout -s INT 150 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 --seconds 8 \
+          --host-decoder $decoder --out "$OUT/engine_host_ceiling_$decoder.json" 2>&1 | grep -v '^[IWE]12' | tail -n 3
+      done
+      ;;
+    engine-host-jpeg-nvimgcodec)
+      timeout -s INT 330 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256,512 \
+        --host-instances 6 --host-decoder nvimgcodec --out "$OUT/engine_host_nvimgcodec.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 24
       ;;
     host-roundtrip)
       "$IMAGE_PYTHON" bench/host_roundtrip.py --from .whl/roundtrip --out "$OUT/host_roundtrip.json" 2>&1 | tail -n 4

@@ -18,6 +18,8 @@ together, so a level of pixel difference may reorder the lower places).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,25 @@ def test_device_crops_compute_their_reference_and_follow_the_cpu_path(decoder):
         assert levels.max() <= 1.01, (index, levels.max())
     assert len(on_gpu) >= 24  # the JPEGs of mixed sizes, progressive and grayscale among them
     assert_near_the_cpu_path(files, served)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_device_crops_from_several_threads_at_once_match_one_thread(decoder):
+    """An engine host's workers crop at once: each thread its own stream and memory, and with
+    nvImageCodec its own decoder (torchvision's is one per process, behind its lock)."""
+    files = sample_files()
+    crops = DeviceCrops(SPEC, "cuda:0", decoder)
+    alone, _ = crops(files)
+    alone = alone.to_host()
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda _: (crops(files)[0].to_host(), crops._thread_decoder()), range(8)))
+    for served, _ in together:  # no thread wrote into another's crops
+        assert (np.abs(served - alone) * LEVELS).max() <= 1.01
+    decoders = {id(decoder_used) for _, decoder_used in together}
+    if decoder == "torchvision":
+        assert decoders == {id(crops.decoder)}
+    else:
+        assert len(decoders) >= 2 and id(crops.decoder) not in decoders  # the pool's threads made their own
 
 
 @pytest.fixture(scope="module")

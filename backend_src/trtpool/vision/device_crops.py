@@ -50,6 +50,9 @@ class Decoder(Protocol):
     def memory(self, image: Any) -> Memory:
         """A decoded image's pointer, shape and byte strides."""
 
+    def for_another_thread(self) -> Decoder:
+        """The decoder another thread decodes with: itself where sharing is safe and costs nothing."""
+
 
 class TorchvisionDecoder:
     """torchvision.io.decode_jpeg on a list of files: nvJPEG's batched decode, on the caller's stream."""
@@ -76,6 +79,9 @@ class TorchvisionDecoder:
     def memory(image: Any) -> Memory:  # a uint8 tensor: its strides in elements are bytes
         return image.data_ptr(), tuple(image.shape), image.stride()
 
+    def for_another_thread(self) -> TorchvisionDecoder:
+        return self  # torchvision holds one nvJPEG decoder per process, behind a lock, whoever calls
+
     def _decoded(self, files: list[bytes]) -> list[Any]:
         # The files' own memory, not a copy: decode_jpeg only reads it. torch warns once per process
         # that the buffer is read-only (said at __init__, where the warning is silenced).
@@ -96,6 +102,7 @@ class NvImageCodecDecoder:
     def __init__(self, device_index: int, backends: tuple[str, ...] = ()) -> None:
         from nvidia import nvimgcodec
 
+        self.device_index, self.backends = device_index, backends
         allowed = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, name)) for name in backends] or None
         self.decoder = nvimgcodec.Decoder(device_id=device_index, backends=allowed)
         self.params = nvimgcodec.DecodeParams(
@@ -110,6 +117,11 @@ class NvImageCodecDecoder:
     @staticmethod
     def memory(image: Any) -> Memory:
         return interface_memory(image.__cuda_array_interface__)
+
+    def for_another_thread(self) -> NvImageCodecDecoder:
+        """A decoder of its own: threads then decode at once (one shared decoder aborted under
+        threads on the H200, bench/journal/decode-library.md)."""
+        return NvImageCodecDecoder(self.device_index, self.backends)
 
 
 def _import_failure(name: str) -> str | None:
@@ -155,13 +167,16 @@ def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -
 class DeviceCrops:
     """Crops of a batch of files made on one GPU. Callable from several threads at once: each works
     on its own stream and output memory, reused call after call (a thread's crops are handed to the
-    engine, which copies them, before its next call)."""
+    engine, which copies them, before its next call), and with its own decoder where the decoder
+    allows (Decoder.for_another_thread)."""
 
     def __init__(self, spec: CropSpec, device: str, decoder: str = "auto", backends: tuple[str, ...] = ()) -> None:
         self.spec = spec
         self.device_index = cuda.device_index(device)
         self.kernel = CropKernel(self.device_index)
-        self.decoder = make_decoder(decoder, self.device_index, backends)
+        self.decoder = make_decoder(decoder, self.device_index, backends)  # the first thread's
+        self._decoder_taken = False
+        self._decoder_lock = threading.Lock()
         std = np.array(spec.std, np.float64)
         self.scale = tuple(float(v) for v in 1.0 / (255.0 * std))
         self.shift = tuple(float(v) for v in np.array(spec.mean, np.float64) / std)
@@ -179,6 +194,16 @@ class DeviceCrops:
         if local.rows < images:
             local.table, local.rows = cuda.DeviceBuffer(max(1, images) * FIELDS * 8), images
         return local.stream, local.buffer, local.table
+
+    def _thread_decoder(self) -> Decoder:
+        """This thread's decoder: the one made at construction for the first thread that decodes,
+        Decoder.for_another_thread for the others."""
+        local = self._local
+        if getattr(local, "decoder", None) is None:
+            with self._decoder_lock:
+                first, self._decoder_taken = not self._decoder_taken, True
+            local.decoder = self.decoder if first else self.decoder.for_another_thread()
+        return local.decoder
 
     def table_row(self, image: Any, index: int) -> list[int]:
         """The crop kernel's row for a decoded image, to be the batch's row `index`."""
@@ -198,7 +223,8 @@ class DeviceCrops:
         held: list[Any] = []  # decoded images and host arrays the stream still reads
         for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
             rows = []
-            for index, image in zip(chunk, self.decoder.decode([files[i] for i in chunk], stream), strict=True):
+            decoded = self._thread_decoder().decode([files[i] for i in chunk], stream)
+            for index, image in zip(chunk, decoded, strict=True):
                 if image is None:  # Pillow decodes it, or refuses it with its reason
                     on_cpu.append(index)
                     continue
