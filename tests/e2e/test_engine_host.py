@@ -121,7 +121,10 @@ def test_a_process_file_runs_in_the_host_and_a_bad_file_fails_alone(server, mode
 
 def test_a_killed_host_answers_what_it_held_then_serves_again(server):
     """Clients keep sending; the host is SIGKILLed: every request is answered (right, or
-    UNAVAILABLE naming the engine host within 5 s of the kill) and right answers resume."""
+    UNAVAILABLE naming the engine host within 5 s of the kill) and right answers resume. The
+    restart shows on /metrics: trtpool_host_starts_total goes up by one."""
+    starts = server.wait_for_metric("trtpool_host_starts_total", "tiny_host", 1)
+    assert starts >= 1
     x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
     expected = tiny_reference(x)
     log: list[tuple[float, float, object]] = []
@@ -167,6 +170,7 @@ def test_a_killed_host_answers_what_it_held_then_serves_again(server):
     (new_host,) = server.host_pids("tiny_host")
     assert new_host != host
     assert "was killed by SIGKILL" in server.log_text()
+    assert server.wait_for_metric("trtpool_host_starts_total", "tiny_host", starts + 1) == starts + 1
 
 
 def test_a_killed_instance_leaves_the_host_and_the_other_instances_serving(server):

@@ -99,6 +99,7 @@ class Launcher:
         self._starts: deque[float] = deque()
         self._started: dict[int, threading.Event] = {}  # pid of each host this instance started -> ended
         self.last_exit: str | None = None  # how the last host this instance started ended
+        self.started = 0  # hosts this instance started (trtpool_host_starts_total)
 
     def connect(self, timeout_s: float) -> socket.socket:
         """A connection to the running host, starting one where none runs."""
@@ -188,6 +189,7 @@ class Launcher:
         assert process.stdin is not None
         process.stdin.write(json.dumps({**self.spec, "listen_fd": listener.fileno(), "log_fd": log_fd}).encode())
         process.stdin.close()
+        self.started += 1
         log.info("model '%s': started its engine host, pid %d (%s)", self.name, process.pid, self.spec["device"])
         self._started[process.pid] = threading.Event()
         threading.Thread(target=self._relay, args=(process,), name="trtpool-host-log", daemon=True).start()

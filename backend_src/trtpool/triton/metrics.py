@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from trtpool.engine.pool import ContextStats, PoolStats
@@ -83,9 +84,17 @@ class PoolMetrics:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start_hosted(self, fetch: Any, interval_ms: int) -> None:
-        """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None."""
+    def start_hosted(self, fetch: Any, interval_ms: int, hosts_started: Callable[[], int] = lambda: 0) -> None:
+        """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None. `hosts_started()`:
+        the engine hosts this instance started, which it publishes itself (Launcher.started)."""
         self._fetch = fetch
+        self._hosts_started = hosts_started
+        self._starts_published = 0
+        self._starts_family = self._family(
+            name="trtpool_host_starts_total",
+            kind=self._family.COUNTER,
+            description="Engine host: hosts started for the model by its instances (above 1: restarts)",
+        )
         self._host_pid: int | None = None  # the host whose totals this instance publishes
         self._host_gauges: dict[str, MetricFamily] | None = None
         self._host_last = (0, 0)  # busy_ns, uptime_ns at the previous flush
@@ -95,7 +104,12 @@ class PoolMetrics:
         self._thread.start()
 
     def _adopt(self) -> None:
-        """The host's snapshot as this instance's totals, when this instance is its publisher."""
+        """The hosts this instance started; the host's snapshot as this instance's totals, when this
+        instance is its publisher."""
+        started = self._hosts_started()  # this instance's own count: no publisher, host or rebase applies
+        if started > self._starts_published:
+            self._metric(self._starts_family).increment(started - self._starts_published)
+            self._starts_published = started
         snapshot = self._fetch()
         if not snapshot or not snapshot.get("publisher"):
             self._stats = None

@@ -14,6 +14,7 @@ from trtpool.engine.pool import ContextStats, PoolStats
 PAGE = ROOT / "docs" / "reference" / "metrics.md"
 HOSTED = {"trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
           "trtpool_host_busy_share"}
+STARTS = "trtpool_host_starts_total"   # every thin instance's own: made when it starts publishing a host
 
 
 def listed() -> dict[str, str]:
@@ -39,14 +40,14 @@ def stats(runs: int = 0, busy_ns: int = 0, wait_ns: int = 0, current: int = 2) -
 
 def test_the_families_are_those_the_reference_page_lists_with_their_kinds(pb_utils):
     expected = listed()
-    assert len(expected) == 19
+    assert len(expected) == 20
     plain = PoolMetrics(pb_utils.MetricFamily, "m")   # kept: its families go with it
-    assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED}
+    assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED | {STARTS}}
     host = {"now": None}
     hosted = PoolMetrics(pb_utils.MetricFamily, "m")
     hosted.start_hosted(lambda: host["now"], 60_000)
-    hosted.flush()   # no snapshot: nothing published, and no host family made yet
-    assert not HOSTED & set(kinds(pb_utils))
+    hosted.flush()   # no snapshot: nothing published, and no host family made yet but its own count's
+    assert not HOSTED & set(kinds(pb_utils)) and STARTS in kinds(pb_utils)
     host["now"] = snapshot(0, 0, 0)
     hosted.flush()   # this instance publishes the host's totals: the host's families too
     assert kinds(pb_utils) == expected
@@ -172,6 +173,32 @@ def test_the_hosts_totals_are_counted_once_across_publishers_and_host_restarts(p
     state["b"] = snapshot(0, 7, 7, host_pid=42)
     second.flush()
     assert value(pb_utils, "trtpool_batches_total", batch_size="1") == 110 + 7
+    for metrics in (first, second):
+        metrics.close()
+
+
+def test_the_hosts_started_are_counted_by_the_instances_that_started_them(pb_utils):
+    """trtpool_host_starts_total: each instance adds the hosts its own launcher started, whoever
+    publishes the host's totals and whichever host runs now; above 1, the host was restarted."""
+    started = {"a": 1, "b": 0}
+    state = {"a": snapshot(0, 0, 0), "b": snapshot(0, 0, 0, publisher=False)}
+    first, second = PoolMetrics(pb_utils.MetricFamily, "m"), PoolMetrics(pb_utils.MetricFamily, "m")
+    first.start_hosted(lambda: state["a"], 60_000, lambda: started["a"])
+    second.start_hosted(lambda: state["b"], 60_000, lambda: started["b"])
+    for metrics in (first, second, first):
+        metrics.flush()
+    assert value(pb_utils, STARTS) == 1
+    # the host dies; the second instance starts the next one, and the first's connection to it is younger
+    started["b"] = 1
+    state["a"] = snapshot(0, 0, 0, publisher=False, host_pid=42)
+    state["b"] = snapshot(0, 5, 5, takeover=True, host_pid=42)
+    for metrics in (second, first, second):
+        metrics.flush()
+    assert value(pb_utils, STARTS) == 2
+    state["a"] = state["b"] = None   # no host answers now: the count stands
+    for metrics in (first, second):
+        metrics.flush()
+    assert value(pb_utils, STARTS) == 2
     for metrics in (first, second):
         metrics.close()
 
