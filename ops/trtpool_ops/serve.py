@@ -221,12 +221,12 @@ def exit_timeout(passthrough: Sequence[str]) -> str:
     return "30"
 
 
-def say_stopping(server_pid: int, timeout: str) -> None:
+def say_stopping(dead: int, timeout: str) -> None:
+    """What stopping will do; `dead`: the stubs that had died before it began (dead_stub_count)."""
     say(
         f"stopping tritonserver: it drains in-flight requests, then unloads every model "
         f"(at most --exit-timeout-secs, {timeout} s)"
     )
-    dead = dead_stub_count(server_pid)
     if dead:
         say(
             f"{dead} stub process(es) died: Triton 2.51 cannot unload their models, so it waits the whole "
@@ -284,9 +284,13 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     dead_stub = threading.Event()  # set by the watchdog with --on-dead-stub=exit
 
     def on_signal(signum: int, _frame: object) -> None:
+        # The signal goes on to tritonserver first; the words come from a thread of their own. A handler
+        # runs inside whatever the main thread was doing, a print to stdout included, where a print of its
+        # own would fail (a reentrant write) before the server heard of the signal.
         stopping.set()
-        say_stopping(process.pid, exit_timeout(passthrough))
+        dead = dead_stub_count(process.pid)  # before the stubs that stopping ends are reaped
         ask_to_stop(process, signum)
+        threading.Thread(target=say_stopping, args=(dead, exit_timeout(passthrough)), daemon=True).start()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)

@@ -184,7 +184,8 @@ class Merger:
                 self._active -= 1
                 if not self._active:
                     self.busy_ns += time.monotonic_ns() - self._busy_since
-                self._ready.notify()
+                if self._queue:  # a worker is woken only for work: one woken for none costs the GIL twice
+                    self._ready.notify()
 
     def close(self) -> None:
         """Serve what waits, then stop the workers."""
