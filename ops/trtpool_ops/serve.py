@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
@@ -24,7 +25,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -184,14 +185,32 @@ def print_endpoints(options: ServeOptions, ready: Sequence[str]) -> None:
     )
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _ends_with(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the child is sent SIGTERM (Triton's drain, then its stubs stop) when
+    `parent` dies, by SIGKILL too. A parent that died before the child got here is seen at once."""
+
+    def arm() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def start(command: list[str], output: IO[bytes] | None = None) -> subprocess.Popen:
-    """tritonserver in its own process group (stopping it stops its stubs too); its output into
-    `output` (trtpool-tune's log file), else a pipe that ServerOutput relays."""
+    """tritonserver in its own process group (stopping it stops its stubs too), ending when this
+    process does however it ends; its output into `output` (trtpool-tune's log file), else a pipe
+    that ServerOutput relays."""
     return subprocess.Popen(
         command,
         stdout=output if output is not None else subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_ends_with(os.getpid()),
     )
 
 

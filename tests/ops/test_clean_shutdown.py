@@ -8,8 +8,11 @@ stream after every answer, and wedged the server in about one run of three
 after 21 probes. Here every mode is probed many times, by the watchdog, by
 trtpool-health and in process, and by a plain stream; then the server must stop cleanly.
 """
+
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +26,7 @@ import tritonclient.grpc as grpcclient
 from tests.harness.clients import TINY_TOLERANCE
 from tests.harness.repository import add_example
 from tests.harness.serve_command import trtpool_serve
-from tests.harness.server import SHM
+from tests.harness.server import SHM, process_state
 from tests.harness.streams import run_on_stream
 from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.folder.front import make_front_folder
@@ -31,8 +34,8 @@ from trtpool_ops.health import check
 
 TRTPOOL_HEALTH = Path(sys.executable).parent / "trtpool-health"
 MODELS = ("tiny", "tiny_pipelined", "tiny_decoupled", "tiny_decoupled_unary")
-PROBES = 25             # in-process rounds of trtpool-health's check, every model each
-WATCHDOG_ROUNDS = 10    # the watchdog's probes of the decoupled model, at least
+PROBES = 25  # in-process rounds of trtpool-health's check, every model each
+WATCHDOG_ROUNDS = 10  # the watchdog's probes of the decoupled model, at least
 STOPPED_WITHIN_S = 10.0
 
 
@@ -56,8 +59,13 @@ def successes(url: str, model: str) -> int:
 def test_probed_models_let_the_server_stop_cleanly(repository, tmp_path):
     prefix = f"trtpool_shutdown_{uuid.uuid4().hex[:12]}_"
     log = tmp_path / "server.log"
-    serve = trtpool_serve(repository, log, "--watch-interval=0.2", "--probe-timeout=30",
-                          f"--backend-config=python,shm-region-prefix-name={prefix}")
+    serve = trtpool_serve(
+        repository,
+        log,
+        "--watch-interval=0.2",
+        "--probe-timeout=30",
+        f"--backend-config=python,shm-region-prefix-name={prefix}",
+    )
     try:
         serve.wait_for("[serve] watchdog:", timeout=300)
         url = serve.ports.grpc_url
@@ -86,3 +94,41 @@ def test_probed_models_let_the_server_stop_cleanly(repository, tmp_path):
     assert took < STOPPED_WITHIN_S, f"stopping took {took:.1f} s"
     assert "Exit timeout expired" not in log.read_text()
     assert not sorted(SHM.glob(prefix + "*"))
+
+
+def children(pid: int) -> list[int]:
+    found = ((int(p.name), process_state(int(p.name))) for p in Path("/proc").iterdir() if p.name.isdigit())
+    return [child for child, state in found if state is not None and state[1] == pid]
+
+
+def ended(pid: int) -> bool:
+    state = process_state(pid)
+    return state is None or state[0] == "Z"
+
+
+def test_a_killed_serve_command_takes_its_tritonserver_and_stubs_with_it(repository, tmp_path):
+    """SIGKILL leaves trtpool-serve no handler to run: the server it started must still end
+    (it runs in a process group of its own, so nothing else would stop it), and its stubs with it."""
+    prefix = f"trtpool_orphan_{uuid.uuid4().hex[:12]}_"
+    serve = trtpool_serve(
+        repository, tmp_path / "server.log", f"--backend-config=python,shm-region-prefix-name={prefix}"
+    )
+    server = None
+    try:
+        serve.wait_for("[serve] watchdog:", timeout=300)
+        [server] = children(serve.process.pid)
+        stubs = children(server)
+        assert stubs and sorted(SHM.glob(prefix + "*")), "the models' stubs and regions are up"
+        os.kill(serve.process.pid, signal.SIGKILL)
+        serve.process.wait(10)
+        deadline = time.monotonic() + 60
+        while not all(ended(pid) for pid in (server, *stubs)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ended(server), "tritonserver outlived trtpool-serve"
+        assert all(ended(pid) for pid in stubs), "a stub outlived trtpool-serve"
+        assert not sorted(SHM.glob(prefix + "*"))
+    finally:
+        if not ended(serve.process.pid):
+            serve.stop()
+        if server is not None and not ended(server):  # this test failed: stop what it left
+            os.killpg(server, signal.SIGKILL)
