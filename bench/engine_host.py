@@ -287,16 +287,25 @@ def profile_host(
     server: TritonServer, variants: dict[str, str], args: argparse.Namespace, input_data: Path | None
 ) -> dict:
     """py-spy's samples of the first variant's engine host, the thread holding the GIL only, while
-    perf_analyzer loads it at the first concurrency: where the host's one GIL goes."""
+    perf_analyzer loads it at the first concurrency: where the host's one GIL goes. With
+    --profile-waits, two more windows: every thread of the host, waiting ones too, then of one
+    front stub (where each thread waits)."""
     from bench.stub_profile import stub_profile
 
     model = next(iter(variants.values()))
     point(server, model, args.concurrency[0], "none", args, input_data)  # warm: kernels, graphs
-    with stub_profile(
-        server, model, Path(args.profile_host), gil=True, seconds=12, pid=server.host_pids(model)[0]
-    ) as outcome:
-        outcome["measurement"] = point(server, model, args.concurrency[0], "none", args, input_data)
-    return outcome
+    host = server.host_pids(model)[0]
+    windows = {"host_gil": (Path(args.profile_host), {"gil": True, "pid": host})}
+    if args.profile_waits:
+        stem = Path(args.profile_waits)
+        windows["host_waits"] = (stem.with_name(f"{stem.stem}_host{stem.suffix}"), {"idle": True, "pid": host})
+        windows["stub_waits"] = (stem.with_name(f"{stem.stem}_stub{stem.suffix}"), {"idle": True})
+    outcomes = {}
+    for name, (out, how) in windows.items():
+        with stub_profile(server, model, out, seconds=12, **how) as outcome:
+            outcome["measurement"] = point(server, model, args.concurrency[0], "none", args, input_data)
+        outcomes[name] = outcome
+    return outcomes
 
 
 # --- (f): the in-process ceiling ----------------------------------------------------------
@@ -320,10 +329,10 @@ class _Count:
 
 
 @contextmanager
-def self_profile(out: Path | None, seconds: float) -> Iterator[dict]:
+def self_profile(out: Path | None, seconds: float, waits: bool = False) -> Iterator[dict]:
     """py-spy's samples of this process (the thread holding the GIL) while the block
     runs, into `out` (raw stacks); nothing when `out` is None. The samples over rate x seconds is
-    the share of the time the GIL was held."""
+    the share of the time the GIL was held. waits: every thread's samples, waiting ones too."""
     outcome: dict = {}
     if out is None:
         yield outcome
@@ -336,7 +345,7 @@ def self_profile(out: Path | None, seconds: float) -> Iterator[dict]:
                 str(beside) if beside.exists() else "py-spy",
                 "record",
                 "--threads",
-                "--gil",
+                "--idle" if waits else "--gil",
                 "--nonblocking",
                 "--format",
                 "raw",
@@ -361,7 +370,7 @@ def self_profile(out: Path | None, seconds: float) -> Iterator[dict]:
 
 
 def served_in_threads(
-    instance, files: list[bytes], threads: int, args: argparse.Namespace, profile: Path | None
+    instance, files: list[bytes], threads: int, args: argparse.Namespace, profile: Path | None, waits: bool
 ) -> dict:
     """Images/s of `threads` threads serving random batches of `files` on `instance` for --seconds."""
     tally = {"ok": 0, "failed": 0}
@@ -378,7 +387,7 @@ def served_in_threads(
     start = time.monotonic()
     for worker in workers:
         worker.start()
-    with self_profile(profile, args.seconds) as outcome, GpuUtilization() as busy:
+    with self_profile(profile, args.seconds, waits) as outcome, GpuUtilization() as busy:
         time.sleep(args.seconds)
     stop.set()
     for worker in workers:
@@ -407,7 +416,7 @@ def ceiling(args: argparse.Namespace) -> dict:
             set_process_settings(folder, decoder=args.host_decoder)
         device = "cuda:0" if gpu(args) else "cpu"
         results = {}
-        profile = args.profile
+        profile = args.profile or args.profile_waits
         for threads in args.ceiling_threads:
             set_parameters(folder, contexts=str(threads))
             stage_ns: Counter[str] = Counter()
@@ -428,7 +437,7 @@ def ceiling(args: argparse.Namespace) -> dict:
                 sys.setswitchinterval(interval)
                 stage_ns.clear()
                 name = str(threads) if len(args.switch_intervals) == 1 else f"{threads}@{interval * 1e3:g}ms"
-                result = served_in_threads(instance, files, threads, args, profile)
+                result = served_in_threads(instance, files, threads, args, profile, not args.profile)
                 served = max(1, result.pop("images"))
                 # the process file's batch faces, in the threads that ran them (overlapping in time)
                 result["stage_us_per_image"] = {k: round(ns / 1e3 / served, 1) for k, ns in stage_ns.items()}
@@ -480,6 +489,14 @@ def main() -> int:
         metavar="FILE",
         help="instead of the table: py-spy's samples (GIL holder) of the first host variant's "
         "engine host under load, into FILE",
+    )
+    parser.add_argument(
+        "--profile-waits",
+        type=Path,
+        metavar="FILE",
+        help="with --profile-host: every thread's samples, waits included, of the host (FILE_host) "
+        "and of one front stub (FILE_stub), each in a window of its own; ceiling (without --profile): "
+        "every thread's samples of the first --ceiling-threads run, waits included, into FILE",
     )
     parser.add_argument(
         "--profile",

@@ -21,12 +21,14 @@ def stub_profile(
     *,
     native: bool = False,
     gil: bool = False,
+    idle: bool = False,
     seconds: int = 12,
     pid: int | None = None,
 ) -> Iterator[dict]:
     """Samples `model`'s stub (every thread) for `seconds` while the block runs; the yielded dict
     gets the outcome. native: the C/C++ frames too (py-spy then pauses the process at each
     sample); gil: only the samples of the thread holding the GIL (where a stub's one core goes);
+    idle: waiting threads' samples too (where each thread waits);
     pid: another process of the model's to sample instead (its engine host)."""
     outcome: dict = {"model": model, "profile": str(out)}
     pid = pid or server.stub_pid(model)
@@ -42,6 +44,7 @@ def stub_profile(
             "--threads",
             *sampling,
             *(["--gil"] if gil else []),
+            *(["--idle"] if idle else []),
             "--format",
             "raw",
             "--rate",

@@ -23,6 +23,9 @@
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
+#   profile-waits  (f) at 4 and 8 threads with every thread's samples, waits included; then the
+#             engine host under ResNet-50 gRPC (64 clients) and JPEG (256) load: its GIL holder, its
+#             threads' waits and one front stub's -> ceiling_waits.txt, host_gil_*.txt, waits_*_{host,stub}.txt
 #   ceiling   bench/ceiling.py: one instance (sync, pipelined) against the in-process best and
 #             the null model's ceiling, one run; a py-spy profile of the best pipelined stub
 #   ceiling-final  the same for sync and pipelined with 1, 2 and 4 contexts, no profile
@@ -206,6 +209,19 @@ for stage in "$@"; do
         --host-instances 6 --profile-host "$OUT/host_profile.txt" --out "$OUT/engine_host_profile.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 6
       python3 bench/profile_summary.py "$OUT/host_profile.txt"
+      ;;
+    profile-waits)
+      timeout -s INT 150 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 4,8 --seconds 8 \
+        --profile-waits "$OUT/ceiling_waits.txt" --out "$OUT/engine_host_ceiling_threads.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 3
+      python3 bench/profile_summary.py "$OUT/ceiling_waits.txt" --by-thread --top 12
+      for case in resnet50 jpeg; do
+        timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case $case --concurrency $([ $case = jpeg ] && echo 256 || echo 64) \
+          --host-instances 6 --profile-host "$OUT/host_gil_$case.txt" --profile-waits "$OUT/waits_$case.txt" \
+          --out "$OUT/engine_host_profile_$case.json" 2>&1 | grep -v '^[IWE]12' | tail -n 4
+        python3 bench/profile_summary.py "$OUT/host_gil_$case.txt" --rate 200 --seconds 12 --top 12
+        for side in host stub; do python3 bench/profile_summary.py "$OUT/waits_${case}_$side.txt" --by-thread --top 8; done
+      done
       ;;
     ceiling-profile)
       timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 \
