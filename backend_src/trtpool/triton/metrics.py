@@ -130,6 +130,7 @@ class PoolMetrics:
             self._stage_failed = Counter(snapshot["stage_failed"])
         gauges = self._host_families()
         self._set(gauges["depth"], snapshot["queue_depth"])
+        self._set(gauges["connections"], snapshot["connections"])
         for messages, count in snapshot["merged"].items():
             self._advance(gauges["merged"], count, messages=str(messages))
         running = set(snapshot["running"])
@@ -149,6 +150,11 @@ class PoolMetrics:
                     name="trtpool_host_queue_depth",
                     kind=family.GAUGE,
                     description="Engine host: requests waiting for a worker",
+                ),
+                "connections": family(
+                    name="trtpool_host_connections",
+                    kind=family.GAUGE,
+                    description="Engine host: the instances' connections (host_inflight each in mode pipelined)",
                 ),
                 "merged": family(
                     name="trtpool_host_merged_batches_total",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trtpool import parameters
+from trtpool.errors import ConfigError
 from trtpool.parameters import PARAMETERS, PoolConfig
 
 # Keys whose presence itself changes the config, so that writing the default is not leaving it out.
@@ -53,3 +54,12 @@ def test_the_engine_hosts_wait_is_0_unless_batch_wait_is_given(tmp_path: Path):
     assert (_load(tmp_path).batch_wait_us, _load(tmp_path).host_batch_wait_us) == (500, 0)
     given = _load(tmp_path, batch_wait_microseconds="500")
     assert (given.batch_wait_us, given.host_batch_wait_us) == (500, 500)
+
+
+def test_the_engine_host_takes_sync_and_pipelined_instances_and_refuses_decoupled_by_name(tmp_path: Path):
+    assert _load(tmp_path, engine_host="on").host_inflight == 2
+    assert _load(tmp_path, engine_host="on", mode="pipelined", host_inflight="5").host_inflight == 5
+    decoupled = {"name": "m", "model_transaction_policy": {"decoupled": True},
+                 "parameters": {"engine_host": {"string_value": "on"}, "mode": {"string_value": "decoupled"}}}
+    with pytest.raises(ConfigError, match="'engine_host' is 'on' but mode is 'decoupled'.*set mode sync or pipelined"):
+        parameters.load(decoupled, tmp_path, "cpu")

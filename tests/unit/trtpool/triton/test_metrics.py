@@ -13,7 +13,7 @@ from trtpool.engine.pool import ContextStats, PoolStats
 
 PAGE = ROOT / "docs" / "reference" / "metrics.md"
 HOSTED = {"trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
-          "trtpool_host_busy_share"}
+          "trtpool_host_busy_share", "trtpool_host_connections"}
 STARTS = "trtpool_host_starts_total"   # every thin instance's own: made when it starts publishing a host
 
 
@@ -40,7 +40,7 @@ def stats(runs: int = 0, busy_ns: int = 0, wait_ns: int = 0, current: int = 2) -
 
 def test_the_families_are_those_the_reference_page_lists_with_their_kinds(pb_utils):
     expected = listed()
-    assert len(expected) == 20
+    assert len(expected) == 21
     plain = PoolMetrics(pb_utils.MetricFamily, "m")   # kept: its families go with it
     assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED | {STARTS}}
     host = {"now": None}
@@ -131,6 +131,7 @@ def test_a_hosts_gauges_restart_their_interval_when_another_instance_takes_over(
     second.flush()   # not the publisher: hands over nothing
     assert value(pb_utils, "trtpool_host_busy_share") == 0.5
     assert value(pb_utils, "trtpool_host_queue_depth") == 3
+    assert value(pb_utils, "trtpool_host_connections") == 2
     assert [value(pb_utils, "trtpool_context_in_flight", context=c) for c in ("0", "1")] == [0, 1]
     assert value(pb_utils, "trtpool_host_merged_batches_total", messages="2") == 10
     assert value(pb_utils, "trtpool_batches_total", batch_size="1") == 10
