@@ -19,7 +19,7 @@ from trtpool.instance import ModelInstance, describe
 from trtpool.model.config_pbtxt import auto_complete
 from trtpool.modes.decoupled import DecoupledHandler
 from trtpool.modes.front import ForwardHandler, check_front, forward_timeout_s
-from trtpool.modes.hosted import HostHandler, PipelinedHostHandler
+from trtpool.modes.hosted import HostHandler
 from trtpool.modes.pipelined import PipelinedHandler
 from trtpool.modes.sync import SyncHandler
 from trtpool.parameters import engine_host_on, instance_device, parameters_of
@@ -102,7 +102,7 @@ class TritonPythonModel:
             logger.setLevel(logging.INFO)
         model_config = json.loads(args["model_config"])
         self.instance = None
-        self.host_clients = []
+        self.host_client = None
         self.metrics = None
         check_numpy_handover(pb_utils)
         if "forward_to" in parameters_of(model_config):
@@ -120,25 +120,20 @@ class TritonPythonModel:
         self.metrics = PoolMetrics(pb_utils.MetricFamily, model_config["name"])
         cfg = parameters.load(model_config, version_dir, device)
         if engine_host_on(cfg):  # a thin instance: the model lives in its engine host (trtpool.host)
-            launcher = Launcher(
-                {
-                    "model_config": model_config,
-                    "version_dir": str(version_dir),
-                    "device": device,
-                    "server_pid": os.getppid(),
-                }
+            client = HostClient(
+                Launcher(
+                    {
+                        "model_config": model_config,
+                        "version_dir": str(version_dir),
+                        "device": device,
+                        "server_pid": os.getppid(),
+                    }
+                )
             )
-            connections = cfg.host_inflight if cfg.mode == "pipelined" else 1
-            self.host_clients = [HostClient(launcher) for _ in range(connections)]
-            for client in self.host_clients:
-                client.attach()
-            first = self.host_clients[0]
-            self.metrics.start_hosted(first.stats, cfg.metrics_interval_ms, lambda: launcher.started)
-            self.handler = (
-                PipelinedHostHandler(pb_utils, self.host_clients, self.metrics)
-                if cfg.mode == "pipelined"
-                else HostHandler(pb_utils, first, self.metrics)
-            )
+            client.attach()
+            self.host_client = client
+            self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms, lambda: client.launcher.started)
+            self.handler = HostHandler(pb_utils, client, self.metrics)
             return
         self.instance = ModelInstance(
             model_config, version_dir, device, self.metrics.record_batch, self.metrics.record_stage
@@ -164,5 +159,5 @@ class TritonPythonModel:
             self.metrics.close()
         if self.instance:
             self.instance.close()
-        for client in self.host_clients:
-            client.close()
+        if self.host_client:
+            self.host_client.close()

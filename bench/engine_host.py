@@ -3,8 +3,7 @@
     jpeg       resnet50_jpeg (JPEG in, top-5 out): host_xN (sync instances forwarding to one
                engine host, N instances) against now_x6 (today's record arrangement: 6 sync
                instances, one context each, batches up to 64) and the null JPEG model with 6
-               instances; perf_analyzer's batch-1 gRPC clients sending JPEG files; with
-               --host-inflight K also host_xN_pK: pipelined instances, K batches each in the host
+               instances; perf_analyzer's batch-1 gRPC clients sending JPEG files
     ceiling    (f) one process, no Triton: K threads serving batches of JPEG files through the
                host's own code (ModelInstance.serve on a hosted instance of K contexts)
     resnet50, bert_base
@@ -98,26 +97,14 @@ def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
     return folder
 
 
-def host_arrangements(args: argparse.Namespace) -> list[tuple[str, int, str, dict[str, str]]]:
-    """(variant, instances, mode, parameters) of each host variant: sync instances, and pipelined
-    ones keeping each --host-inflight count of batches in the host."""
-    return [
-        arrangement
-        for count in args.host_instances
-        for arrangement in [
-            (f"host_x{count}", count, "sync", {}),
-            *((f"host_x{count}_p{n}", count, "pipelined", {"host_inflight": str(n)}) for n in args.host_inflight),
-        ]
-    ]
-
-
 def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     """The host variants, and (unless --profile-host) today's arrangement and the null model."""
     jpeg = jpeg_folder(repo, args)
     kind = "gpu" if gpu(args) else "cpu"
     variants = {}
-    for name, count, mode, extra in host_arrangements(args):
-        hosted = add_mode(jpeg, mode, f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on", **extra)
+    for count in args.host_instances:
+        name = f"host_x{count}"
+        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on")
         set_instances(hosted, count, kind)
         if args.host_decoder:
             set_process_settings(hosted, decoder=args.host_decoder)
@@ -149,12 +136,10 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     write_example(args.case, onnx, **({"image_size": args.image_size} if args.case == "resnet50" else {}))
     # Triton copies CUDA-shm inputs to host memory for the thin instances: they hold no CUDA context.
     hosted = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"}
-    arrangements = [
-        (name, count, args.host_contexts, mode, hosted | extra) for name, count, mode, extra in host_arrangements(args)
-    ]
-    arrangements += [(f"now_x{count}", count, 1, "sync", {"engine_host": "off"}) for count in (1, 2)]
+    arrangements = [(f"host_x{count}", count, args.host_contexts, hosted) for count in args.host_instances]
+    arrangements += [(f"now_x{count}", count, 1, {"engine_host": "off"}) for count in (1, 2)]
     variants = {}
-    for name, count, contexts, mode, parameters in arrangements:
+    for name, count, contexts, parameters in arrangements:
         add_model(
             repo,
             onnx,
@@ -162,7 +147,7 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
             args.case,
             args,
             contexts=contexts,
-            mode=mode,
+            mode="sync",
             instances=count,
             parameters=parameters,
         )
@@ -476,12 +461,6 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--host-instances", type=lambda t: [int(x) for x in t.split(",")], default=[2, 4, 6])
     parser.add_argument("--host-contexts", type=int, default=4)
-    parser.add_argument(
-        "--host-inflight",
-        type=lambda t: [int(x) for x in t.split(",")],
-        default=[],
-        help="also pipelined host variants (host_xN_pK) keeping each K batches per instance in the host",
-    )
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256, 512])
     parser.add_argument("--interval-ms", type=int, default=2000)
     parser.add_argument(

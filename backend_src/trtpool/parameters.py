@@ -304,12 +304,6 @@ PARAMETERS = {
             "on: one process per device owns the model and its contexts; auto is off",
         ),
         Parameter(
-            "host_inflight",
-            whole(1, MAX_CONTEXTS),
-            "2",
-            "engine_host on, mode pipelined: batches of one instance in the host at once",
-        ),
-        Parameter(
             "FORCE_CPU_ONLY_INPUT_TENSORS",
             any_text("yes (Triton's default), no"),
             None,
@@ -375,7 +369,6 @@ class PoolConfig:
     preprocess_processes: int  # worker processes running preprocess (0: on the pre threads)
     process_faces: str  # which of process.py's faces serve (trtpool.process.faces.choose_faces)
     engine_host: str  # auto | on | off (engine_host_on)
-    host_inflight: int  # engine_host on, mode pipelined: one instance's batches in the host at once
 
     @property
     def most_contexts(self) -> int | None:
@@ -491,16 +484,15 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         preprocess_processes=value(params, "preprocess_processes"),
         process_faces=value(params, "process_faces"),
         engine_host=_engine_host(value(params, "engine_host"), mode),
-        host_inflight=value(params, "host_inflight"),
     )
 
 
 def _engine_host(setting: str, mode: str) -> str:
-    if setting == "on" and mode not in ("sync", "pipelined"):
+    if setting == "on" and mode != "sync":
         raise ConfigError(
             f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
-            "engine host are sync (one batch in the host at a time) or pipelined (host_inflight "
-            "batches); set mode sync or pipelined, or engine_host off"
+            "engine host are sync instances (the host overlaps every instance's batches on its "
+            "contexts); set mode sync, or engine_host off"
         )
     return setting
 

@@ -23,11 +23,6 @@
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
-#   engine-host-ceiling, engine-host-jpeg-inflight, engine-host-tensor-inflight  issue 36's record
-#             in three calls on one warm machine (each under 10 minutes), into $HOME/engine_host.json:
-#             (f) at 1/2/4 threads; JPEG with 6 and 12 sync host instances and pipelined ones keeping 2
-#             batches each in the host, beside now_x6 and null_x6; ResNet-50 and BERT-base the same way
-#             (6 instances) beside now_x1/now_x2, gRPC and CUDA shm
 #   profile-waits  (f) at 4 and 8 threads with every thread's samples, waits included; then the
 #             engine host under ResNet-50 gRPC (64 clients) and JPEG (256) load: its GIL holder, its
 #             threads' waits and one front stub's -> ceiling_waits.txt, host_gil_*.txt, waits_*_{host,stub}.txt
@@ -208,23 +203,6 @@ for stage in "$@"; do
           --host-instances 6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
       done
       cp /tmp/engine_host.json "$OUT/engine_host.json"
-      ;;
-    engine-host-ceiling)
-      timeout -s INT 100 python3 bench/engine_host.py --runtime torch --case ceiling --seconds 5 \
-        --out "$HOME/engine_host.json" 2>&1 | grep -v '^[IWE]12' | tail -n 4
-      cp "$HOME/engine_host.json" "$OUT/engine_host.json"
-      ;;
-    engine-host-jpeg-inflight)
-      timeout -s INT 480 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256,512 \
-        --host-instances 6,12 --host-inflight 2 --out "$HOME/engine_host.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
-      cp "$HOME/engine_host.json" "$OUT/engine_host.json"
-      ;;
-    engine-host-tensor-inflight)
-      for case in resnet50 bert_base; do
-        timeout -s INT 230 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
-          --host-instances 6 --host-inflight 2 --out "$HOME/engine_host.json" 2>&1 | grep -v '^[IWE]12' | tail -n 10
-      done
-      cp "$HOME/engine_host.json" "$OUT/engine_host.json"
       ;;
     engine-host-profile)
       timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256 \

@@ -26,7 +26,6 @@ from trtpool_builder.examples.tiny import tiny_reference
 from trtpool_builder.folder.model_folder import read_config, write_config
 
 INSTANCES = 3
-PIPELINED_INFLIGHT = 3
 
 
 def instances(folder: Path, count: int = INSTANCES) -> Path:
@@ -40,8 +39,6 @@ def instances(folder: Path, count: int = INSTANCES) -> Path:
 def host_repository(repo: Path, cache: Path) -> Path:
     set_parameters(instances(add_example(repo, cache, "tiny", "tiny_host", contexts="2")),
                    engine_host="on", metrics_interval_ms="200")
-    set_parameters(instances(add_example(repo, cache, "tiny", "tiny_host_pipelined", contexts="2", mode="pipelined"),
-                             2), engine_host="on", host_inflight=str(PIPELINED_INFLIGHT), metrics_interval_ms="200")
     jpeg = make_example_folder(repo, "resnet50_jpeg", "onnx", SMALL_RESNET).folder
     instances(add_mode(jpeg, "sync", "jpeg_host", contexts="2", engine_host="on"), 2)
     instances(add_mode(jpeg, "sync", "jpeg_host_batch", contexts="2", engine_host="on", process_faces="batch"), 2)
@@ -74,39 +71,15 @@ def test_three_instances_forward_to_one_host_and_answer_as_onnxruntime(server):
     assert not _thin(hosts[0])
 
 
-def test_pipelined_instances_keep_several_batches_each_in_the_host(server):
-    """mode pipelined with engine_host on: each of the 2 instances holds host_inflight connections
-    (trtpool_host_connections) and answers right over gRPC and HTTP from many clients at once; a
-    request with the wrong shape is refused by name (Triton's own check) while those sent with it
-    are answered (the instance's own refusals: tests/unit/trtpool/modes/test_handlers.py)."""
-    rng = np.random.default_rng(2)
-    inputs = [rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32) for _ in range(60)]
-    for protocol in ("grpc", "http"):
-        answers = infer_concurrently(server.grpc_url if protocol == "grpc" else server.http_url,
-                                     "tiny_host_pipelined", inputs, workers=16, protocol=protocol)
-        for x, answer in zip(inputs, answers):
-            np.testing.assert_allclose(answer, tiny_reference(x), **TINY_TOLERANCE)
-    mixed = [np.ones((2, 16), np.float32), np.ones((2, 15), np.float32)] * 8
-    answers = infer_concurrently(server.grpc_url, "tiny_host_pipelined", mixed, workers=16)
-    for x, answer in zip(mixed, answers):
-        if x.shape[1] == 16:
-            np.testing.assert_allclose(answer, tiny_reference(x), **TINY_TOLERANCE)
-        else:
-            assert isinstance(answer, InferenceServerException) and "INPUT0" in answer.message(), answer
-            assert answer.status() == "StatusCode.INVALID_ARGUMENT"
-    assert server.wait_for_metric("trtpool_host_connections", "tiny_host_pipelined", 2 * PIPELINED_INFLIGHT) == (
-        2 * PIPELINED_INFLIGHT)
-    assert len(server.host_pids("tiny_host_pipelined")) == 1
-
-
 def test_the_hosts_metrics_are_published_under_the_model(server):
     x = np.ones((4, 16), np.float32)
     infer_concurrently(server.grpc_url, "tiny_host", [x] * 24, workers=8)
     assert server.wait_for_metric("trtpool_batches_total", "tiny_host", 1) >= 1
     metrics = server.metrics()
     for name in ("trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
-                 "trtpool_host_busy_share", "trtpool_context_runs_total"):
+                 "trtpool_host_busy_share", "trtpool_context_runs_total", "trtpool_host_connections"):
         assert any(line.startswith(name + "{") and 'model="tiny_host"' in line for line in metrics.splitlines()), name
+    assert server.wait_for_metric("trtpool_host_connections", "tiny_host", INSTANCES) == INSTANCES
     busy = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
             if line.startswith('trtpool_host_busy_share{model="tiny_host"')]
     assert len(busy) == 1 and 0.0 <= busy[0] <= 1.0
@@ -147,12 +120,11 @@ def test_a_process_file_runs_in_the_host_and_a_bad_file_fails_alone(server, mode
     assert len(server.host_pids(model)) == 1
 
 
-@pytest.mark.parametrize("model", ["tiny_host", "tiny_host_pipelined"])
-def test_a_killed_host_answers_what_it_held_then_serves_again(server, model):
+def test_a_killed_host_answers_what_it_held_then_serves_again(server):
     """Clients keep sending; the host is SIGKILLed: every request is answered (right, or
     UNAVAILABLE naming the engine host within 5 s of the kill) and right answers resume. The
     restart shows on /metrics: trtpool_host_starts_total goes up by one."""
-    starts = server.wait_for_metric("trtpool_host_starts_total", model, 1)
+    starts = server.wait_for_metric("trtpool_host_starts_total", "tiny_host", 1)
     assert starts >= 1
     x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
     expected = tiny_reference(x)
@@ -164,7 +136,7 @@ def test_a_killed_host_answers_what_it_held_then_serves_again(server, model):
         while not stop.is_set():
             sent = time.monotonic()
             try:
-                answer: object = client.infer(model, [grpc_input("INPUT0", x, "FP32")],
+                answer: object = client.infer("tiny_host", [grpc_input("INPUT0", x, "FP32")],
                                               client_timeout=30).as_numpy("OUTPUT0")
             except InferenceServerException as exc:
                 answer = exc
@@ -175,7 +147,7 @@ def test_a_killed_host_answers_what_it_held_then_serves_again(server, model):
         thread.start()
     try:
         time.sleep(1.0)
-        (host,) = server.host_pids(model)
+        (host,) = server.host_pids("tiny_host")
         killed = time.monotonic()
         os.kill(host, signal.SIGKILL)
         deadline = killed + 10
@@ -191,15 +163,15 @@ def test_a_killed_host_answers_what_it_held_then_serves_again(server, model):
     assert failed, "the killed host held no request"
     for sent, done, error in failed:
         assert error.status() == "StatusCode.UNAVAILABLE", error
-        assert f"engine host of model '{model}'" in error.message() and "went away" in error.message()
+        assert "engine host of model 'tiny_host'" in error.message() and "went away" in error.message()
         assert done - max(sent, killed) < 5.0
     for _, _, answer in log:
         if isinstance(answer, np.ndarray):
             np.testing.assert_allclose(answer, expected, **TINY_TOLERANCE)
-    (new_host,) = server.host_pids(model)
+    (new_host,) = server.host_pids("tiny_host")
     assert new_host != host
     assert "was killed by SIGKILL" in server.log_text()
-    assert server.wait_for_metric("trtpool_host_starts_total", model, starts + 1) == starts + 1
+    assert server.wait_for_metric("trtpool_host_starts_total", "tiny_host", starts + 1) == starts + 1
 
 
 def test_a_killed_instance_leaves_the_host_and_the_other_instances_serving(server):

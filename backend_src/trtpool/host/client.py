@@ -33,7 +33,6 @@ RUN_TIMEOUT_S = 300.0  # one batch, queued behind every other instance's at the 
 INPUT_SLAB_BYTES = 1 << 20
 
 Answer = dict[str, np.ndarray] | TrtpoolError
-Written = list[dict[str, Any]]  # a batch in the input slab: each request's probe flag and tensor descriptors
 
 
 class HostClient:
@@ -98,35 +97,24 @@ class HostClient:
 
     def run(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
         """Each request's outputs (views, valid until the next run) or its error."""
-        return self.send(self.write(requests, probes))
-
-    def write(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> Written:
-        """The batch's tensors written into this instance's input slab: the caller's arrays (Triton's
-        request memory) may be reused once this returns; `send` hands the batch to the host."""
-        with self._lock:
-            slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
-            wired, offset = [], 0
-            for tensors, probe in zip(requests, probes, strict=True):
-                descriptors, offset = slab.write(tensors, offset)
-                wired.append({"probe": probe, "inputs": descriptors})
-            return wired
-
-    def send(self, written: Written) -> list[Answer]:
-        """The written batch's answers: each request's outputs (views, valid until this client's next
-        batch) or its error. Nothing may be written between a batch's `write` and its `send`."""
         with self._lock:
             try:
                 if self._sock is None:
                     self._attach()
-                return self._exchange(written)
+                return self._exchange(requests, probes)
             except (wire.ConnectionClosed, wire.MessageError, OSError, Unavailable) as exc:
                 error = self._lost(exc)
-                return [error] * len(written)
+                return [error] * len(requests)
             except ConfigError as exc:  # a host started again could not load the model
-                return [Unavailable(f"the engine host of model '{self.name}' could not load it: {exc}")] * len(written)
+                return [Unavailable(f"the engine host of model '{self.name}' could not load it: {exc}")] * len(requests)
 
-    def _exchange(self, wired: Written) -> list[Answer]:
+    def _exchange(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
         assert self._sock is not None
+        slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
+        wired, offset = [], 0
+        for tensors, probe in zip(requests, probes, strict=True):
+            descriptors, offset = slab.write(tensors, offset)
+            wired.append({"probe": probe, "inputs": descriptors})
         run_id = next(self._ids)
         wire.send(self._sock, {"op": "run", "id": run_id, "requests": wired}, self._inputs.handover())
         self._sock.settimeout(RUN_TIMEOUT_S)

@@ -85,7 +85,7 @@ def _exit_cause(code: int) -> str:
 
 
 class Launcher:
-    """One instance's way to its model's engine host (shared by the instance's connections)."""
+    """One instance's way to its model's engine host."""
 
     def __init__(self, spec: dict[str, Any], log_fd: int = 2) -> None:
         """`spec`: what the host loads (model_config, version_dir, device) and server_pid. `log_fd`:
@@ -96,7 +96,6 @@ class Launcher:
         self.log_fd = log_fd
         self.name = spec["model_config"].get("name", "")
         self.address = host_address(spec["model_config"], Path(spec["version_dir"]), spec["device"], spec["server_pid"])
-        self._starting = threading.Lock()  # the instance's connections share this launcher
         self._starts: deque[float] = deque()
         self._started: dict[int, threading.Event] = {}  # pid of each host this instance started -> ended
         self.last_exit: str | None = None  # how the last host this instance started ended
@@ -135,10 +134,6 @@ class Launcher:
             )
 
     def _start_if_first(self) -> bool:
-        with self._starting:
-            return self._bind_and_start()
-
-    def _bind_and_start(self) -> bool:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.address)

@@ -154,7 +154,7 @@ class PoolMetrics:
                 "connections": family(
                     name="trtpool_host_connections",
                     kind=family.GAUGE,
-                    description="Engine host: the instances' connections (host_inflight each in mode pipelined)",
+                    description="Engine host: the instances connected to it",
                 ),
                 "merged": family(
                     name="trtpool_host_merged_batches_total",

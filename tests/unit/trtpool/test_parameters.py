@@ -56,10 +56,12 @@ def test_the_engine_hosts_wait_is_0_unless_batch_wait_is_given(tmp_path: Path):
     assert (given.batch_wait_us, given.host_batch_wait_us) == (500, 500)
 
 
-def test_the_engine_host_takes_sync_and_pipelined_instances_and_refuses_decoupled_by_name(tmp_path: Path):
-    assert _load(tmp_path, engine_host="on").host_inflight == 2
-    assert _load(tmp_path, engine_host="on", mode="pipelined", host_inflight="5").host_inflight == 5
-    decoupled = {"name": "m", "model_transaction_policy": {"decoupled": True},
-                 "parameters": {"engine_host": {"string_value": "on"}, "mode": {"string_value": "decoupled"}}}
-    with pytest.raises(ConfigError, match="'engine_host' is 'on' but mode is 'decoupled'.*set mode sync or pipelined"):
-        parameters.load(decoupled, tmp_path, "cpu")
+@pytest.mark.parametrize("mode", ["pipelined", "decoupled"])
+def test_the_engine_host_takes_sync_instances_and_refuses_the_other_modes_by_name(tmp_path: Path, mode: str):
+    """Pipelined instances in front of the host were measured slower than sync ones in 4 of 5
+    cases (bench/results/h100/engine_host_inflight.json) and were retired."""
+    assert _load(tmp_path, engine_host="on").engine_host == "on"
+    config = {"name": "m", "model_transaction_policy": {"decoupled": mode == "decoupled"},
+              "parameters": {"engine_host": {"string_value": "on"}, "mode": {"string_value": mode}}}
+    with pytest.raises(ConfigError, match=f"'engine_host' is 'on' but mode is '{mode}'.*set mode sync"):
+        parameters.load(config, tmp_path, "cpu")

@@ -77,35 +77,6 @@ def test_instances_share_one_host_whose_merged_batches_match_onnxruntime(make_sp
         close(clients)
 
 
-def test_an_instances_connections_share_its_launcher_and_each_keeps_a_batch_in_the_host(make_spec):
-    """mode pipelined: one instance's clients share its launcher (one host start between them, the
-    kernel deciding), and a written batch is the caller's data as it was when write() returned,
-    whatever the caller does with its arrays after (Triton reuses them once execute returns)."""
-    spec = make_spec()
-    launcher = Launcher(spec)
-    clients = [HostClient(launcher) for _ in range(3)]
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(HostClient.attach, clients))
-    session = reference(spec)
-    try:
-        assert launcher.started == 1 and len({c.host_pid for c in clients}) == 1
-        rng = np.random.default_rng(5)
-        requests = [[batch(rng, 3), batch(rng, 1)] for _ in clients]
-        expected = [[session.run(None, r)[0] for r in rs] for rs in requests]
-        written = [c.write(rs, [False] * len(rs)) for c, rs in zip(clients, requests)]
-        for rs in requests:
-            for r in rs:
-                r["INPUT0"][...] = np.nan
-        with ThreadPoolExecutor(3) as pool:   # three batches of one instance in the host at once
-            answers = list(pool.map(HostClient.send, clients, written))
-        for got, want in zip(answers, expected):
-            for answer, reference_output in zip(got, want):
-                np.testing.assert_allclose(answer["OUTPUT0"], reference_output, atol=1e-5)
-        assert clients[0].stats()["connections"] == 3
-    finally:
-        close(clients)
-
-
 def test_a_request_the_engine_refuses_fails_alone(make_spec):
     clients = attach(make_spec(), 1)
     try:

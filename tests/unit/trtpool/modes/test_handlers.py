@@ -16,7 +16,7 @@ from tests.harness.repository import add_example, set_parameters
 from tests.unit.trtpool.host.conftest import host_processes, wait_until
 from tests.unit.trtpool.triton.test_requests import FINAL, make_request
 from trtpool.modes.decoupled import DecoupledHandler
-from trtpool.modes.hosted import HostHandler, PipelinedHostHandler
+from trtpool.modes.hosted import HostHandler
 from trtpool.modes.pipelined import PipelinedHandler
 from trtpool.modes.sync import SyncHandler
 from trtpool.host.client import HostClient
@@ -157,41 +157,4 @@ def test_the_host_handler_checks_each_request_before_the_host_runs_the_rest(pb_u
     finally:
         metrics.close()
         client.close()
-    wait_until(lambda: not host_processes(), 10, "the engine host outlived its one instance")
-
-
-def test_the_pipelined_host_handler_returns_once_written_and_answers_through_the_senders(pb_utils, folders):
-    """engine_host on, mode pipelined: execute() returns None as soon as the batch is in a free
-    connection's slab, so the request's arrays may be reused at once (they are overwritten here);
-    bad requests are refused by name, the rest answered through the senders, two batches of one
-    instance in the host at once on its two connections."""
-    spec = {"model_config": as_triton_hands_it(read_config(folders["pipelined"])),
-            "version_dir": str(folders["pipelined"] / "1"), "device": "cpu", "server_pid": os.getpid()}
-    launcher = Launcher(spec)
-    clients = [HostClient(launcher), HostClient(launcher)]
-    metrics = PoolMetrics(pb_utils.MetricFamily, "tiny_pipelined")
-    handler = None
-    try:
-        for client in clients:
-            client.attach()
-        handler = PipelinedHostHandler(pb_utils, clients, metrics)
-        batches, goods = [], []
-        for _ in range(4):
-            good = good_inputs()
-            requests = [make_request(pb_utils, {"INPUT0": x.copy()}) for x in good] + \
-                [make_request(pb_utils, tensors) for tensors, _ in REFUSED]
-            assert handler(requests) is None
-            for request in requests[:len(good)]:
-                request.inputs()[0].as_numpy()[...] = np.nan   # Triton reuses the request's memory
-            batches.append(requests)
-            goods.append(good)
-        for requests, good in zip(batches, goods):
-            check_answers(pb_utils, answered(requests), good)
-        assert launcher.started == 1 and clients[0].stats()["connections"] == 2
-    finally:
-        if handler is not None:
-            handler.close()
-        metrics.close()
-        for client in clients:
-            client.close()
     wait_until(lambda: not host_processes(), 10, "the engine host outlived its one instance")
