@@ -107,7 +107,7 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
         hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on")
         set_instances(hosted, count, kind)
         if args.host_decoder:
-            set_process_settings(hosted, decoder=args.host_decoder)
+            set_process_settings(hosted, decoder=args.host_decoder, decoder_backends=args.host_decoder_backends)
         variants[name] = f"jpeg_{name}"
     if args.profile_host:
         shutil.rmtree(jpeg)
@@ -413,7 +413,7 @@ def ceiling(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         folder = jpeg_folder(Path(scratch) / "repo", args)
         if args.host_decoder:
-            set_process_settings(folder, decoder=args.host_decoder)
+            set_process_settings(folder, decoder=args.host_decoder, decoder_backends=args.host_decoder_backends)
         device = "cuda:0" if gpu(args) else "cpu"
         results = {}
         profile = args.profile or args.profile_waits
@@ -474,6 +474,12 @@ def main() -> int:
         "--host-decoder",
         choices=("torchvision", "nvimgcodec"),
         help="process.json's decoder for the host variants and the ceiling (default: the example's, auto)",
+    )
+    parser.add_argument(
+        "--host-decoder-backends",
+        type=lambda t: t.split(","),
+        default=[],
+        help="with --host-decoder nvimgcodec: process.json's decoder_backends (e.g. HW_GPU_ONLY)",
     )
     parser.add_argument("--ceiling-threads", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
     parser.add_argument("--ceiling-batch", type=int, default=JPEG_BATCH)

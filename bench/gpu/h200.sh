@@ -23,6 +23,9 @@
 #   saturation  batch-1 clients at concurrency 64, batch-8/32 clients at 16 and 32 (CUDA shm)
 #   decoupled-recheck  the saturation stage's decoupled ResNet rows at 16 clients, after the
 #             fix that copies GPU request tensors before execute returns
+#   decoder-hw  (after stash-gpu) bench/gpu_decode.py for torchvision, nvImageCodec and its hardware
+#             decoder alone; then (f) at 2 and 4 threads with torchvision, nvImageCodec's hardware
+#             decoder (HW_GPU_ONLY) and its CUDA decoder (GPU_ONLY) -> gpu_decode.json, engine_host_ceiling_*.json
 #   profile-waits  (f) at 4 and 8 threads with every thread's samples, waits included; then the
 #             engine host under ResNet-50 gRPC (64 clients) and JPEG (256) load: its GIL holder, its
 #             threads' waits and one front stub's -> ceiling_waits.txt, host_gil_*.txt, waits_*_{host,stub}.txt
@@ -221,6 +224,15 @@ for stage in "$@"; do
           --out "$OUT/engine_host_profile_$case.json" 2>&1 | grep -v '^[IWE]12' | tail -n 4
         python3 bench/profile_summary.py "$OUT/host_gil_$case.txt" --rate 200 --seconds 12 --top 12
         for side in host stub; do python3 bench/profile_summary.py "$OUT/waits_${case}_$side.txt" --by-thread --top 8; done
+      done
+      ;;
+    decoder-hw)
+      timeout -s INT 200 python3 bench/gpu_decode.py --seconds 1 --ways torchvision nvimgcodec nvimgcodec_hw \
+        --out "$OUT/gpu_decode.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
+      for way in torchvision nvimgcodec:HW_GPU_ONLY nvimgcodec:GPU_ONLY; do
+        decoder=${way%%:*}; backends=$([ "$way" != "$decoder" ] && echo "--host-decoder-backends ${way#*:}")
+        timeout -s INT 120 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 --seconds 5 \
+          --host-decoder $decoder $backends --out "$OUT/engine_host_ceiling_${way/:/_}.json" 2>&1 | grep -v '^[IWE]12' | tail -n 3
       done
       ;;
     ceiling-profile)

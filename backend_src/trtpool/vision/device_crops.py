@@ -33,6 +33,7 @@ from trtpool.vision.images import CropSpec, ImageRefused, cpu_crop, decode_chunk
 log = logging.getLogger("trtpool")
 
 DECODERS = ("auto", "torchvision", "nvimgcodec")
+NVIMGCODEC_BACKENDS = ("GPU_ONLY", "HYBRID_CPU_GPU", "HW_GPU_ONLY", "CPU_ONLY")  # nvimgcodec.BackendKind
 # What each decoder imports, and how to install it.
 DECODER_PACKAGES = {
     "torchvision": ("torchvision.io", "pip install torchvision (the build for the installed torch)"),
@@ -146,6 +147,19 @@ def decoder_unavailable(name: str) -> str | None:
             return None
         failures.append(f"'{candidate}' does not import ({why}): {DECODER_PACKAGES[candidate][1]}")
     return f"JPEG decoder '{name}' cannot be used here: " + "; ".join(failures)
+
+
+def backends_refused(decoder: str, backends: tuple[str, ...]) -> str | None:
+    """Why nvImageCodec `backends` cannot go with `decoder` (only nvimgcodec takes them, by
+    BackendKind name); None where they can. No import: checked at load on any machine."""
+    if not backends:
+        return None
+    if decoder != "nvimgcodec":
+        return f"backends {list(backends)} are nvImageCodec's: they need decoder 'nvimgcodec', not '{decoder}'"
+    unknown = [name for name in backends if name not in NVIMGCODEC_BACKENDS]
+    if unknown:
+        return f"unknown nvImageCodec backend(s) {unknown}: one or more of {', '.join(NVIMGCODEC_BACKENDS)}"
+    return None
 
 
 def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -> Decoder:

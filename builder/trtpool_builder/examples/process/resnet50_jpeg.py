@@ -16,8 +16,10 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.process
                   runtime), so only the answer comes to the host. process.json's
                   "decoder": "auto" (default: torchvision where it imports, else
                   nvImageCodec), "torchvision" or "nvimgcodec" (no torch, as in NVIDIA's
-                  Triton image). A model that will decode on a GPU and whose decoder does
-                  not import is refused at load, naming the package to install.
+                  Triton image); "decoder_backends": nvImageCodec's backends to allow
+                  (e.g. ["HW_GPU_ONLY"]: the hardware JPEG decoder), all when left out. A
+                  model that will decode on a GPU and whose decoder does not import is
+                  refused at load, naming the package to install.
     CPU instance  preprocess / postprocess per request, in parallel on the stage's
                   workers: Pillow (chosen by measurement, BENCHMARKS.md "Decode library").
 
@@ -54,7 +56,7 @@ def setup(model_config: dict, folder: Path) -> None:
     )
     _labels = np.array([line.encode() for line in (folder / "labels.txt").read_text().splitlines()], dtype=object)
     if _decodes_on_a_gpu(model_config):
-        _check_decoder(_settings.get("decoder", "auto"))
+        _check_decoder(_settings.get("decoder", "auto"), _backends())
 
 
 def _decodes_on_a_gpu(model_config: dict) -> bool:
@@ -65,10 +67,17 @@ def _decodes_on_a_gpu(model_config: dict) -> bool:
     return gpu and faces != "request"
 
 
-def _check_decoder(name: str) -> None:
-    """Refuse the model at load when its decoder cannot be made, rather than its first batch."""
-    from trtpool.vision.device_crops import decoder_unavailable
+def _backends() -> tuple[str, ...]:
+    return tuple(_settings.get("decoder_backends", ()))
 
+
+def _check_decoder(name: str, backends: tuple[str, ...]) -> None:
+    """Refuse the model at load when its decoder cannot be made, rather than its first batch."""
+    from trtpool.vision.device_crops import backends_refused, decoder_unavailable
+
+    why = backends_refused(name, backends)
+    if why is not None:
+        raise ConfigError(f'process.json "decoder_backends": {why}')
     why = decoder_unavailable(name)
     if why is not None:
         raise ConfigError(f'process.json "decoder": {why}')
@@ -113,7 +122,7 @@ def preprocess_batch(batch: list[dict], device: str) -> list:
 def _crops_on(device: str):
     from trtpool.vision.device_crops import DeviceCrops
 
-    return DeviceCrops(_spec, device, _settings.get("decoder", "auto"))
+    return DeviceCrops(_spec, device, _settings.get("decoder", "auto"), _backends())
 
 
 def _top(logits: np.ndarray) -> dict:

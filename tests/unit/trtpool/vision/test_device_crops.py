@@ -16,7 +16,7 @@ from trtpool.errors import ConfigError
 from trtpool.process.file import load_process_file
 from trtpool_builder.examples.repo import make_example_folder
 from trtpool_builder.folder.model_folder import read_config
-from trtpool.vision.device_crops import DECODER_PACKAGES, decoder_unavailable
+from trtpool.vision.device_crops import DECODER_PACKAGES, NVIMGCODEC_BACKENDS, decoder_unavailable
 
 GPU_GROUP = {"name": "resnet50_jpeg", "kind": "KIND_GPU", "count": 1, "gpus": [0]}
 CPU_GROUP = {"name": "resnet50_jpeg", "kind": "KIND_CPU", "count": 1}
@@ -28,8 +28,8 @@ def example(tmp_path_factory) -> Path:
                                SMALL_RESNET).folder
 
 
-def _load(folder: Path, decoder: str, group: dict, **parameters: str):
-    set_process_settings(folder, decoder=decoder)
+def _load(folder: Path, decoder: str, group: dict, backends: list[str] | None = None, **parameters: str):
+    set_process_settings(folder, decoder=decoder, decoder_backends=backends or [])
     config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
     config["instance_group"] = [group]
     for key, value in parameters.items():
@@ -64,3 +64,23 @@ def test_a_model_that_decodes_with_pillow_is_not_refused_for_the_gpu_decoder(exa
     process = _load(example, "nvimgcodec", group, process_faces=faces)
     crops = process.preprocess(as_request("IMAGE", images(1)[0]))["input"]
     assert crops.shape == (1, 3, SMALL_RESNET["image_size"], SMALL_RESNET["image_size"])
+
+
+@pytest.mark.parametrize("decoder, backends, refusal", [
+    ("torchvision", ["HW_GPU_ONLY"], "backends ['HW_GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec', "
+                                     "not 'torchvision'"),
+    ("auto", ["GPU_ONLY"], "backends ['GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec', not 'auto'"),
+    ("nvimgcodec", ["HW_GPU_ONLY", "NVJPG"], "unknown nvImageCodec backend(s) ['NVJPG']: one or more of GPU_ONLY, "
+                                             "HYBRID_CPU_GPU, HW_GPU_ONLY, CPU_ONLY"),
+])
+def test_decoder_backends_that_cannot_serve_are_refused_at_load_by_name(example, decoder, backends, refusal):
+    """process.json's decoder_backends (nvImageCodec's BackendKind names, e.g. HW_GPU_ONLY for the
+    hardware JPEG decoder) is checked at load, before the decoder is imported."""
+    with pytest.raises(ConfigError) as refused:
+        _load(example, decoder, GPU_GROUP, backends)
+    assert f'process.json "decoder_backends": {refusal}' in str(refused.value), refused.value
+
+
+def test_the_nvimgcodec_backend_names_are_nvimgcodecs():
+    nvimgcodec = pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec is not installed here")
+    assert set(NVIMGCODEC_BACKENDS) == {name for name in dir(nvimgcodec.BackendKind) if name.isupper()}
