@@ -227,7 +227,7 @@ for stage in "$@"; do
       done
       ;;
     decoder-hw)
-      timeout -s INT 200 python3 bench/gpu_decode.py --seconds 1 --ways torchvision nvimgcodec nvimgcodec_hw \
+      timeout -s INT 150 python3 bench/gpu_decode.py --seconds 1 --batches 32 64 --ways torchvision nvimgcodec nvimgcodec_hw \
         --out "$OUT/gpu_decode.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
       for way in torchvision nvimgcodec:HW_GPU_ONLY nvimgcodec:GPU_ONLY; do
         decoder=${way%%:*}; backends=$([ "$way" != "$decoder" ] && echo "--host-decoder-backends ${way#*:}")
