@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
 from tests.harness.clients import TINY_TOLERANCE, grpc_input, http_input, infer_concurrently
+from tests.harness.host_faults import kill_host_under_load
 from tests.harness.pipelines import SMALL_RESNET, Reference, add_mode, as_request, bad_images, images
 from tests.harness.repository import add_example, set_parameters
 from tests.unit.trtpool.host.conftest import abstract_host_sockets
@@ -127,49 +128,12 @@ def test_a_killed_host_answers_what_it_held_then_serves_again(server):
     starts = server.wait_for_metric("trtpool_host_starts_total", "tiny_host", 1)
     assert starts >= 1
     x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
-    expected = tiny_reference(x)
-    log: list[tuple[float, float, object]] = []
-    stop = threading.Event()
-
-    def load() -> None:
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        while not stop.is_set():
-            sent = time.monotonic()
-            try:
-                answer: object = client.infer("tiny_host", [grpc_input("INPUT0", x, "FP32")],
-                                              client_timeout=30).as_numpy("OUTPUT0")
-            except InferenceServerException as exc:
-                answer = exc
-            log.append((sent, time.monotonic(), answer))
-        client.close()
-    threads = [threading.Thread(target=load) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    try:
-        time.sleep(1.0)
-        (host,) = server.host_pids("tiny_host")
-        killed = time.monotonic()
-        os.kill(host, signal.SIGKILL)
-        deadline = killed + 10
-        while not any(sent > killed and isinstance(a, np.ndarray) for sent, _, a in log):
-            assert time.monotonic() < deadline, "no right answer within 10 s of the kill"
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(40)
-    assert not any(thread.is_alive() for thread in threads), "a request was never answered"
-    failed = [(sent, done, a) for sent, done, a in log if not isinstance(a, np.ndarray)]
-    assert failed, "the killed host held no request"
-    for sent, done, error in failed:
-        assert error.status() == "StatusCode.UNAVAILABLE", error
-        assert "engine host of model 'tiny_host'" in error.message() and "went away" in error.message()
-        assert done - max(sent, killed) < 5.0
-    for _, _, answer in log:
-        if isinstance(answer, np.ndarray):
-            np.testing.assert_allclose(answer, expected, **TINY_TOLERANCE)
-    (new_host,) = server.host_pids("tiny_host")
-    assert new_host != host
+    record = kill_host_under_load(
+        server, "tiny_host",
+        lambda client: client.infer("tiny_host", [grpc_input("INPUT0", x, "FP32")],
+                                    client_timeout=30).as_numpy("OUTPUT0"))
+    for answer in record.right_answers():
+        np.testing.assert_allclose(answer, tiny_reference(x), **TINY_TOLERANCE)
     assert "was killed by SIGKILL" in server.log_text()
     assert server.wait_for_metric("trtpool_host_starts_total", "tiny_host", starts + 1) == starts + 1
 

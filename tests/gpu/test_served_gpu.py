@@ -27,6 +27,7 @@ import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
 
 from bench.gpu_memory import by_process  # noqa: E402
 from tests.harness.clients import grpc_input, http_input  # noqa: E402
+from tests.harness.host_faults import kill_host_under_load  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
@@ -207,3 +208,25 @@ def test_engine_host_instances_hold_no_gpu_memory_and_the_host_holds_the_model(g
     assert len(stubs) == 3 and len(hosts) == 1
     assert hosts[0] in held and held[hosts[0]][1] > 0
     assert not [pid for pid in stubs if pid in held], "a thin instance holds GPU memory"
+
+
+def test_a_killed_gpu_engine_host_answers_what_it_held_then_serves_again(gpu_served):
+    """The fault run on the GPU: 6 clients keep sending resnet_host batches; its engine host is
+    SIGKILLed. Every request is answered, right or UNAVAILABLE naming the host within 5 s of the
+    kill; right answers come back within 10 s from a new host, which holds the model's GPU memory
+    while the killed one holds none."""
+    server, reference = gpu_served
+    x = np.random.default_rng(3).standard_normal((2, 3, IMAGE, IMAGE)).astype(np.float32)
+    [expected] = reference.run(None, {"input": x})
+    record = kill_host_under_load(
+        server, "resnet_host",
+        lambda client: client.infer("resnet_host", [grpc_input("input", x, "FP32")],
+                                    client_timeout=60).as_numpy("logits"))
+    for answer in record.right_answers():
+        close_enough(answer, expected)
+    print(f"{len(record.log)} requests, {len(record.failed())} UNAVAILABLE, worst answer "
+          f"{max(done - max(sent, record.killed) for sent, done, _ in record.failed()):.3f} s after the kill")
+    held = by_process()
+    (new_host,) = server.host_pids("resnet_host")
+    assert new_host in held and held[new_host][1] > 0
+    assert record.host not in held, "the killed host still holds GPU memory"
