@@ -472,7 +472,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
     parser.add_argument(
         "--host-decoder",
-        choices=("torchvision", "nvimgcodec", "mixed"),
+        choices=("torchvision", "nvimgcodec"),
         help="process.json's decoder for the host variants and the ceiling (default: the example's, auto)",
     )
     parser.add_argument(

@@ -26,8 +26,6 @@
 #   decoder-hw  (after stash-gpu) bench/gpu_decode.py for torchvision, nvImageCodec and its hardware
 #             decoder alone; then (f) at 2 and 4 threads with torchvision, nvImageCodec's hardware
 #             decoder (HW_GPU_ONLY) and its CUDA decoder (GPU_ONLY) -> gpu_decode.json, engine_host_ceiling_*.json
-#   decoder-mixed  (after stash-gpu) (f) at 2 and 4 threads with decoder mixed (torchvision's decoder and
-#             nvImageCodec's hardware decoder in turn, thread by thread), then torchvision alone at 4
 #   profile-waits  (f) at 4 and 8 threads with every thread's samples, waits included; then the
 #             engine host under ResNet-50 gRPC (64 clients) and JPEG (256) load: its GIL holder, its
 #             threads' waits and one front stub's -> ceiling_waits.txt, host_gil_*.txt, waits_*_{host,stub}.txt
@@ -236,13 +234,6 @@ for stage in "$@"; do
         timeout -s INT 120 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 --seconds 5 \
           --host-decoder $decoder $backends --out "$OUT/engine_host_ceiling_${way/:/_}.json" 2>&1 | grep -v '^[IWE]12' | tail -n 3
       done
-      ;;
-    decoder-mixed)
-      timeout -s INT 60 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 --seconds 5 \
-        --host-decoder mixed --host-decoder-backends HW_GPU_ONLY --out "$OUT/engine_host_ceiling_mixed.json" 2>&1 \
-        | grep -v '^[IWE]12' | tail -n 3
-      timeout -s INT 45 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 4 --seconds 5 \
-        --host-decoder torchvision --out "$OUT/engine_host_ceiling_torchvision.json" 2>&1 | grep -v '^[IWE]12' | tail -n 3
       ;;
     ceiling-profile)
       timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 \

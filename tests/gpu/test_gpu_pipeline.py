@@ -60,7 +60,7 @@ LEVELS = np.array(SPEC.std, np.float32).reshape(3, 1, 1) * 255  # normalized uni
 # example refuses such a model at load: tests/unit/trtpool/vision/test_device_crops.py).
 NVIMGCODEC_MISSING = decoder_unavailable("nvimgcodec")
 NVIMGCODEC = pytest.mark.skipif(NVIMGCODEC_MISSING is not None, reason=str(NVIMGCODEC_MISSING))
-DECODERS = ["torchvision", pytest.param("nvimgcodec", marks=NVIMGCODEC), pytest.param("mixed", marks=NVIMGCODEC)]
+DECODERS = ["torchvision", pytest.param("nvimgcodec", marks=NVIMGCODEC)]
 # resnet50_jpeg_host: two sync instances forwarding to one engine host that decodes on the GPU
 MODELS = ["resnet50_jpeg", "resnet50_jpeg_host", pytest.param("resnet50_jpeg_nvimgcodec", marks=NVIMGCODEC)]
 
@@ -119,8 +119,6 @@ def test_device_crops_from_several_threads_at_once_match_one_thread(decoder):
     decoders = {id(decoder_used) for _, decoder_used in together}
     if decoder == "torchvision":
         assert decoders == {id(crops.decoder)}
-    elif decoder == "mixed":  # torchvision's one decoder and nvImageCodec's, thread by thread
-        assert id(crops.decoder) in decoders and len(decoders) >= 2
     else:
         assert len(decoders) >= 2 and id(crops.decoder) not in decoders  # the pool's threads made their own
 

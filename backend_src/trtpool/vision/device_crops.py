@@ -5,9 +5,7 @@ the pixels never leaving the device:
     decode   the batch's JPEGs in one call on the device, by nvJPEG: decoder "torchvision"
              (torchvision.io.decode_jpeg) or "nvimgcodec" (nvImageCodec: no torch, as in NVIDIA's
              Triton image, and the GPU's hardware JPEG decoders where it can drive them);
-             "auto" takes torchvision where it imports, nvImageCodec elsewhere; "mixed" gives
-             the threads torchvision's one decoder and nvImageCodec decoders of their own in
-             turn, so that two libraries decode at once
+             "auto" takes torchvision where it imports, nvImageCodec elsewhere
     crop     trtpool.vision.crop_kernel: every image's crop in one launch, whatever its size
 
 Every file is first read from its header alone (trtpool.vision.images.sort_files): a file that is no
@@ -34,7 +32,7 @@ from trtpool.vision.images import CropSpec, ImageRefused, cpu_crop, decode_chunk
 
 log = logging.getLogger("trtpool")
 
-DECODERS = ("auto", "torchvision", "nvimgcodec", "mixed")
+DECODERS = ("auto", "torchvision", "nvimgcodec")
 NVIMGCODEC_BACKENDS = ("GPU_ONLY", "HYBRID_CPU_GPU", "HW_GPU_ONLY", "CPU_ONLY")  # nvimgcodec.BackendKind
 # What each decoder imports, and how to install it.
 DECODER_PACKAGES = {
@@ -137,21 +135,17 @@ def _import_failure(name: str) -> str | None:
 
 
 def decoder_unavailable(name: str) -> str | None:
-    """Why decoder `name` ("auto": either, "mixed": both) cannot be used here, naming the package to install;
+    """Why decoder `name` ("auto": either) cannot be used here, naming the package to install;
     None where it can. Imports only: no CUDA work, so a model can be refused at load (on any
     machine) rather than at its first batch of images, which make_decoder would fail."""
     if name not in DECODERS:
         return f"JPEG decoder '{name}' is not one of {', '.join(DECODERS)}"
-    candidates = ("torchvision", "nvimgcodec") if name in ("auto", "mixed") else (name,)
     failures = []
-    for candidate in candidates:
+    for candidate in ("torchvision", "nvimgcodec") if name == "auto" else (name,):
         why = _import_failure(candidate)
-        if why is None and name == "auto":
+        if why is None:
             return None
-        if why is not None:
-            failures.append(f"'{candidate}' does not import ({why}): {DECODER_PACKAGES[candidate][1]}")
-    if not failures:
-        return None
+        failures.append(f"'{candidate}' does not import ({why}): {DECODER_PACKAGES[candidate][1]}")
     return f"JPEG decoder '{name}' cannot be used here: " + "; ".join(failures)
 
 
@@ -160,10 +154,8 @@ def backends_refused(decoder: str, backends: tuple[str, ...]) -> str | None:
     BackendKind name); None where they can. No import: checked at load on any machine."""
     if not backends:
         return None
-    if decoder not in ("nvimgcodec", "mixed"):
-        return (
-            f"backends {list(backends)} are nvImageCodec's: they need decoder 'nvimgcodec' or 'mixed', not '{decoder}'"
-        )
+    if decoder != "nvimgcodec":
+        return f"backends {list(backends)} are nvImageCodec's: they need decoder 'nvimgcodec', not '{decoder}'"
     unknown = [name for name in backends if name not in NVIMGCODEC_BACKENDS]
     if unknown:
         return f"unknown nvImageCodec backend(s) {unknown}: one or more of {', '.join(NVIMGCODEC_BACKENDS)}"
@@ -173,8 +165,6 @@ def backends_refused(decoder: str, backends: tuple[str, ...]) -> str | None:
 def make_decoder(name: str, device_index: int, backends: tuple[str, ...] = ()) -> Decoder:
     if name not in DECODERS:
         raise ValueError(f"decoder '{name}' is not one of {', '.join(DECODERS)}")
-    if name == "mixed":
-        return TorchvisionDecoder(device_index)  # the first thread's; DeviceCrops alternates
     if name == "auto":
         try:
             return TorchvisionDecoder(device_index)
@@ -199,8 +189,7 @@ class DeviceCrops:
         self.device_index = cuda.device_index(device)
         self.kernel = CropKernel(self.device_index)
         self.decoder = make_decoder(decoder, self.device_index, backends)  # the first thread's
-        self._mixed = (backends,) if decoder == "mixed" else None  # the nvImageCodec threads' backends
-        self._threads_seen = 0
+        self._decoder_taken = False
         self._decoder_lock = threading.Lock()
         std = np.array(spec.std, np.float64)
         self.scale = tuple(float(v) for v in 1.0 / (255.0 * std))
@@ -222,23 +211,17 @@ class DeviceCrops:
 
     def _thread_decoder(self) -> Decoder:
         """This thread's decoder: the one made at construction for the first thread that decodes,
-        Decoder.for_another_thread for the others; with "mixed", every second thread an
-        nvImageCodec decoder of its own instead."""
+        Decoder.for_another_thread for the others."""
         local = self._local
         if getattr(local, "decoder", None) is None:
             with self._decoder_lock:
-                turn, self._threads_seen = self._threads_seen, self._threads_seen + 1
-            if self._mixed is not None and turn % 2 == 1:
-                local.decoder = NvImageCodecDecoder(self.device_index, *self._mixed)
-            else:
-                local.decoder = self.decoder if turn == 0 else self.decoder.for_another_thread()
+                first, self._decoder_taken = not self._decoder_taken, True
+            local.decoder = self.decoder if first else self.decoder.for_another_thread()
         return local.decoder
 
-    def table_row(self, image: Any, index: int, decoder: Decoder | None = None) -> list[int]:
-        """The crop kernel's row for an image `decoder` (default: the first thread's) decoded, to be
-        the batch's row `index`."""
-        decoder = decoder or self.decoder
-        return table_row(self.spec, decoder.memory(image), index, decoder.planar)
+    def table_row(self, image: Any, index: int) -> list[int]:
+        """The crop kernel's row for a decoded image, to be the batch's row `index`."""
+        return table_row(self.spec, self.decoder.memory(image), index, self.decoder.planar)
 
     def __call__(self, files: list[bytes]) -> tuple[DeviceArray, dict[int, ImageRefused]]:
         """float32 [len(files), 3, crop, crop] on the device, complete when this returns, and the
@@ -254,14 +237,13 @@ class DeviceCrops:
         held: list[Any] = []  # decoded images and host arrays the stream still reads
         for chunk in decode_chunks(on_gpu, spec.max_decoded_bytes):
             rows = []
-            decoder = self._thread_decoder()
-            decoded = decoder.decode([files[i] for i in chunk], stream)
+            decoded = self._thread_decoder().decode([files[i] for i in chunk], stream)
             for index, image in zip(chunk, decoded, strict=True):
                 if image is None:  # Pillow decodes it, or refuses it with its reason
                     on_cpu.append(index)
                     continue
                 held.append(image)
-                rows.append(self.table_row(image, index, decoder))
+                rows.append(self.table_row(image, index))
             if rows:  # a later chunk's table is copied after this launch, in stream order
                 table = np.array(rows, np.int64)
                 cuda.memcpy_htod_async(device_table.ptr, table, table.nbytes, stream)

@@ -15,9 +15,8 @@ std, as NCHW float32. Two ways, chosen by the instance's device (trtpool.process
                   where the runtime leaves the logits there (OUTPUTS_ON_DEVICE: the torch
                   runtime), so only the answer comes to the host. process.json's
                   "decoder": "auto" (default: torchvision where it imports, else
-                  nvImageCodec), "torchvision", "nvimgcodec" (no torch, as in NVIDIA's
-                  Triton image) or "mixed" (the threads take torchvision's decoder and
-                  nvImageCodec's in turn); "decoder_backends": nvImageCodec's backends to allow
+                  nvImageCodec), "torchvision" or "nvimgcodec" (no torch, as in NVIDIA's
+                  Triton image); "decoder_backends": nvImageCodec's backends to allow
                   (e.g. ["HW_GPU_ONLY"]: the hardware JPEG decoder), all when left out. A
                   model that will decode on a GPU and whose decoder does not import is
                   refused at load, naming the package to install.

@@ -67,10 +67,9 @@ def test_a_model_that_decodes_with_pillow_is_not_refused_for_the_gpu_decoder(exa
 
 
 @pytest.mark.parametrize("decoder, backends, refusal", [
-    ("torchvision", ["HW_GPU_ONLY"], "backends ['HW_GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec' "
-                                     "or 'mixed', not 'torchvision'"),
-    ("auto", ["GPU_ONLY"], "backends ['GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec' or 'mixed', "
-                           "not 'auto'"),
+    ("torchvision", ["HW_GPU_ONLY"], "backends ['HW_GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec', "
+                                     "not 'torchvision'"),
+    ("auto", ["GPU_ONLY"], "backends ['GPU_ONLY'] are nvImageCodec's: they need decoder 'nvimgcodec', not 'auto'"),
     ("nvimgcodec", ["HW_GPU_ONLY", "NVJPG"], "unknown nvImageCodec backend(s) ['NVJPG']: one or more of GPU_ONLY, "
                                              "HYBRID_CPU_GPU, HW_GPU_ONLY, CPU_ONLY"),
 ])
@@ -85,15 +84,3 @@ def test_decoder_backends_that_cannot_serve_are_refused_at_load_by_name(example,
 def test_the_nvimgcodec_backend_names_are_nvimgcodecs():
     nvimgcodec = pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec is not installed here")
     assert set(NVIMGCODEC_BACKENDS) == {name for name in dir(nvimgcodec.BackendKind) if name.isupper()}
-
-
-def test_mixed_needs_both_decoders_and_names_each_one_missing(example):
-    """decoder "mixed" (torchvision's decoder and nvImageCodec's in turn, thread by thread) is refused
-    at load unless both import, naming the package of each that does not."""
-    missing = [name for name in DECODER_PACKAGES if decoder_unavailable(name) is not None]
-    if not missing:
-        pytest.skip("both decoders are installed here")
-    with pytest.raises(ConfigError) as refused:
-        _load(example, "mixed", GPU_GROUP, ["HW_GPU_ONLY"])
-    assert "JPEG decoder 'mixed' cannot be used here" in str(refused.value), refused.value
-    assert all(DECODER_PACKAGES[name][1] in str(refused.value) for name in missing), refused.value
