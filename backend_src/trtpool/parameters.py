@@ -500,7 +500,9 @@ def _engine_host(setting: str, mode: str) -> str:
 def engine_host_on(cfg: PoolConfig) -> bool:
     """Whether this instance forwards to its model's engine host (trtpool.host). auto is off: measured
     side by side, the host served less than today's instances on the CPU (0.74-0.75x,
-    bench/results/engine_host_cpu.json) and on the H200 for JPEG and CUDA-shm clients (0.47x and
-    0.62x; bench/results/h200/engine_host.json), its one process's Python being the limit. `on` is the
-    choice where GPU memory is: one copy of the model for every instance."""
+    bench/results/engine_host_cpu.json) and on the GPU for JPEG and CUDA-shm clients (H200 0.47x and
+    0.62x, bench/results/h200/engine_host.json; H100 after the host's cuts 0.71-0.78x and 0.54-0.60x,
+    bench/results/h100/engine_host*.json): one process decodes one JPEG batch at a time (torchvision's
+    one decoder) and its Python runs under one GIL. `on` is the choice where GPU memory is: one copy
+    of the model for every instance."""
     return cfg.engine_host == "on"
