@@ -191,7 +191,9 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 
 def _ends_with(parent: int) -> Callable[[], None]:
     """A preexec_fn: the child is sent SIGTERM (Triton's drain, then its stubs stop) when
-    `parent` dies, by SIGKILL too. A parent that died before the child got here is seen at once."""
+    `parent` dies, by SIGKILL too. A parent that died before the child got here is seen at once.
+    The kernel sends it when the thread that started the child ends: start() is called from
+    threads that outlive the server (serve's main thread, trtpool-tune's `serving` block)."""
 
     def arm() -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
