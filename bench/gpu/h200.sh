@@ -203,7 +203,7 @@ for stage in "$@"; do
     engine-host-tensor)
       for case in resnet50 bert_base; do
         timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
-          --host-instances 6 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
+          --host-instances 6 --stability 50 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
       done
       cp /tmp/engine_host.json "$OUT/engine_host.json"
       ;;
