@@ -204,9 +204,9 @@ def _ends_with(parent: int) -> Callable[[], None]:
 
 
 def start(command: list[str], output: IO[bytes] | None = None) -> subprocess.Popen:
-    """tritonserver in its own process group (stopping it stops its stubs too), ending when this
-    process does however it ends; its output into `output` (trtpool-tune's log file), else a pipe
-    that ServerOutput relays."""
+    """tritonserver in its own process group (stopping it stops its stubs too), ending when the
+    calling thread does, however it ends (_ends_with); its output into `output` (trtpool-tune's log
+    file), else a pipe that ServerOutput relays."""
     return subprocess.Popen(
         command,
         stdout=output if output is not None else subprocess.PIPE,
