@@ -8,7 +8,8 @@
                host's own code (ModelInstance.serve on a hosted instance of K contexts)
     resnet50, bert_base
                the tensor path: host_xN against today's sync instances (now_x1, now_x2), batch-1
-               clients over plain gRPC and, on a GPU, CUDA shared memory
+               clients over plain gRPC and, on a GPU, CUDA shared memory; with --host-gpu-inputs
+               also host_ipc_xN over CUDA shared memory (the inputs reach the host by CUDA IPC)
     tiny       the same on the CPU (ONNX Runtime), for engine_host: auto's CPU decision
 
 Variants are measured in turn at each concurrency, the order reversed every level; each
@@ -54,6 +55,7 @@ from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
 from trtpool_builder.folder.load_check import as_triton_hands_it  # noqa: E402
 from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 
+IPC = "host_ipc_x"  # the host variants whose CUDA-shm inputs stay on the GPU (--host-gpu-inputs)
 JPEG_BATCH = 64  # today's record batches up to 64 files (README)
 KEYS = {  # the headline keys: (case, variant family, transport)
     "resnet50_b1_grpc": ("resnet50", "none"),
@@ -137,6 +139,9 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     # Triton copies CUDA-shm inputs to host memory for the thin instances: they hold no CUDA context.
     hosted = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"}
     arrangements = [(f"host_x{count}", count, args.host_contexts, hosted) for count in args.host_instances]
+    if args.host_gpu_inputs:  # CUDA-shm inputs stay on the GPU and reach the host by CUDA IPC
+        on_gpu = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
+        arrangements += [(f"{IPC}{count}", count, args.host_contexts, on_gpu) for count in args.host_instances]
     arrangements += [(f"now_x{count}", count, 1, {"engine_host": "off"}) for count in (1, 2)]
     variants = {}
     for name, count, contexts, parameters in arrangements:
@@ -203,6 +208,8 @@ def measure_all(
                 order = list(variants) if turn % 2 == 0 else list(variants)[::-1]
                 turn += 1
                 for variant in order:
+                    if transport == "none" and variant.startswith(IPC):  # the same as host_x over plain gRPC
+                        continue
                     with GpuUtilization() as utilization:
                         row = point(server, variants[variant], concurrency, transport, args, input_data)
                     row["gpu_utilization_percent"] = utilization.mean
@@ -461,6 +468,11 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--host-instances", type=lambda t: [int(x) for x in t.split(",")], default=[2, 4, 6])
     parser.add_argument("--host-contexts", type=int, default=4)
+    parser.add_argument(
+        "--host-gpu-inputs",
+        action="store_true",
+        help="tensor cases: also host_ipc_xN, whose CUDA-shm inputs reach the host through CUDA IPC",
+    )
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256, 512])
     parser.add_argument("--interval-ms", type=int, default=2000)
     parser.add_argument(

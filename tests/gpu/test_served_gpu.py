@@ -63,6 +63,16 @@ def gpu_served(start_server, tmp_path_factory):
     config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "yes"
     config.instance_group[0].count = 3
     write_config(folder, config)
+    # Two thin instances that take CUDA-shm inputs on the GPU (FORCE_CPU_ONLY_INPUT_TENSORS no) and
+    # copy them into device memory their engine host exported to them (CUDA IPC).
+    folder = make_model_folder(repo, "resnet_host_ipc", onnx, profiles,
+                               ServingOptions(runtime="torch", contexts="2", mode="sync", instance_kind="gpu"))
+    config = read_config(folder)
+    config.parameters["model_file"].string_value = "model.onnx"
+    config.parameters["engine_host"].string_value = "on"
+    config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
+    config.instance_group[0].count = 2
+    write_config(folder, config)
     server = start_server(repo)
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
@@ -79,7 +89,7 @@ def test_http_and_grpc_match_onnxruntime(gpu_served, model):
     close_enough(grpc.infer(model, [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
 
 
-@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined", "resnet_host"])
+@pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined", "resnet_host", "resnet_host_ipc"])
 def test_cuda_shared_memory_inputs_and_outputs(gpu_served, model):
     """Inputs in CUDA shared memory stay on the GPU up to the context (DLPack), copied
     there into the context's own buffers."""
@@ -160,10 +170,12 @@ def test_decoupled_stream_with_cuda_shared_memory_inputs(gpu_served):
         close_enough(served[str(i)], expected)
 
 
-def test_pipelined_under_concurrent_cuda_shared_memory_load(gpu_served):
+@pytest.mark.parametrize("model", ["resnet_pipelined", "resnet_host_ipc"])
+def test_concurrent_cuda_shared_memory_load(gpu_served, model):
     """Many batch-1 clients at once over CUDA shared memory: each answer is its own
-    request's (inputs are copied into a context before execute() returns, while
-    the previous batch is still on the GPU)."""
+    request's (pipelined: inputs are copied into a context before execute() returns, while
+    the previous batch is still on the GPU; the engine host: each instance's device slab is
+    reused only after its answer, while the host merges the instances' batches)."""
     from concurrent.futures import ThreadPoolExecutor
 
     server, reference = gpu_served
@@ -184,7 +196,7 @@ def test_pipelined_under_concurrent_cuda_shared_memory_load(gpu_served):
             tensor.set_shared_memory("trtpool_pipe_in", size, offset=i * size)
             output = grpcclient.InferRequestedOutput("logits")
             output.set_shared_memory("trtpool_pipe_out", out_size, offset=i * out_size)
-            grpcclient.InferenceServerClient(server.grpc_url).infer("resnet_pipelined", [tensor], outputs=[output])
+            grpcclient.InferenceServerClient(server.grpc_url).infer(model, [tensor], outputs=[output])
 
         with ThreadPoolExecutor(32) as clients:
             list(clients.map(one, range(len(inputs))))
@@ -196,6 +208,10 @@ def test_pipelined_under_concurrent_cuda_shared_memory_load(gpu_served):
     for i, x in enumerate(inputs):
         [expected] = reference.run(None, {"input": x})
         close_enough(served[i:i + 1], expected)
+    if model == "resnet_host_ipc":  # the inputs went device to device, not through host memory
+        log = server.log_text()
+        assert "writes its GPU inputs into" in log and "CUDA IPC" in log
+        assert "GPU inputs go to the engine host through host memory" not in log
 
 
 def test_engine_host_instances_hold_no_gpu_memory_and_the_host_holds_the_model(gpu_served):

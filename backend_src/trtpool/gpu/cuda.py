@@ -198,6 +198,30 @@ class DeviceBuffer(_Resource):
         self._own("cudaFree", self.ptr)
 
 
+IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+
+
+def ipc_handle(ptr: int) -> bytes:
+    """The inter-process handle of the allocation that starts at `ptr` (made by cudaMalloc)."""
+    handle = _call("cudaIpcGetMemHandle", ptr)
+    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
+
+
+def ipc_open(handle: bytes) -> int:
+    """Map another process's allocation, named by its ipc_handle(), into this one's current
+    device; the address it has here (close it with ipc_close)."""
+    if len(handle) != IPC_HANDLE_BYTES:
+        raise ValueError(f"a CUDA IPC handle has {IPC_HANDLE_BYTES} bytes, not {len(handle)}")
+    rt = _rt()
+    wrapped = rt.cudaIpcMemHandle_t()
+    ctypes.memmove(wrapped.getPtr(), handle, IPC_HANDLE_BYTES)
+    return int(_call("cudaIpcOpenMemHandle", wrapped, rt.cudaIpcMemLazyEnablePeerAccess))
+
+
+def ipc_close(ptr: int) -> None:
+    _call("cudaIpcCloseMemHandle", ptr)
+
+
 def pinned_allocator(dtype: np.dtype, count: int) -> np.ndarray:
     """`count` elements of page-locked host memory as a flat numpy array (a buffers.Allocator).
 

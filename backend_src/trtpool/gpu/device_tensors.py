@@ -80,14 +80,14 @@ def keep_after_execute(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class DeviceArray:
-    """A float32 array in device memory, shown to torch, numpy-free runtimes and TensorRT through
-    the CUDA array interface; slicing rows gives a view that keeps the memory alive."""
+    """An array in device memory (float32 unless told), shown to torch, numpy-free runtimes and
+    TensorRT through the CUDA array interface; slicing rows gives a view that keeps the memory alive."""
 
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...]) -> None:
+    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], dtype: np.dtype | None = None) -> None:
         self._owner = owner
         self.ptr = ptr
         self.shape = shape
-        self.dtype = np.dtype(np.float32)
+        self.dtype = np.dtype(np.float32) if dtype is None else np.dtype(dtype)
 
     @property
     def ndim(self) -> int:
@@ -104,10 +104,11 @@ class DeviceArray:
             not isinstance(other, DeviceArray)
             or other._owner is not self._owner
             or other.shape[1:] != self.shape[1:]
+            or other.dtype != self.dtype
             or other.ptr != self.ptr + self.nbytes
         ):
             return None
-        return DeviceArray(self._owner, self.ptr, (self.shape[0] + other.shape[0], *self.shape[1:]))
+        return DeviceArray(self._owner, self.ptr, (self.shape[0] + other.shape[0], *self.shape[1:]), self.dtype)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -117,7 +118,7 @@ class DeviceArray:
         if step != 1:
             raise IndexError("only contiguous row ranges")
         row_bytes = self.nbytes // max(1, self.shape[0])
-        return DeviceArray(self._owner, self.ptr + start * row_bytes, (stop - start, *self.shape[1:]))
+        return DeviceArray(self._owner, self.ptr + start * row_bytes, (stop - start, *self.shape[1:]), self.dtype)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

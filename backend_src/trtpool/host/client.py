@@ -2,7 +2,9 @@
 
 ``HostClient.run`` writes a batch's input tensors into the instance's input slab (once),
 sends one message and waits for the answer; the outputs come back as views of the
-host's output slab, valid until the next run. A host that goes away fails the batch
+host's output slab, valid until the next run. Inputs that Triton left on the GPU are
+copied device to device into the host's memory instead (trtpool.host.device_slab): the
+instance's one piece of CUDA work, and only where its inputs come on the GPU. A host that goes away fails the batch
 in flight with Unavailable naming it and how it ended; the next run finds or starts
 a new one (trtpool.host.launch), so the model serves again once it has loaded.
 """
@@ -21,7 +23,10 @@ from typing import Any
 import numpy as np
 
 from trtpool.errors import ConfigError, TrtpoolError, Unavailable
+from trtpool.gpu import cuda
+from trtpool.gpu.device_tensors import is_device, to_host
 from trtpool.host import protocol, wire
+from trtpool.host.device_slab import ImportedSlab, can_travel, room_for_device
 from trtpool.host.launch import Launcher
 from trtpool.host.slab import GrowingSlab, Slab, room_for
 from trtpool.model.signature import Signature
@@ -39,6 +44,8 @@ class HostClient:
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
         self.name = launcher.name
+        device = launcher.spec["device"]
+        self.device_index = cuda.device_index(device) if device.startswith("cuda") else 0
         self.signature: Signature | None = None
         self.process_file = False
         self.host_pid: int | None = None
@@ -46,6 +53,8 @@ class HostClient:
         self._lock = threading.Lock()  # one exchange at a time on the connection
         self._inputs = GrowingSlab(f"trtpool-in-{os.getpid()}", INPUT_SLAB_BYTES)
         self._outputs: Slab | None = None
+        self._device_slab: ImportedSlab | None = None
+        self._device_refused: str | None = None  # why GPU inputs go through host memory instead
         self._ids = itertools.count(1)
 
     def attach(self) -> None:
@@ -82,6 +91,8 @@ class HostClient:
         self._sock = sock
         self._inputs.fresh = True  # a new host has not seen the input slab
         self._outputs = None  # nor sent its output slab (the old one's memory goes with its views)
+        self._drop_device_slab()  # nor exported a device slab
+        self._device_refused = None
 
     def _receive(self, sock: socket.socket, waiting_for: str) -> tuple[wire.Message, list[int]]:
         try:
@@ -95,8 +106,9 @@ class HostClient:
             raise Unavailable(f"the engine host of model '{self.name}' refused a message: {message.get('error')}")
         return message, fds
 
-    def run(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
-        """Each request's outputs (views, valid until the next run) or its error."""
+    def run(self, requests: list[dict[str, Any]], probes: list[bool]) -> list[Answer]:
+        """Each request's outputs (views, valid until the next run) or its error. Inputs are numpy
+        arrays, or GPU tensors (torch's) where Triton left them on the GPU."""
         with self._lock:
             try:
                 if self._sock is None:
@@ -107,14 +119,29 @@ class HostClient:
                 return [error] * len(requests)
             except ConfigError as exc:  # a host started again could not load the model
                 return [Unavailable(f"the engine host of model '{self.name}' could not load it: {exc}")] * len(requests)
+            except cuda.CudaError as exc:  # copying GPU inputs into the host's memory
+                return [exc] * len(requests)
 
-    def _exchange(self, requests: list[dict[str, np.ndarray]], probes: list[bool]) -> list[Answer]:
+    def _exchange(self, requests: list[dict[str, Any]], probes: list[bool]) -> list[Answer]:
         assert self._sock is not None
-        slab = self._inputs.room(room_for(t for request in requests for t in request.values()))
-        wired, offset = [], 0
-        for tensors, probe in zip(requests, probes, strict=True):
+        requests = self._placed(requests)
+        gpu_bytes = room_for_device([t for tensors in requests for t in tensors.values() if is_device(t)])
+        device_slab = self._device_room(gpu_bytes)
+        if gpu_bytes and device_slab is None:  # the host took none: this batch's GPU inputs go to host memory too
+            requests = self._placed(requests)
+        on_gpu = [{n: t for n, t in r.items() if is_device(t)} for r in requests]
+        in_host = [{n: t for n, t in r.items() if not is_device(t)} for r in requests]
+        slab = self._inputs.room(room_for(t for tensors in in_host for t in tensors.values()))
+        wired, offset, device_offset = [], 0, 0
+        for tensors, gpu_tensors, probe in zip(in_host, on_gpu, probes, strict=True):
             descriptors, offset = slab.write(tensors, offset)
-            wired.append({"probe": probe, "inputs": descriptors})
+            entry: dict[str, Any] = {"probe": probe, "inputs": descriptors}
+            if gpu_tensors:
+                assert device_slab is not None  # _placed() leaves GPU tensors only where one can be had
+                entry["device_inputs"], device_offset = device_slab.write(gpu_tensors, device_offset)
+            wired.append(entry)
+        if device_slab is not None:
+            device_slab.finish()
         run_id = next(self._ids)
         wire.send(self._sock, {"op": "run", "id": run_id, "requests": wired}, self._inputs.handover())
         self._sock.settimeout(RUN_TIMEOUT_S)
@@ -126,6 +153,52 @@ class HostClient:
                 f"the engine host of model '{self.name}' answered {reply['op']} {reply.get('id')} to run {run_id}"
             )
         return [self._answer(entry) for entry in reply["answers"]]
+
+    def _placed(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The batch with each input on one side for every request: on the GPU where all of the
+        batch's copies are there and can go through a device slab, else copied to host memory."""
+        if self._device_refused is not None:
+            on_gpu: set[str] = set()
+        else:
+            names = {name for tensors in requests for name in tensors}
+            on_gpu = {
+                name for name in names if all(is_device(t[name]) and can_travel(t[name]) for t in requests if name in t)
+            }
+        return [
+            {name: t if name in on_gpu or not is_device(t) else to_host(t) for name, t in tensors.items()}
+            for tensors in requests
+        ]
+
+    def _device_room(self, needed: int) -> ImportedSlab | None:
+        """A device slab of at least `needed` bytes from the host; None where none is needed, or
+        where the host (or CUDA here) cannot give one, which is remembered until the next host."""
+        if not needed:
+            return None
+        held = self._device_slab
+        if held is not None and held.size >= needed:
+            return held
+        assert self._sock is not None
+        wire.send(self._sock, {"op": "device_slab", "bytes": max(needed, 2 * held.size if held else 0)})
+        reply, _ = self._receive(self._sock, "a device slab")
+        self._drop_device_slab()
+        try:
+            if "refused" in reply:
+                raise TrtpoolError(str(reply["refused"]))
+            self._device_slab = ImportedSlab(bytes.fromhex(reply["handle"]), int(reply["bytes"]), self.device_index)
+        except (TrtpoolError, ValueError, KeyError, TypeError) as exc:
+            self._device_refused = str(exc)
+            log.warning(
+                "model '%s': GPU inputs go to the engine host through host memory: no device slab (%s)",
+                self.name,
+                exc,
+            )
+        return self._device_slab
+
+    def _drop_device_slab(self) -> None:
+        if self._device_slab is not None:
+            with contextlib.suppress(cuda.CudaError):
+                self._device_slab.close()
+            self._device_slab = None
 
     def _answer(self, entry: dict[str, Any]) -> Answer:
         if "outputs" in entry:

@@ -4,12 +4,12 @@ Each instance hands over the batch Triton's dynamic batcher made for it (a messa
 With a worker free and nothing queued (and no wait asked for), the message is served at
 once in the thread that received it: no hand-over at light load. Otherwise it queues,
 and the host's workers take waiting messages first come, first served, as many as fit
-the model's largest batch, waiting at most ``batch_wait_us`` for more while the batch
-is short, and serve them together on the instance's pool (``ModelInstance.serve``: the
-process file's stages, the planner, the contexts on their own streams). A message is
-never split: Triton already bounded it by max_batch_size. With every worker busy,
-messages queue and the next free worker merges them, so merging costs no wait under
-load.
+the model's largest batch (and alike: the same inputs in GPU memory), waiting at most
+``batch_wait_us`` for more while the batch is short, and serve them together on the
+instance's pool (``ModelInstance.serve``: the process file's stages, the planner, the
+contexts on their own streams). A message is never split: Triton already bounded it by
+max_batch_size. With every worker busy, messages queue and the next free worker merges
+them, so merging costs no wait under load.
 
 Each message's answers are collected by a ``Reply`` and handed back in one piece once
 every request has one (its outputs or its error).
@@ -80,6 +80,7 @@ class _Message:
     requests: list[Tensors]
     responders: list[Responder]
     rows: int
+    on_gpu: frozenset[str]  # the inputs that came in GPU memory: only messages alike share a batch
     arrived_ns: int = field(default_factory=time.monotonic_ns)
 
 
@@ -104,9 +105,12 @@ class Merger:
         for worker in self._workers:
             worker.start()
 
-    def submit(self, requests: list[Tensors], responders: list[Responder], rows: int) -> None:
-        """Serve one instance's batch: here and now when a worker is free and none waits, else queued."""
-        message = _Message(requests, responders, rows)
+    def submit(
+        self, requests: list[Tensors], responders: list[Responder], rows: int, on_gpu: frozenset[str] = frozenset()
+    ) -> None:
+        """Serve one instance's batch: here and now when a worker is free and none waits, else queued.
+        `on_gpu`: the inputs it holds in GPU memory (a batch's input is all on one side)."""
+        message = _Message(requests, responders, rows, on_gpu)
         with self._ready:
             if self._closed:
                 closed = True
@@ -153,9 +157,13 @@ class Merger:
                     continue
                 taken = [self._queue.popleft()]
                 rows = taken[0].rows
-                while self._queue and rows + self._queue[0].rows <= self.max_rows:
-                    rows += self._queue[0].rows
-                    taken.append(self._queue.popleft())
+                for message in list(self._queue):
+                    if rows + message.rows > self.max_rows:
+                        break
+                    if message.on_gpu == taken[0].on_gpu:
+                        rows += message.rows
+                        taken.append(message)
+                        self._queue.remove(message)
                 self._start(taken)
                 return taken
 

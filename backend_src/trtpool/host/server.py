@@ -31,7 +31,10 @@ from typing import Any, TextIO
 import numpy as np
 
 from trtpool.errors import ProcessError, TrtpoolError
+from trtpool.gpu import cuda
+from trtpool.gpu.device_tensors import is_device
 from trtpool.host import protocol, wire
+from trtpool.host.device_slab import ExportedSlab
 from trtpool.host.engine import Answer, Merger, Reply
 from trtpool.host.slab import GrowingSlab, Slab, room_for
 from trtpool.instance import ModelInstance
@@ -73,6 +76,7 @@ class Connection:
         self.number = number
         self.peer = wire.peer_credentials(sock)[0]
         self.inputs: Slab | None = None
+        self.device_inputs: ExportedSlab | None = None  # where the instance's GPU inputs come (CUDA IPC)
         self.outputs = GrowingSlab(f"trtpool-out-{number}", OUTPUT_SLAB_BYTES)
         self._send_lock = threading.Lock()
         self._running: int | None = None  # the id of the run in flight
@@ -110,6 +114,9 @@ class Connection:
         if op == "stats":
             self._send({"op": "stats", **self.host.stats(self)})
             return True
+        if op == "device_slab":
+            self._send(self._export_device_slab(message.get("bytes")))
+            return True
         if op == "bye":
             return False
         raise wire.MessageError(f"unknown op {op!r:.40}")
@@ -132,10 +139,35 @@ class Connection:
         for request in requests:
             if not isinstance(request, dict):
                 raise wire.MessageError("a request must be an object")
-            tensors.append(self.inputs.read(request.get("inputs")))
+            inputs: dict[str, Any] = self.inputs.read(request.get("inputs"))
+            if "device_inputs" in request:
+                if self.device_inputs is None:
+                    raise wire.MessageError("a run named device inputs before a device slab was asked for")
+                inputs.update(self.device_inputs.read(request["device_inputs"]))
+            tensors.append(inputs)
             probes.append(request.get("probe") is True)
         self._running = run_id
         self.host.submit(tensors, probes, Reply(len(tensors), lambda answers: self._answer(run_id, answers)))
+
+    def _export_device_slab(self, nbytes: Any) -> wire.Message:
+        """A new device slab for this instance's GPU inputs (the old one goes once no batch reads
+        it), or why there is none."""
+        if self._running is not None:
+            raise wire.MessageError(f"a device slab was asked for while run {self._running} is in flight")
+        if not isinstance(nbytes, int):
+            raise wire.MessageError(f"a device slab's 'bytes' must be an integer, got {nbytes!r:.40}")
+        self.device_inputs = None
+        try:
+            self.device_inputs = self.host.device_slab(nbytes)
+        except TrtpoolError as exc:
+            log.warning("engine host: no device slab for instance pid %d: %s", self.peer, exc)
+            return {"op": "device_slab", "refused": str(exc)}
+        log.info(
+            "engine host: instance pid %d writes its GPU inputs into %s bytes of device memory here (CUDA IPC)",
+            self.peer,
+            f"{self.device_inputs.size:,}",
+        )
+        return {"op": "device_slab", "handle": self.device_inputs.handle.hex(), "bytes": self.device_inputs.size}
 
     def _answer(self, run_id: int, answers: list[Answer]) -> None:
         try:
@@ -182,6 +214,7 @@ class Connection:
             self.outputs.close()
             if self.inputs is not None:
                 self.inputs.close()
+            self.device_inputs = None  # freed once no batch in flight reads it
 
 
 class Host:
@@ -264,7 +297,15 @@ class Host:
         if served:
             batched = self.instance.cfg.max_batch_size > 0
             rows = sum(next(iter(t.values())).shape[0] if batched and t else 1 for t in served_tensors)
-            self.merger.submit(served_tensors, served, rows)
+            on_gpu = frozenset(name for t in served_tensors for name, tensor in t.items() if is_device(tensor))
+            self.merger.submit(served_tensors, served, rows, on_gpu)
+
+    def device_slab(self, nbytes: int) -> ExportedSlab:
+        """Device memory on the model's GPU for one instance's GPU inputs, exported to it."""
+        device = self.spec["device"]
+        if not device.startswith("cuda"):
+            raise TrtpoolError(f"model '{self.name}' runs on the CPU ({device}): GPU inputs come through host memory")
+        return ExportedSlab(nbytes, cuda.device_index(device))
 
     def stats(self, asking: Connection) -> dict[str, Any]:
         """Running totals and gauges for the instances' metrics; `publisher`: the oldest connection

@@ -39,7 +39,7 @@ _ELEMENT_LENGTH = struct.Struct("<I")
 Descriptor = list[Any]  # [name, triton type, shape, offset, nbytes]
 
 
-def _aligned(offset: int) -> int:
+def aligned(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
 
 
@@ -64,7 +64,27 @@ def nbytes_of(array: np.ndarray) -> int:
 
 def room_for(tensors: Iterable[np.ndarray]) -> int:
     """The slab bytes a set of tensors needs, alignment included."""
-    return sum(_aligned(nbytes_of(t)) for t in tensors)
+    return sum(aligned(nbytes_of(t)) for t in tensors)
+
+
+def checked(descriptor: Any, region_size: int) -> tuple[str, np.dtype, tuple[int, ...], int, int]:
+    """A peer's tensor descriptor, every field checked against a region of `region_size` bytes:
+    (name, dtype, shape, offset, nbytes), or MessageError saying what is wrong."""
+    if not (isinstance(descriptor, list) and len(descriptor) == 5):
+        raise MessageError(f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}")
+    name, data_type, shape, offset, size = descriptor
+    if not isinstance(name, str) or data_type not in NUMPY_DTYPES:
+        raise MessageError(f"tensor {name!r:.40}: unknown data type {data_type!r:.40}")
+    if not (isinstance(shape, list) and len(shape) <= MAX_RANK and all(isinstance(d, int) and d >= 0 for d in shape)):
+        raise MessageError(f"tensor '{name}': shape {shape!r:.80} is not a list of at most {MAX_RANK} sizes")
+    if not (
+        isinstance(offset, int) and isinstance(size, int) and offset >= 0 and size >= 0 and offset + size <= region_size
+    ):
+        raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {region_size:,}-byte slab")
+    dtype = NUMPY_DTYPES[data_type]
+    if dtype != STRING and size != prod(shape) * dtype.itemsize:
+        raise MessageError(f"tensor '{name}': {size} bytes for shape {shape} of {data_type}")
+    return name, dtype, tuple(shape), offset, size
 
 
 class Slab:
@@ -117,7 +137,7 @@ class Slab:
             data_type = TRITON_DTYPES.get(array.dtype)
             if data_type is None:
                 raise TypeError(f"tensor '{name}': numpy {array.dtype} has no Triton data type")
-            offset = _aligned(offset)
+            offset = aligned(offset)
             size = self._put(array, offset)
             descriptors.append([name, data_type, list(array.shape), offset, size])
             offset += size
@@ -146,34 +166,9 @@ class Slab:
             raise MessageError(f"tensors must be a list of at most {MAX_TENSORS} descriptors")
         tensors = {}
         for descriptor in descriptors:
-            name, dtype, shape, offset, size = self._checked(descriptor)
+            name, dtype, shape, offset, size = checked(descriptor, self.size)
             tensors[name] = self._get(name, dtype, shape, offset, size)
         return tensors
-
-    def _checked(self, descriptor: Any) -> tuple[str, np.dtype, tuple[int, ...], int, int]:
-        if not (isinstance(descriptor, list) and len(descriptor) == 5):
-            raise MessageError(
-                f"a tensor descriptor must be [name, type, shape, offset, nbytes], got {descriptor!r:.80}"
-            )
-        name, data_type, shape, offset, size = descriptor
-        if not isinstance(name, str) or data_type not in NUMPY_DTYPES:
-            raise MessageError(f"tensor {name!r:.40}: unknown data type {data_type!r:.40}")
-        if not (
-            isinstance(shape, list) and len(shape) <= MAX_RANK and all(isinstance(d, int) and d >= 0 for d in shape)
-        ):
-            raise MessageError(f"tensor '{name}': shape {shape!r:.80} is not a list of at most {MAX_RANK} sizes")
-        if not (
-            isinstance(offset, int)
-            and isinstance(size, int)
-            and offset >= 0
-            and size >= 0
-            and offset + size <= self.size
-        ):
-            raise MessageError(f"tensor '{name}': bytes {offset!r}..+{size!r} lie outside the {self.size:,}-byte slab")
-        dtype = NUMPY_DTYPES[data_type]
-        if dtype != STRING and size != prod(shape) * dtype.itemsize:
-            raise MessageError(f"tensor '{name}': {size} bytes for shape {shape} of {data_type}")
-        return name, dtype, tuple(shape), offset, size
 
     def _get(self, name: str, dtype: np.dtype, shape: tuple[int, ...], offset: int, size: int) -> np.ndarray:
         assert self.memory is not None or size == 0

@@ -6,8 +6,6 @@ The instance is thin: the model, its pool and its process file live in the engin
 
 from __future__ import annotations
 
-import numpy as np
-
 from trtpool.errors import InvalidInput
 from trtpool.host.client import HostClient
 from trtpool.model.validate import accept
@@ -31,11 +29,8 @@ class HostHandler:
         forwarded, tensors, probes = [], [], []
         for index, request in enumerate(requests):
             try:
-                # inputs Triton left on the GPU come to the host here (the slab is host memory)
-                inputs = {
-                    name: t if isinstance(t, np.ndarray) else t.cpu().numpy()
-                    for name, t in request_tensors(request).items()
-                }
+                # inputs Triton left on the GPU stay there: the client copies them into the host's memory
+                inputs = request_tensors(request)
                 if not self.client.process_file:  # the engine's own checks, before anything is sent
                     assert self.client.signature is not None  # learnt by attach(), before this handler was made
                     inputs, _ = accept(self.client.signature, inputs)

@@ -1,5 +1,7 @@
 """DeviceArray's row views and how a batch's GPU parts are joined (pointer arithmetic only: no GPU)."""
 
+import numpy as np
+
 from trtpool.gpu.device_tensors import DeviceArray, coalesced
 
 ROW = 3 * 4 * 4  # bytes of a [3, 4] float32 row
@@ -30,3 +32,16 @@ def test_parts_that_are_not_device_arrays_pass_through():
     joined = coalesced([foreign, whole[0:1], whole[1:2], foreign])
     assert joined[0] is foreign and joined[2] is foreign and len(joined) == 3
     assert (joined[1].ptr, joined[1].shape) == (whole.ptr, whole.shape)
+
+
+def test_a_device_array_of_another_type_keeps_it_through_slices_and_joins():
+    """The engine host's device slabs carry any number type (fp16 inputs among them)."""
+    owner = object()
+    half = DeviceArray(owner, 0x1000, (4, 8), np.float16)
+    assert half.nbytes == 64 and half.__cuda_array_interface__["typestr"] == "<f2"
+    tail = half[2:]
+    assert (tail.ptr, tail.shape, tail.dtype) == (0x1000 + 32, (2, 8), np.float16)
+    joined = coalesced([half[:2], half[2:]])
+    assert len(joined) == 1 and joined[0].shape == (4, 8) and joined[0].dtype == np.float16
+    as_float = DeviceArray(owner, 0x1000 + 32, (2, 8))  # adjacent bytes, another type: kept apart
+    assert len(coalesced([half[:2], as_float])) == 2

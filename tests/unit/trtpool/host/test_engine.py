@@ -29,7 +29,8 @@ class Recorder:
                 responder.send({"tag": request["tag"]})
 
 
-def submit(merger: Merger, tags: list[str], rows: int | None = None, threaded: bool = False) -> list:
+def submit(merger: Merger, tags: list[str], rows: int | None = None, threaded: bool = False,
+           on_gpu: frozenset[str] = frozenset()) -> list:
     """One instance's batch, from this thread or (`threaded`) one of its own, as each instance's
     connection thread calls submit(); returns the list its answers land in, after a done event."""
     done = threading.Event()
@@ -39,7 +40,7 @@ def submit(merger: Merger, tags: list[str], rows: int | None = None, threaded: b
         answers.extend(result)
         done.set()
     reply = Reply(len(tags), deliver)
-    call = lambda: merger.submit([{"tag": t} for t in tags], reply.responders(), rows or len(tags))  # noqa: E731
+    call = lambda: merger.submit([{"tag": t} for t in tags], reply.responders(), rows or len(tags), on_gpu)  # noqa: E731
     if threaded:
         threading.Thread(target=call).start()
         time.sleep(0.02)
@@ -96,6 +97,21 @@ def test_busy_workers_merge_what_queues_behind_them_without_waiting():
         wait(answers)
     merger.close()
     assert serve.batches == [["a"], ["b", "c", "d"]]
+
+
+def test_batches_with_inputs_on_the_gpu_merge_only_with_their_like():
+    """An input is all on the GPU or all in host memory in a merged batch (a context copies
+    one input's parts one way): messages whose GPU inputs differ wait for batches of their own,
+    and like ones behind them still merge past them."""
+    serve = Recorder()
+    merger = Merger(serve, workers=1, max_rows=64, batch_wait_us=200_000)
+    gpu = frozenset({"input"})
+    answers = [submit(merger, ["g1"], on_gpu=gpu), submit(merger, ["h1"]), submit(merger, ["g2"], on_gpu=gpu),
+               submit(merger, ["h2"])]
+    for each in answers:
+        wait(each)
+    merger.close()
+    assert serve.batches == [["g1", "g2"], ["h1", "h2"]]
 
 
 def test_each_request_gets_its_own_answer_or_error():

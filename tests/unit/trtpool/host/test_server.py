@@ -173,6 +173,51 @@ def test_a_descriptor_outside_the_slab_is_refused(make_spec):
         close(clients)
 
 
+def test_a_host_on_the_cpu_refuses_a_device_slab_saying_why(make_spec):
+    """GPU inputs travel to a GPU host through CUDA IPC (trtpool.host.device_slab); a host on
+    the CPU has no device memory to export: it says so, and the connection serves on."""
+    clients = attach(make_spec(), 1)
+    try:
+        sock = _raw(clients[0].launcher.address)
+        wire.send(sock, {"op": "hello", "pid": os.getpid()})
+        assert wire.receive(sock)[0]["op"] == "ready"
+        wire.send(sock, {"op": "device_slab", "bytes": 4096})
+        reply, _ = wire.receive(sock)
+        assert reply == {"op": "device_slab",
+                         "refused": "model 'tiny' runs on the CPU (cpu): GPU inputs come through host memory"}
+        slab = Slab.create(4096, "test")
+        wire.send(sock, {"op": "run", "id": 1, "requests": [{"inputs": [["INPUT0", "TYPE_FP32", [1, 16], 0, 64]]}]},
+                  (slab.fd,))
+        reply, _ = wire.receive(sock)
+        assert reply["op"] == "answer" and reply["answers"][0]["outputs"][0][0] == "OUTPUT0"
+        sock.close()
+        slab.close()
+    finally:
+        close(clients)
+
+
+@pytest.mark.parametrize("message, error", [
+    ({"op": "device_slab", "bytes": "a lot"}, "a device slab's 'bytes' must be an integer"),
+    ({"op": "run", "id": 1, "requests": [{"inputs": [], "device_inputs": [["INPUT0", "TYPE_FP32", [1, 16], 0, 64]]}]},
+     "a run named device inputs before a device slab was asked for"),
+])
+def test_a_bad_device_slab_message_drops_its_connection_alone(make_spec, message, error):
+    clients = attach(make_spec(), 1)
+    try:
+        sock = _raw(clients[0].launcher.address)
+        slab = Slab.create(4096, "test")
+        wire.send(sock, message, (slab.fd,) if message["op"] == "run" else ())
+        reply, _ = wire.receive(sock)
+        assert reply["op"] == "error" and error in reply["error"]
+        with pytest.raises(wire.ConnectionClosed):
+            wire.receive(sock)
+        sock.close()
+        slab.close()
+        assert clients[0].run([batch(np.random.default_rng(3), 2)], [False])[0]["OUTPUT0"].shape == (2, 4)
+    finally:
+        close(clients)
+
+
 INSTANCE_SCRIPT = """
 import json, sys
 import numpy as np
