@@ -12,6 +12,9 @@
                also host_ipc_xN over CUDA shared memory (the inputs reach the host by CUDA IPC)
     tiny       the same on the CPU (ONNX Runtime), for engine_host: auto's CPU decision
 
+The JPEG files (jpeg, ceiling): the bench's, of mixed sizes; with --file-set small, 500x375 ones as
+issue 36's stand-alone probe took (bench/jpeg_probe.py makes both).
+
 Variants are measured in turn at each concurrency, the order reversed every level; each
 variant's best concurrency is its figure. GPU memory (nvidia-smi, per process: the model's
 stubs plus its host) after load and after the variant's last measurement. Every run merges its
@@ -44,9 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import gpu_memory  # noqa: E402
 from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
+from bench.jpeg_probe import FILE_SETS, file_set  # noqa: E402
 from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
-from tests.harness.pipelines import add_mode, as_request, images, set_process_settings  # noqa: E402
+from tests.harness.pipelines import add_mode, as_request, set_process_settings  # noqa: E402
 from tests.harness.python_model import python_model, tensor  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
 from tests.harness.server import TritonServer  # noqa: E402
@@ -278,7 +282,7 @@ def served(args: argparse.Namespace) -> dict:
         variants = build_jpeg(repo, args) if args.case == "jpeg" else build_tensor(repo, args)
         input_data = None
         if args.case == "jpeg":
-            input_data = write_input_data(Path(scratch) / "files.json", images(args.files, seed=7, png_every=0))
+            input_data = write_input_data(Path(scratch) / "files.json", file_set(args.file_set, args.files))
         server_args = ("--cuda-memory-pool-byte-size=0:2147483648",) if gpu(args) else ()
         server = TritonServer(repo, Path(scratch) / "server.log", server_args).start(timeout=900)
         try:
@@ -416,7 +420,7 @@ def ceiling(args: argparse.Namespace) -> dict:
     each of Python's --switch-intervals (how long a thread may hold the GIL while another waits)."""
     from trtpool.instance import ModelInstance
 
-    files = images(args.files, seed=7, png_every=0)
+    files = file_set(args.file_set, args.files)
     with tempfile.TemporaryDirectory() as scratch:
         folder = jpeg_folder(Path(scratch) / "repo", args)
         if args.host_decoder:
@@ -481,7 +485,14 @@ def main() -> int:
         default=None,
         help="perf_analyzer's --stability-percentage for the tensor cases (a noisy machine: 50)",
     )
-    parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients (mixed sizes)")
+    parser.add_argument("--files", type=int, default=64, help="JPEG files for the clients and the ceiling")
+    parser.add_argument(
+        "--file-set",
+        choices=list(FILE_SETS),
+        default="mixed",
+        help="jpeg and ceiling: the bench's files of mixed sizes, or 500x375 ones as issue 36's probe took "
+        "(bench/jpeg_probe.py)",
+    )
     parser.add_argument(
         "--host-decoder",
         choices=("torchvision", "nvimgcodec"),

@@ -1,4 +1,5 @@
-"""GPU memory as nvidia-smi reports it, for the benchmarks (None or empty without nvidia-smi)."""
+"""GPU memory, and the GPU's name, as nvidia-smi reports them, for the benchmarks (None or empty without
+nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ def _query(*arguments: str) -> list[list[str]] | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return [line.split(", ") for line in out.strip().splitlines() if line.strip()]
+
+
+def name() -> str | None:
+    """The first GPU's name (e.g. NVIDIA H200)."""
+    rows = _query("--query-gpu=name")
+    return rows[0][0] if rows else None
 
 
 def used_mib() -> int | None:

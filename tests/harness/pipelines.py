@@ -39,13 +39,15 @@ def encoded(image: Image.Image, kind: str = "JPEG", **options: Any) -> bytes:
     return out.getvalue()
 
 
-def images(count: int, seed: int = 0, sizes: tuple[tuple[int, int], ...] = SIZES, png_every: int = 3) -> list[bytes]:
-    """Encoded photo-like images of mixed sizes: every `png_every`-th a PNG (0: none), the rest JPEG."""
+def images(count: int, seed: int = 0, sizes: tuple[tuple[int, int], ...] = SIZES, png_every: int = 3,
+           quality: int = 90) -> list[bytes]:
+    """Encoded photo-like images of mixed sizes: every `png_every`-th a PNG (0: none), the rest JPEG
+    at `quality`."""
     rng = np.random.default_rng(seed)
     files = []
     for index in range(count):
         png = png_every and index % png_every == png_every - 1
-        files.append(encoded(picture(rng, *sizes[index % len(sizes)]), "PNG" if png else "JPEG", quality=90))
+        files.append(encoded(picture(rng, *sizes[index % len(sizes)]), "PNG" if png else "JPEG", quality=quality))
     return files
 
 
