@@ -1,4 +1,5 @@
-"""Issue 36's stand-alone JPEG probe, in the repo: does its figure depend on the files it decodes?
+"""Issue 36's stand-alone JPEG probe, in the repo: does its figure depend on the files it decodes, and on
+how the decoders and the model share the GPU?
 
 The issue's JPEG goal rests on a torch probe run on an H200 outside the repo, on 500x375 JPEG files
 of 73 KB on average; the served benchmarks and the in-process ceiling (bench/engine_host.py --case
@@ -9,18 +10,38 @@ pixels). This measures the probe's work on both file sets, in one run on one GPU
             size the record states, near the probe's 73 KB)
     mixed   the bench's 64 files: images(64, seed=7, png_every=0)
 
-in each arrangement the probe had: ONE process of K threads (--threads), each thread on its own CUDA
-stream with its own CUDA graph of the one shared model and its own static input; and K processes of
-one thread each (--processes, spawned, started together behind a barrier so they measure the same
-window; their rates summed). Each process runs both file sets in turn, so both meet the same
-processes. A step, per thread: torchvision.io.decode_jpeg of the batch's files (a list of uint8 CPU
-tensors, device='cuda': nvJPEG), each image resized to 224x224 (bilinear, no antialias) and stacked,
-normalized with ImageNet's mean and std, copied as fp16 channels_last into the graph's static input,
-the graph replayed (torchvision's ResNet-50, random weights, fp16, channels_last, captured on the
-thread's stream after warm-up there), softmax and top-5, the top-5 copied to the host and the stream
-waited for. Per arrangement and file set: images/s after warm-up over --seconds, and the GPU's busy
-share (nvidia-smi) over the same window. --device cpu is a smoke test of the code on a machine
-without a GPU: eager fp32 model, no streams or graphs, no warm-up.
+in the probe's two arrangements and a third:
+
+    threads_K    ONE process of K threads (--threads), each thread on its own CUDA stream with its own
+                 CUDA graph of the one shared model and its own static input
+    processes_K  K processes of one thread each (--processes), each with a model of its own
+    split_K      K decoder processes and ONE engine process of E threads (--split,
+                 --split-engine-threads): the model once
+
+torchvision keeps one nvJPEG decoder per process behind a lock, so one process decodes one batch at a
+time; K processes decode K batches at once but hold K models that time-slice the GPU; split keeps the
+K decoders and holds the model once. Its engine allocates 2K slots of the preprocessed batch's shape
+and layout (fp16, channels_last) on the GPU and shares them with the decoders through CUDA IPC
+(torch.multiprocessing): a decoder takes a free slot's index from a queue, decodes, resizes and
+normalizes its batch on its own stream straight into the slot, waits for its stream and hands the index
+on in a second queue; an engine thread takes it, copies the slot into its graph's static input on its
+own stream (device to device, the same layout), frees the slot once the copy is done and runs the rest
+of the step. After the window the engine puts a poison pill per decoder behind the free slots and reads
+every slot back; it ends only once every decoder has let go of the slots (torch's rules for sharing
+CUDA tensors: the producer keeps them alive while consumers hold them).
+
+A step, per thread: torchvision.io.decode_jpeg of the batch's files (a list of uint8 CPU tensors,
+device='cuda': nvJPEG), each image resized to 224x224 (bilinear, no antialias) and stacked, normalized
+with ImageNet's mean and std, copied as fp16 channels_last into the graph's static input (split: into
+a slot, in a decoder process), the graph replayed (torchvision's ResNet-50, random weights, fp16,
+channels_last, captured on the thread's stream after warm-up there), softmax and top-5, the top-5
+copied to the host and the stream waited for. Every process is spawned and runs both file sets in
+turn, so both meet the same processes; per file set, all of an arrangement's processes warm up, then
+start together behind a barrier and measure the same window. Per arrangement and file set: images/s
+after warm-up over --seconds (the processes' rates summed; split: the batches the engine consumed),
+and the GPU's busy share (nvidia-smi) over the same window. --device cpu is a smoke test of the code on
+a machine without a GPU: eager fp32 model, no streams, graphs or warm-up; split's slots are CPU tensors
+in shared memory.
 
     python3 bench/jpeg_probe.py --out $OUT/jpeg_probe.json     # bench/gpu/h200.sh stage jpeg-probe
 """
@@ -29,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import multiprocessing
 import queue
 import signal
@@ -36,8 +58,10 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,6 +86,8 @@ SIDE = 224
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 WARM_STEPS = 3  # per thread and file set, on the GPU: the decoder's state for the sizes, the allocator
 START_S = 180  # the longest a barrier waits: K processes importing torch and capturing their graphs
+STALL_S = 60  # the longest split's processes wait on a slot queue: a peer that failed, not a slow one
+RELEASED = "released"  # a split decoder's last word to the engine: it holds none of the slots any more
 
 
 def file_set(name: str, count: int = 64) -> list[bytes]:
@@ -81,19 +107,60 @@ def described(name: str, files: list[bytes]) -> dict:
     }
 
 
+class Lane:
+    """A CUDA stream of one's own (none on the CPU): what runs inside `running()` is queued there,
+    without autograd; wait() waits for it."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self.torch = torch
+        self.stream = torch.cuda.Stream() if device == "cuda" else None
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        torch = self.torch
+        with torch.no_grad(), torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+            yield
+
+    def wait(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
+
+
+class Preprocess:
+    """Decode, resize and normalize, the same in every arrangement: a batch of encoded files (uint8 CPU
+    tensors) decoded by decode_jpeg on the device (nvJPEG on the GPU), each image resized to SIDE x SIDE
+    (bilinear, no antialias), stacked, normalized with ImageNet's mean and std and copied into a target
+    tensor (a step's static input, or a split slot), queued on the current stream."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        import torchvision.io
+
+        self.torch, self.device = torch, device
+        self.decode_jpeg, self.rgb = torchvision.io.decode_jpeg, torchvision.io.ImageReadMode.RGB
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+
+    def __call__(self, files: list, target: Any) -> None:
+        decoded = self.decode_jpeg(files, mode=self.rgb, device=self.device)
+        batch = self.torch.cat([self._resized(image) for image in decoded])
+        target.copy_(batch.sub_(self.mean).div_(self.std))
+
+    def _resized(self, image: Any) -> Any:
+        """A decoded uint8 [3, H, W] image as float [1, 3, SIDE, SIDE], bilinear (no antialias)."""
+        interpolate = self.torch.nn.functional.interpolate
+        return interpolate(image[None].float(), (SIDE, SIDE), mode="bilinear", align_corners=False)
+
+
 class Step:
-    """One thread's pipeline: its stream, its static input and its CUDA graph of the shared model
-    (on the CPU: the eager model); called with a batch of encoded files (uint8 CPU tensors)."""
+    """One thread's pipeline: its lane, its static input and its CUDA graph of the shared model (on the
+    CPU: the eager model); called with a batch of encoded files (uint8 CPU tensors), or fed a batch
+    another process decoded (from_slot)."""
 
     def __init__(self, model: Any, batch: int, device: str) -> None:
         import torch
-        import torchvision.io
 
-        self.torch, self.device, self.on_gpu = torch, device, device == "cuda"
-        self.decode_jpeg, self.rgb = torchvision.io.decode_jpeg, torchvision.io.ImageReadMode.RGB
-        self.stream = torch.cuda.Stream() if self.on_gpu else None
-        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+        self.torch, self.on_gpu = torch, device == "cuda"
+        self.preprocess, self.lane = Preprocess(torch, device), Lane(torch, device)
         dtype = torch.float16 if self.on_gpu else torch.float32
         self.input = torch.zeros((batch, 3, SIDE, SIDE), dtype=dtype, device=device).contiguous(
             memory_format=torch.channels_last
@@ -108,127 +175,318 @@ class Step:
         """The model on the static input as a CUDA graph, captured on this step's stream after
         warm-up runs there."""
         torch = self.torch
-        with torch.no_grad(), torch.cuda.stream(self.stream):
+        with self.lane.running():
             for _ in range(3):
                 self.model(self.input)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self.stream):
+            with torch.cuda.graph(graph, stream=self.lane.stream):
                 self.output = self.model(self.input)
-        self.stream.synchronize()
+        self.lane.wait()
         return graph
 
-    def _resized(self, image: Any) -> Any:
-        """A decoded uint8 [3, H, W] image as float [1, 3, SIDE, SIDE], bilinear (no antialias)."""
-        interpolate = self.torch.nn.functional.interpolate
-        return interpolate(image[None].float(), (SIDE, SIDE), mode="bilinear", align_corners=False)
-
     def __call__(self, files: list) -> None:
+        with self.lane.running():
+            self.preprocess(files, self.input)
+            self._inferred()
+        self.lane.wait()
+
+    def from_slot(self, slot: Any, release: Callable[[], None]) -> None:
+        """A batch a decoder process left in `slot` copied into the static input (device to device, the
+        same layout), `release` called once the copy is done, then the rest of the step."""
+        with self.lane.running():
+            self.input.copy_(slot)
+            self.lane.wait()  # the copy done: the slot may be filled again
+            release()
+            self._inferred()
+        self.lane.wait()
+
+    def _inferred(self) -> None:
+        """The graph replayed (on the CPU: the eager model), softmax and top-5, and the top-5 copied to
+        host memory, queued on the current stream."""
         torch = self.torch
-        with torch.no_grad(), torch.cuda.stream(self.stream) if self.on_gpu else nullcontext():
-            decoded = self.decode_jpeg(files, mode=self.rgb, device=self.device)
-            batch = torch.cat([self._resized(image) for image in decoded])
-            self.input.copy_(batch.sub_(self.mean).div_(self.std))
-            if self.graph is not None:
-                self.graph.replay()
-                logits = self.output
-            else:
-                logits = self.model(self.input)
-            scores, labels = torch.softmax(logits.float(), dim=1).topk(5)
-            self.scores.copy_(scores, non_blocking=self.on_gpu)
-            self.labels.copy_(labels, non_blocking=self.on_gpu)
-        if self.stream is not None:
-            self.stream.synchronize()
+        if self.graph is not None:
+            self.graph.replay()
+            logits = self.output
+        else:
+            logits = self.model(self.input)
+        scores, labels = torch.softmax(logits.float(), dim=1).topk(5)
+        self.scores.copy_(scores, non_blocking=self.on_gpu)
+        self.labels.copy_(labels, non_blocking=self.on_gpu)
 
 
-def timed(steps: list[Step], batches: list[list], seconds: float) -> tuple[int, float]:
-    """Images done by the steps, each in a thread of its own, in `seconds`, and the seconds taken
-    (to the end of each thread's last step)."""
+def resnet(torch: Any, device: str) -> Any:
+    """torchvision's ResNet-50 with random weights, channels_last: fp16 on the GPU, fp32 on the CPU."""
+    import torchvision
+
+    model = torchvision.models.resnet50(weights=None).eval()
+    return (model.half() if device == "cuda" else model).to(device, memory_format=torch.channels_last)
+
+
+def batched(torch: Any, files: list[bytes], batch: int) -> list[list]:
+    """The files as uint8 tensors in batches of `batch`, one starting at every batch-th file (wrapping)."""
+    encoded = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
+    return [[encoded[(s + i) % len(encoded)] for i in range(batch)] for s in range(0, len(encoded), batch)]
+
+
+def cycled(batches: list[list], first: int) -> Iterator[list]:
+    """The batches in turn, forever, from the `first`th: each thread or decoder starts on its own."""
+    return itertools.islice(itertools.cycle(batches), first % len(batches), None)
+
+
+def timed(calls: list[Callable[[], int]], seconds: float) -> tuple[int, float]:
+    """Images done by the calls, each called over and over in a thread of its own for `seconds`, and
+    the seconds taken (to the end of each thread's last call)."""
     begun = time.perf_counter()
     end = begun + seconds
 
-    def loop(index: int) -> int:
-        done, turn = 0, index
+    def loop(call: Callable[[], int]) -> int:
+        done = 0
         while time.perf_counter() < end:
-            batch = batches[turn % len(batches)]
-            steps[index](batch)
-            done, turn = done + len(batch), turn + 1
+            done += call()
         return done
 
-    with ThreadPoolExecutor(len(steps)) as pool:
-        done = sum(pool.map(loop, range(len(steps))))
+    with ThreadPoolExecutor(len(calls)) as pool:
+        done = sum(pool.map(loop, calls))
     return done, time.perf_counter() - begun
 
 
+def stepping(step: Step, batches: list[list], first: int) -> Callable[[], int]:
+    """A thread's whole steps on the batches in turn, from the `first`th: one a call."""
+    turns = cycled(batches, first)
+
+    def call() -> int:
+        files = next(turns)
+        step(files)
+        return len(files)
+
+    return call
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Split's queues, made by the parent: the slots (their block) handed from the engine to the decoders,
+    and the indices of the free slots and of the filled ones."""
+
+    handout: Any
+    free: Any
+    filled: Any
+
+
+def consuming(step: Step, slots: list, exchange: Exchange) -> Callable[[], int]:
+    """A split engine thread's steps on the slots the decoders filled: one a call, the slot back in the
+    free queue once copied."""
+
+    def call() -> int:
+        index = exchange.filled.get(timeout=STALL_S)
+        step.from_slot(slots[index], lambda: exchange.free.put(index))
+        return len(step.input)
+
+    return call
+
+
+def slot_views(block: Any) -> list:
+    """Split's slots: block [S, batch, SIDE, SIDE, 3] as S tensors [batch, 3, SIDE, SIDE] in channels_last
+    layout, the layout of a step's static input, so that the engine's copy is one plain copy."""
+    return [slot.permute(0, 3, 1, 2) for slot in block]
+
+
 def worker(rank: int, threads: int, sets: dict[str, list[bytes]], args: dict, barrier: Any, results: Any) -> None:
-    """One process of an arrangement: `threads` steps on one model; per file set, warm-up, the
-    barrier, then --seconds of steps; reports {set, rank, images, seconds} (or an error) to `results`."""
+    """One process of threads_K or processes_K: `threads` steps on one model; per file set, warm-up,
+    the barrier, then --seconds of steps; reports {set, rank, images, seconds} (or an error) to `results`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a time limit's SIGINT: the parent ends its workers
     try:
         import torch
-        import torchvision
 
         device, batch = args["device"], args["batch"]
-        model = torchvision.models.resnet50(weights=None).eval()
-        model = (model.half() if device == "cuda" else model).to(device, memory_format=torch.channels_last)
+        model = resnet(torch, device)
         steps = [Step(model, batch, device) for _ in range(threads)]  # captured one by one, before any thread runs
         for name, files in sets.items():
-            encoded = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
-            batches = [[encoded[(s + i) % len(encoded)] for i in range(batch)] for s in range(0, len(encoded), batch)]
+            batches = batched(torch, files, batch)
             for step in steps:
                 for _ in range(WARM_STEPS if device == "cuda" else 0):
                     step(batches[0])
             barrier.wait(START_S)
-            done, seconds = timed(steps, batches, args["seconds"])
+            done, seconds = timed([stepping(step, batches, i) for i, step in enumerate(steps)], args["seconds"])
             results.put({"set": name, "rank": rank, "images": done, "seconds": round(seconds, 3)})
     except Exception as error:  # noqa: BLE001 - any failure is the arrangement's figure: said, not raised
-        results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"[-600:]})
-        barrier.abort()
+        report_failure(rank, error, barrier, results)
 
 
-def arrangement(processes: int, threads: int, sets: dict[str, list[bytes]], args: argparse.Namespace) -> dict:
-    """Per file set: images/s of `processes` processes of `threads` threads started together, summed,
-    and the GPU's busy share over the window; printed as each set finishes."""
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(processes + 1), context.Queue()
+def engine(
+    decoders: int,
+    threads: int,
+    exchange: Exchange,
+    sets: dict[str, list[bytes]],
+    args: dict,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """Split's engine process: the model once, `threads` steps on it, and 2 x `decoders` slots handed
+    to the decoders; per file set, every slot in the free queue, the barrier, --seconds of steps on the
+    batches the decoders filled, then the slots read back; reports {set, rank, images, seconds} (or an
+    error) to `results`. It ends once every decoder has let go of the slots."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import torch
+        import torch.multiprocessing  # its reducers share the slots (CUDA IPC; on the CPU shared memory)
+
+        device, batch = args["device"], args["batch"]
+        model = resnet(torch, device)
+        steps = [Step(model, batch, device) for _ in range(threads)]
+        block = torch.zeros((2 * decoders, batch, SIDE, SIDE, 3), dtype=steps[0].input.dtype, device=device)
+        if device == "cpu":
+            block.share_memory_()
+        slots = slot_views(block)
+        for _ in range(decoders):
+            exchange.handout.put(block)  # kept alive here until every decoder says RELEASED
+        for step in steps:
+            for _ in range(WARM_STEPS if device == "cuda" else 0):
+                step.from_slot(slots[0], lambda: None)
+        for name in sets:
+            for index in range(len(slots)):
+                exchange.free.put(index)
+            barrier.wait(START_S)
+            done, seconds = timed([consuming(step, slots, exchange) for step in steps], args["seconds"])
+            back = collected(exchange, decoders)
+            if sorted(back) != list(range(len(slots))):
+                raise RuntimeError(f"slots {sorted(back)} came back of {len(slots)}")
+            results.put({"set": name, "rank": 0, "images": done, "seconds": round(seconds, 3)})
+        for _ in range(decoders):  # the slots go with this process: not before every decoder let go of them
+            if exchange.filled.get(timeout=STALL_S) != RELEASED:
+                raise RuntimeError(f"a decoder's last word was not {RELEASED!r}")
+    except Exception as error:  # noqa: BLE001 - any failure is the arrangement's figure: said, not raised
+        report_failure(0, error, barrier, results)
+
+
+def collected(exchange: Exchange, decoders: int) -> list[int]:
+    """Split's slots back after a window: a poison pill per decoder in the free queue, behind the free
+    slots (which the decoders fill first), then the filled queue read until every decoder has stopped."""
+    for _ in range(decoders):
+        exchange.free.put(None)
+    back, stopped = [], 0
+    while stopped < decoders:
+        index = exchange.filled.get(timeout=STALL_S)
+        if index is None:
+            stopped += 1
+        else:
+            back.append(index)
+    return back
+
+
+def decoder(
+    rank: int, exchange: Exchange, sets: dict[str, list[bytes]], args: dict, barrier: Any, results: Any
+) -> None:
+    """One of split's decoder processes: the engine's slots; per file set, warm-up into a slot-shaped
+    tensor of its own, the barrier, then a batch decoded into each free slot it takes, on its own stream,
+    until a poison pill; reports {set, rank, decoded, seconds} (or an error) to `results`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import torch
+        import torch.multiprocessing  # its reducers rebuild the engine's slots from their handles
+
+        device = args["device"]
+        preprocess, lane = Preprocess(torch, device), Lane(torch, device)
+        block = exchange.handout.get(timeout=START_S)
+        slots = slot_views(block)
+        scratch = torch.empty_like(slots[0])
+        for name, files in sets.items():
+            batches = batched(torch, files, args["batch"])
+            for _ in range(WARM_STEPS if device == "cuda" else 0):
+                with lane.running():
+                    preprocess(batches[0], scratch)
+                lane.wait()
+            turns = cycled(batches, rank)
+            barrier.wait(START_S)
+            begun, decoded = time.perf_counter(), 0
+            while (index := exchange.free.get(timeout=STALL_S)) is not None:
+                files = next(turns)
+                with lane.running():
+                    preprocess(files, slots[index])
+                lane.wait()
+                exchange.filled.put(index)
+                decoded += len(files)
+            exchange.filled.put(None)  # stopped: every slot it took is in the filled queue
+            results.put(
+                {"set": name, "rank": rank, "decoded": decoded, "seconds": round(time.perf_counter() - begun, 3)}
+            )
+        del slots, block  # the engine's memory let go before the engine ends
+        exchange.filled.put(RELEASED)
+    except Exception as error:  # noqa: BLE001 - any failure is the arrangement's figure: said, not raised
+        report_failure(rank, error, barrier, results)
+
+
+def report_failure(rank: int, error: Exception, barrier: Any, results: Any) -> None:
+    """A process's failure reported to the parent, and the barrier broken so that the others stop waiting."""
+    results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"[-600:]})
+    barrier.abort()
+
+
+Roles = list[tuple[Callable[..., None], tuple]]
+
+
+def roles(kind: str, count: int, engine_threads: int, context: Any) -> Roles:
+    """The processes of arrangement `kind`_`count`: each one's target and its leading arguments."""
+    if kind == "threads":
+        return [(worker, (0, count))]
+    if kind == "processes":
+        return [(worker, (rank, 1)) for rank in range(count)]
+    exchange = Exchange(context.Queue(), context.Queue(), context.Queue())
+    return [(engine, (count, engine_threads, exchange))] + [(decoder, (r, exchange)) for r in range(1, count + 1)]
+
+
+def arrangement(
+    label: str, launched: Roles, context: Any, sets: dict[str, list[bytes]], args: argparse.Namespace
+) -> dict:
+    """Per file set: images/s of the processes `launched` names, started together, summed, and the GPU's
+    busy share over the window; printed as each set finishes."""
+    barrier, results = context.Barrier(len(launched) + 1), context.Queue()
     settings = {"device": args.device, "batch": args.batch, "seconds": args.seconds}
-    workers = [
-        context.Process(target=worker, args=(rank, threads, sets, settings, barrier, results), daemon=True)
-        for rank in range(processes)
+    processes = [
+        context.Process(target=target, args=(*lead, sets, settings, barrier, results), daemon=True)
+        for target, lead in launched
     ]
-    for process in workers:
+    for process in processes:
         process.start()
-    label = f"threads={threads}" if processes == 1 else f"processes={processes}"
     rows: dict[str, Any] = {}
     finished = False
     try:
         for name in sets:
             barrier.wait(START_S)
             with GpuUtilization() as busy:
-                reports = [results.get(timeout=args.seconds + 120) for _ in workers]
+                reports = reported(results, len(processes), args.seconds + 120)
             failed = [r["error"] for r in reports if "error" in r]
             if failed:
                 rows["errors"] = failed
                 print(f"{label:13s} failed: {failed[0]}", flush=True)
                 break
+            reports.sort(key=lambda r: r["rank"])
             rows[name] = {
-                "images_per_s": round(sum(r["images"] / r["seconds"] for r in reports), 1),
+                "images_per_s": round(sum(r["images"] / r["seconds"] for r in reports if "images" in r), 1),
                 "gpu_busy_percent": busy.mean,
-                "per_process": [{"images": r["images"], "seconds": r["seconds"]} for r in reports],
+                "per_process": [{k: v for k, v in r.items() if k not in ("set", "rank")} for r in reports],
             }
             rate, share = rows[name]["images_per_s"], "-" if busy.mean is None else f"{busy.mean}%"
             print(f"{label:13s} {name:6s} {rate:9.1f} images/s, GPU busy {share}", flush=True)
-        finished = True
+        finished = "errors" not in rows
     except (threading.BrokenBarrierError, queue.Empty) as error:
         # a worker's own error first; the others' broken barrier after it
         said = sorted(set(drained(results)), key=lambda e: ("BrokenBarrierError" in e, e))
         rows["errors"] = said or [f"{type(error).__name__} in the parent: no worker said why"]
         print(f"{label:13s} failed: {rows['errors'][0]}", flush=True)
     finally:
-        for process in workers:
+        for process in processes:
             process.join(timeout=30 if finished else 0)
             if process.is_alive():
                 process.terminate()
     return rows
+
+
+def reported(results: Any, count: int, timeout: float) -> list[dict]:
+    """The processes' reports on a file set: `count` of them, or fewer up to the first error."""
+    reports: list[dict] = []
+    while len(reports) < count and not any("error" in r for r in reports):
+        reports.append(results.get(timeout=timeout))
+    return reports
 
 
 def drained(results: Any) -> list[str]:
@@ -264,6 +522,8 @@ def main() -> int:
     parser.add_argument("--files", type=lambda t: t.split(","), default=list(FILE_SETS), help="file sets: small,mixed")
     parser.add_argument("--threads", type=counts, default=[1, 2, 4], help="one process of K threads, each K")
     parser.add_argument("--processes", type=counts, default=[2, 4, 6], help="K processes of one thread, each K")
+    parser.add_argument("--split", type=counts, default=[4, 6], help="K decoder processes and one engine, each K")
+    parser.add_argument("--split-engine-threads", type=int, default=2, help="the split engine's threads")
     parser.add_argument("--seconds", type=float, default=5.0, help="the measured window of each arrangement")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test of the code")
@@ -274,6 +534,8 @@ def main() -> int:
         parser.error(f"--files: no file set {sorted(unknown)} (there are {list(FILE_SETS)})")
     if args.batch < 1:
         parser.error("--batch: at least 1")
+    if args.split_engine_threads < 1:
+        parser.error("--split-engine-threads: at least 1")
 
     sets = {name: file_set(name) for name in args.files}
     record: dict[str, Any] = {
@@ -287,12 +549,18 @@ def main() -> int:
     }
     for name, found in record["file_sets"].items():
         print(f"{name}: {found}", flush=True)
-    plan = [(1, k) for k in args.threads] + [(k, 1) for k in args.processes]
+    context = multiprocessing.get_context("spawn")
+    plan = [("threads", k) for k in args.threads] + [("processes", k) for k in args.processes]
+    plan += [("split", k) for k in args.split]
     try:
-        for processes, threads in plan:
-            key = f"threads_{threads}" if processes == 1 else f"processes_{processes}"
-            record["arrangements"][key] = arrangement(processes, threads, sets, args)
+        for kind, count in plan:
+            begun = time.perf_counter()
+            launched = roles(kind, count, args.split_engine_threads, context)
+            shape = {"decoders": count, "engine_threads": args.split_engine_threads} if kind == "split" else {}
+            rows = arrangement(f"{kind}={count}", launched, context, sets, args)
+            record["arrangements"][f"{kind}_{count}"] = {**shape, **rows}
             write_json(args.out, summarized(record))  # each arrangement kept, whatever comes next
+            print(f"{kind}={count} took {time.perf_counter() - begun:.0f} s", flush=True)
     except KeyboardInterrupt:  # a time limit's SIGINT (timeout -s INT): keep what was measured
         record["interrupted"] = f"interrupted after {list(record['arrangements'])}"
         print(record["interrupted"], flush=True)

@@ -154,8 +154,10 @@
 #             (one per thread), 2 and 4 threads; needs stash-gpu before setup -> engine_host_ceiling_<decoder>.json
 #   jpeg-probe  issue 36 (after setup): bench/jpeg_probe.py, the issue's stand-alone JPEG probe in the repo (nvJPEG
 #             decode of 64 files, resize, normalize, ResNet-50 fp16 channels_last as a CUDA graph, top-5 to the host)
-#             in one process of 1, 2, 4 threads and in 2, 4, 6 processes, each on the probe's 500x375 files and on
-#             the bench's mixed ones; then (f) at 2 and 4 threads on the 500x375 files
+#             in one process of 1, 2, 4 threads, in 2, 4, 6 processes, and split: 4 and 6 decoder processes filling
+#             batch slots that one engine process of 2 threads (the model once) shares with them by CUDA IPC; each
+#             on the probe's 500x375 files and on the bench's mixed ones; then (f) at 2 and 4 threads on the
+#             500x375 files
 #             -> jpeg_probe.json, engine_host_ceiling_small.json
 #   engine-host-jpeg-nvimgcodec  the JPEG case with the host decoding by nvImageCodec, 6 instances, beside today's
 #             6 sync instances (torchvision) and the null model, 256 and 512 clients -> engine_host_nvimgcodec.json
@@ -265,7 +267,7 @@ for stage in "$@"; do
       done
       ;;
     jpeg-probe)
-      timeout -s INT 260 python3 bench/jpeg_probe.py --out "$OUT/jpeg_probe.json" 2>&1 | tail -n 30
+      timeout -s INT 330 python3 bench/jpeg_probe.py --out "$OUT/jpeg_probe.json" 2>&1 | tail -n 40
       timeout -s INT 100 python3 bench/engine_host.py --runtime torch --case ceiling --ceiling-threads 2,4 --seconds 5 \
         --file-set small --out "$OUT/engine_host_ceiling_small.json" 2>&1 | grep -v '^[IWE]12' | tail -n 6
       ;;
