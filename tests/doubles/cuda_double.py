@@ -58,6 +58,8 @@ class cudaError_t(enum.IntEnum):  # noqa: N801 (CUDA's names)
     cudaErrorInvalidResourceHandle = 400
     cudaErrorIllegalState = 401
     cudaErrorNotReady = 600
+    cudaErrorHostMemoryAlreadyRegistered = 712
+    cudaErrorHostMemoryNotRegistered = 713
     cudaErrorIllegalAddress = 700
     cudaErrorStreamCaptureUnsupported = 900
     cudaErrorStreamCaptureInvalidated = 901
@@ -75,6 +77,8 @@ ERROR_STRINGS = {
     cudaError_t.cudaErrorInvalidResourceHandle: "invalid resource handle",
     cudaError_t.cudaErrorIllegalState: "the operation cannot be performed in the present state",
     cudaError_t.cudaErrorNotReady: "device not ready",
+    cudaError_t.cudaErrorHostMemoryAlreadyRegistered: "part or all of the requested memory range is already mapped",
+    cudaError_t.cudaErrorHostMemoryNotRegistered: "pointer does not correspond to a registered memory region",
     cudaError_t.cudaErrorIllegalAddress: "an illegal memory access was encountered",
     cudaError_t.cudaErrorStreamCaptureUnsupported: "operation not permitted when stream is capturing",
     cudaError_t.cudaErrorStreamCaptureInvalidated: "operation failed due to a previous error during capture",
@@ -198,6 +202,7 @@ class FakeCudart:
     cudaEventDisableTiming = 2
     cudaHostAllocDefault = 0
     cudaHostAllocPortable = 1
+    cudaHostRegisterPortable = 1
 
     def __init__(self, devices: tuple[FakeDevice, ...] = (FakeDevice(),)) -> None:
         self.devices = devices
@@ -210,6 +215,7 @@ class FakeCudart:
         self._next_device_ptr = DEVICE_BASE
         self.device_memory: dict[int, tuple[int, bytearray]] = {}  # ptr -> (device, bytes)
         self.host_memory: dict[int, ctypes.Array] = {}
+        self.registered: dict[int, int] = {}  # host memory page-locked in place: address -> bytes
         self.streams: dict[int, _Stream] = {}
         self.events: dict[int, _Event] = {}
         self.graphs: dict[int, tuple[tuple[str, Work], ...]] = {}
@@ -240,7 +246,8 @@ class FakeCudart:
 
     def _is_pinned(self, ptr: int, nbytes: int) -> bool:
         return any(base <= ptr and ptr + nbytes <= base + ctypes.sizeof(buffer)
-                   for base, buffer in self.host_memory.items())
+                   for base, buffer in self.host_memory.items()) or any(
+            base <= ptr and ptr + nbytes <= base + size for base, size in self.registered.items())
 
     @staticmethod
     def _check_host(ptr: int) -> None:
@@ -439,6 +446,26 @@ class FakeCudart:
         with self._lock:
             found = self.host_memory.pop(int(ptr), None)
         return OK if found is not None else (cudaError_t.cudaErrorInvalidValue,)
+
+    @api()
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> tuple:  # noqa: N802
+        """Page-locks existing host memory in place; a range overlapping one registered already is
+        refused (cudaErrorHostMemoryAlreadyRegistered), as CUDA does."""
+        self._check_host(ptr)
+        if size <= 0:
+            return (cudaError_t.cudaErrorInvalidValue,)
+        with self._lock:
+            if any(ptr < base + length and base < ptr + size for base, length in self.registered.items()):
+                return (cudaError_t.cudaErrorHostMemoryAlreadyRegistered,)
+            self.registered[int(ptr)] = int(size)
+        return OK
+
+    @api()
+    def cudaHostUnregister(self, ptr: int) -> tuple:  # noqa: N802
+        """Only the address a registration began at unregisters it (CUDA's rule)."""
+        with self._lock:
+            found = self.registered.pop(int(ptr), None)
+        return OK if found is not None else (cudaError_t.cudaErrorHostMemoryNotRegistered,)
 
     @api()
     def cudaMemcpyAsync(self, dst: int, src: int, count: int, kind: cudaMemcpyKind,  # noqa: N802

@@ -198,6 +198,16 @@ class DeviceBuffer(_Resource):
         self._own("cudaFree", self.ptr)
 
 
+def host_register(ptr: int, nbytes: int) -> None:
+    """Page-lock `nbytes` of existing host memory at `ptr` in place, for every device
+    (cudaHostRegisterPortable): device copies then read it by DMA, with no staging."""
+    _call("cudaHostRegister", ptr, nbytes, _rt().cudaHostRegisterPortable)
+
+
+def host_unregister(ptr: int) -> None:
+    _call("cudaHostUnregister", ptr)
+
+
 IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
 
@@ -256,6 +266,12 @@ def memcpy_htod_async(dst_ptr: int, host_array: np.ndarray, nbytes: int, stream:
         _rt().cudaMemcpyKind.cudaMemcpyHostToDevice,
         stream.handle,
     )
+
+
+def memcpy_htod_from_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
+    """Queue a copy of nbytes of host memory at `src_ptr` (page-locked: read by DMA after this
+    returns, so it must stay unchanged until the stream passes) to device memory."""
+    _call("cudaMemcpyAsync", dst_ptr, src_ptr, nbytes, _rt().cudaMemcpyKind.cudaMemcpyHostToDevice, stream.handle)
 
 
 def memcpy_dtoh_async(host_array: np.ndarray, src_ptr: int, nbytes: int, stream: Stream) -> None:

@@ -18,8 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 
 from trtpool.gpu import cuda
+from trtpool.gpu.pinned_regions import is_pinned
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
+DMA_WORTH_BYTES = 32 << 10  # a copy call costs what gathering this many bytes does (a few µs)
 MAX_SLICES = 8  # enough to keep the DMA busy behind the gather; each slice costs a copy call
 ONE_PIECE = {"threads": 1, "slice_bytes": None}  # one gather, one copy: the baseline host_copies measures
 
@@ -54,6 +56,21 @@ def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarr
             np.copyto(out[low:high], parts[index][low - offset : high - offset], casting="no")
 
 
+def pinned_runs(parts: Sequence[np.ndarray], dtype: np.dtype) -> list[tuple[int, int]] | None:
+    """The parts as (address, nbytes) runs of adjacent memory where every one is C-contiguous,
+    of `dtype` and page-locked in place; else None (they go through staging)."""
+    runs: list[tuple[int, int]] = []
+    for part in parts:
+        if part.dtype != dtype or not part.flags.c_contiguous or not is_pinned(part):
+            return None
+        address = int(part.ctypes.data)
+        if runs and sum(runs[-1]) == address:
+            runs[-1] = (runs[-1][0], runs[-1][1] + part.nbytes)
+        else:
+            runs.append((address, part.nbytes))
+    return runs
+
+
 class HostUploader:
     """Gathers host parts into pinned staging and queues their copy to the device.
     One per runtime, shared by its contexts (thread-safe). `threads` counts the
@@ -69,7 +86,18 @@ class HostUploader:
         joined shape) and queue its copy to `device_ptr` on `stream`.
 
         Returns once the parts are no longer read (the DMA from staging may still
-        run: the staging buffer must not be refilled before the stream passes it)."""
+        run: the staging buffer must not be refilled before the stream passes it).
+        Parts that are page-locked where they lie (trtpool.gpu.pinned_regions: an engine
+        host's input slabs) skip staging where their runs of adjacent parts are few or large
+        enough to be worth a copy call each: the DMA reads them after this returns, and their
+        owner keeps them unchanged until then."""
+        runs = pinned_runs(parts, staging.dtype) if staging.ndim else None
+        if runs is not None and (len(runs) == 1 or staging.nbytes >= len(runs) * DMA_WORTH_BYTES):
+            offset = 0
+            for address, nbytes in runs:
+                cuda.memcpy_htod_from_async(device_ptr + offset, address, nbytes, stream)
+                offset += nbytes
+            return
         if staging.ndim == 0:
             np.copyto(staging, parts[0], casting="no")
             cuda.memcpy_htod_async(device_ptr, staging.reshape(1), staging.nbytes, stream)

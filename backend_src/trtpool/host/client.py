@@ -28,7 +28,7 @@ from trtpool.gpu.device_tensors import is_device, to_host
 from trtpool.host import protocol, wire
 from trtpool.host.device_slab import ImportedSlab, can_travel, room_for_device
 from trtpool.host.launch import Launcher
-from trtpool.host.slab import GrowingSlab, Slab, room_for
+from trtpool.host.slab import GrowingSlab, Slab, input_major, room_for
 from trtpool.model.signature import Signature
 
 log = logging.getLogger("trtpool")
@@ -132,15 +132,14 @@ class HostClient:
         on_gpu = [{n: t for n, t in r.items() if is_device(t)} for r in requests]
         in_host = [{n: t for n, t in r.items() if not is_device(t)} for r in requests]
         slab = self._inputs.room(room_for(t for tensors in in_host for t in tensors.values()))
-        wired, offset, device_offset = [], 0, 0
-        for tensors, gpu_tensors, probe in zip(in_host, on_gpu, probes, strict=True):
-            descriptors, offset = slab.write(tensors, offset)
-            entry: dict[str, Any] = {"probe": probe, "inputs": descriptors}
-            if gpu_tensors:
-                assert device_slab is not None  # _placed() leaves GPU tensors only where one can be had
-                entry["device_inputs"], device_offset = device_slab.write(gpu_tensors, device_offset)
-            wired.append(entry)
-        if device_slab is not None:
+        wired: list[dict[str, Any]] = [
+            {"probe": probe, "inputs": descriptors}
+            for probe, descriptors in zip(probes, input_major(slab.write, in_host), strict=True)
+        ]
+        if device_slab is not None:  # else _placed() left no GPU tensor
+            for entry, descriptors in zip(wired, input_major(device_slab.write, on_gpu), strict=True):
+                if descriptors:
+                    entry["device_inputs"] = descriptors
             device_slab.finish()
         run_id = next(self._ids)
         wire.send(self._sock, {"op": "run", "id": run_id, "requests": wired}, self._inputs.handover())

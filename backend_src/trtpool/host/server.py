@@ -33,6 +33,7 @@ import numpy as np
 from trtpool.errors import ProcessError, TrtpoolError
 from trtpool.gpu import cuda
 from trtpool.gpu.device_tensors import is_device
+from trtpool.gpu.pinned_regions import PinnedRegion, pinned
 from trtpool.host import protocol, wire
 from trtpool.host.device_slab import ExportedSlab
 from trtpool.host.engine import Answer, Merger, Reply
@@ -80,6 +81,9 @@ class Connection:
         self.outputs = GrowingSlab(f"trtpool-out-{number}", OUTPUT_SLAB_BYTES)
         self._send_lock = threading.Lock()
         self._running: int | None = None  # the id of the run in flight
+        self._closed = False
+        self._state = threading.Lock()  # _running and _closed, set by the worker answering and by close()
+        self._pinned: PinnedRegion | None = None  # the input slab, page-locked on a GPU
 
     def serve(self) -> None:
         try:
@@ -126,14 +130,16 @@ class Connection:
             for fd in fds:
                 os.close(fd)
             raise wire.MessageError(f"a run came with {len(fds)} file descriptors, expected at most 1")
-        if fds:  # a new input slab: the old one's memory goes once no view of it is left
-            self.inputs = Slab.attach(fds[0])
         run_id = message.get("id")
+        if self._running is not None:  # (before a new slab is taken: the run in flight may read the old one)
+            for fd in fds:
+                os.close(fd)
+            raise wire.MessageError(f"run {run_id} came while run {self._running} is in flight")
+        if fds:  # a new input slab: the old one's memory goes once no view of it is left
+            self._take_inputs(Slab.attach(fds[0]))
         requests = message.get("requests")
         if not isinstance(run_id, int) or not isinstance(requests, list) or self.inputs is None:
             raise wire.MessageError("a run needs an integer 'id', a list of 'requests' and an input slab")
-        if self._running is not None:
-            raise wire.MessageError(f"run {run_id} came while run {self._running} is in flight")
         tensors = []
         probes = []
         for request in requests:
@@ -146,8 +152,24 @@ class Connection:
                 inputs.update(self.device_inputs.read(request["device_inputs"]))
             tensors.append(inputs)
             probes.append(request.get("probe") is True)
-        self._running = run_id
+        with self._state:
+            self._running = run_id
         self.host.submit(tensors, probes, Reply(len(tensors), lambda answers: self._answer(run_id, answers)))
+
+    def _take_inputs(self, slab: Slab) -> None:
+        """The instance's new input slab, page-locked in place on a GPU (the old one unlocked
+        first: no run of this connection is in flight, so no copy reads it)."""
+        self._unpin()
+        self.inputs = slab
+        self._pinned = self.host.pin(slab, f"the input slab of instance pid {self.peer}")
+
+    def _unpin(self) -> None:
+        if self._pinned is not None:
+            try:
+                self._pinned.close()
+            except cuda.CudaError as exc:
+                log.warning("engine host: unlocking the input slab of instance pid %d: %s", self.peer, exc)
+            self._pinned = None
 
     def _export_device_slab(self, nbytes: Any) -> wire.Message:
         """A new device slab for this instance's GPU inputs (the old one goes once no batch reads
@@ -178,7 +200,11 @@ class Connection:
                 ProcessError(f"an output could not be sent back: {type(exc).__name__}: {exc}")
             )
             wired = [error] * len(answers)
-        self._running = None
+        with self._state:
+            self._running = None
+            gone = self._closed
+        if gone:  # its instance went while the run was in flight: nothing reads the slab any more
+            self._unpin()
         self._send_quietly({"op": "answer", "id": run_id, "answers": wired}, self.outputs.handover())
 
     def _write_answers(self, answers: list[Answer]) -> list[dict[str, Any]]:
@@ -208,12 +234,17 @@ class Connection:
                 self.sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        with self._state:
+            self._closed = True
+            idle = self._running is None
         try:
             self.sock.close()
         finally:
             self.outputs.close()
             if self.inputs is not None:
                 self.inputs.close()
+            if idle:  # else the run in flight unlocks it once answered
+                self._unpin()
             self.device_inputs = None  # freed once no batch in flight reads it
 
 
@@ -299,6 +330,15 @@ class Host:
             rows = sum(next(iter(t.values())).shape[0] if batched and t else 1 for t in served_tensors)
             on_gpu = frozenset(name for t in served_tensors for name, tensor in t.items() if is_device(tensor))
             self.merger.submit(served_tensors, served, rows, on_gpu)
+
+    def pin(self, slab: Slab, what: str) -> PinnedRegion | None:
+        """An instance's input slab page-locked in place where the model runs on a GPU: its rows
+        go to the device by DMA from where they lie (trtpool.gpu.host_upload)."""
+        device = self.spec["device"]
+        if not device.startswith("cuda"):
+            return None
+        cuda.set_device(cuda.device_index(device))
+        return pinned(slab.memory, what)
 
     def device_slab(self, nbytes: int) -> ExportedSlab:
         """Device memory on the model's GPU for one instance's GPU inputs, exported to it."""

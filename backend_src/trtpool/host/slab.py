@@ -22,7 +22,7 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from math import prod
 from typing import Any
 
@@ -65,6 +65,23 @@ def nbytes_of(array: np.ndarray) -> int:
 def room_for(tensors: Iterable[np.ndarray]) -> int:
     """The slab bytes a set of tensors needs, alignment included."""
     return sum(aligned(nbytes_of(t)) for t in tensors)
+
+
+Write = Callable[[dict[str, Any], int], tuple[list[Descriptor], int]]
+
+
+def input_major(write: Write, batch: list[dict[str, Any]]) -> list[list[Descriptor]]:
+    """Each request's descriptors, its tensors written input by input (every request's first
+    input, then every request's second, ...): one input's rows lie side by side, so the host
+    copies them to the device in one piece where each is a multiple of ALIGN bytes."""
+    descriptors: list[list[Descriptor]] = [[] for _ in batch]
+    offset = 0
+    for name in dict.fromkeys(name for tensors in batch for name in tensors):
+        for index, tensors in enumerate(batch):
+            if name in tensors:
+                written, offset = write({name: tensors[name]}, offset)
+                descriptors[index] += written
+    return descriptors
 
 
 def checked(descriptor: Any, region_size: int) -> tuple[str, np.dtype, tuple[int, ...], int, int]:

@@ -4,12 +4,15 @@ stream is synchronized, reading the host memory then, as a real DMA does).
 Every result is read back from the device and compared with np.concatenate."""
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 
 from tests.doubles.cuda_double import FakeCudart
 from trtpool.gpu import cuda
 from trtpool.gpu.host_upload import HostUploader, row_slices
+from trtpool.gpu.pinned_regions import PinnedRegion
 
 
 @pytest.fixture
@@ -85,3 +88,62 @@ def test_a_part_of_another_type_is_refused(fake):
             uploader.upload(parts, staging, device.ptr, stream)
     finally:
         uploader.close()
+
+
+def slab_rows(memory: mmap.mmap, rows: list[int], row_floats: int, gap: int = 0) -> list[np.ndarray]:
+    """Parts as an engine host reads them: float32 views of one mapping, `gap` bytes apart."""
+    parts, offset = [], 0
+    for count in rows:
+        parts.append(np.frombuffer(memory, np.float32, count * row_floats, offset).reshape(count, row_floats))
+        parts[-1][...] = (np.arange(parts[-1].size, dtype=np.float32) + offset).reshape(parts[-1].shape)
+        offset += parts[-1].nbytes + gap
+    return parts
+
+
+def test_parts_page_locked_in_place_go_by_dma_from_where_they_lie(fake):
+    """An engine host's input slab, registered: its rows skip staging, one copy per run of
+    adjacent parts, read by the DMA when the stream runs (so the slab's owner must not change
+    them before then: here a change made before the synchronize is what arrives)."""
+    memory = mmap.mmap(-1, 1 << 20)
+    region = PinnedRegion(memory)
+    uploader = HostUploader(threads=2, slice_bytes=1024)
+    try:
+        parts = slab_rows(memory, [1, 1, 2], 16 << 10)  # 64 KiB rows, side by side: one run
+        staging = cuda.pinned_allocator(np.float32, 4 * (16 << 10)).reshape(4, 16 << 10)
+        staging[...] = -1
+        device, stream = cuda.DeviceBuffer(staging.nbytes), cuda.Stream()
+        before = fake.calls["cudaMemcpyAsync"]
+        uploader.upload(parts, staging, device.ptr, stream)
+        assert fake.calls["cudaMemcpyAsync"] - before == 1
+        expected = np.concatenate(parts).copy()
+        parts[0][0, 0] = 12345.0  # after the call, before the stream ran: the DMA reads it
+        expected[0, 0] = 12345.0
+        back = cuda.pinned_allocator(np.float32, staging.size)
+        cuda.memcpy_dtoh_async(back, device.ptr, staging.nbytes, stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(back.reshape(staging.shape), expected)
+        assert (staging == -1).all(), "the rows went through staging"
+    finally:
+        uploader.close()
+        region.close()
+
+
+@pytest.mark.parametrize("case", ["small runs", "not registered", "registration closed"])
+def test_other_parts_are_gathered_into_staging(fake, case):
+    """Many small runs (a copy call each would cost more than gathering them), memory that is
+    not page-locked, or no longer: the parts go through staging as before."""
+    memory = mmap.mmap(-1, 1 << 20)
+    region = PinnedRegion(memory) if case != "not registered" else None
+    if case == "registration closed":
+        region.close()
+    uploader = HostUploader(threads=1, slice_bytes=None)
+    try:
+        parts = slab_rows(memory, [1] * 8, 16, gap=64) if case == "small runs" else slab_rows(memory, [2, 2], 4096)
+        shape = (8, 16) if case == "small runs" else (4, 4096)
+        before = fake.calls["cudaMemcpyAsync"]
+        np.testing.assert_array_equal(through_device(uploader, parts, shape), np.concatenate(parts))
+        assert fake.calls["cudaMemcpyAsync"] - before == 1 + 1  # one piece up through staging, one back
+    finally:
+        uploader.close()
+        if region is not None:
+            region.close()

@@ -65,9 +65,12 @@ def test_a_tensorrt_engine_takes_the_host_path_with_the_doubles(tmp_path):
         def work(client: HostClient, seed: int) -> None:
             rng = np.random.default_rng(seed)
             for _ in range(10):
+                # one request a run goes to the device by DMA straight from the host's page-locked
+                # input slab; several go through staging (small runs: trtpool.gpu.host_upload)
+                count = int(rng.integers(1, 4))
                 requests = [{"x": rng.standard_normal((int(rng.integers(1, 6)), K)).astype(np.float32)}
-                            for _ in range(3)]
-                for request, answer in zip(requests, client.run(requests, [False] * 3)):
+                            for _ in range(count)]
+                for request, answer in zip(requests, client.run(requests, [False] * count), strict=True):
                     expected = linear_reference(request["x"], W, B)
                     np.testing.assert_allclose(answer["y"], expected["y"], rtol=1e-5, atol=1e-5)
                     np.testing.assert_array_equal(answer["top"], expected["top"])
