@@ -55,24 +55,17 @@ def gpu_served(start_server, tmp_path_factory):
         write_config(folder, config)
     # Three thin instances forwarding to one engine host; Triton copies CUDA-shm inputs to host
     # memory for them (FORCE_CPU_ONLY_INPUT_TENSORS yes), so they need no CUDA of their own.
-    folder = make_model_folder(repo, "resnet_host", onnx, profiles,
-                               ServingOptions(runtime="torch", contexts="2", mode="sync", instance_kind="gpu"))
-    config = read_config(folder)
-    config.parameters["model_file"].string_value = "model.onnx"
-    config.parameters["engine_host"].string_value = "on"
-    config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "yes"
-    config.instance_group[0].count = 3
-    write_config(folder, config)
-    # Two thin instances that take CUDA-shm inputs on the GPU (FORCE_CPU_ONLY_INPUT_TENSORS no) and
-    # copy them into device memory their engine host exported to them (CUDA IPC).
-    folder = make_model_folder(repo, "resnet_host_ipc", onnx, profiles,
-                               ServingOptions(runtime="torch", contexts="2", mode="sync", instance_kind="gpu"))
-    config = read_config(folder)
-    config.parameters["model_file"].string_value = "model.onnx"
-    config.parameters["engine_host"].string_value = "on"
-    config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
-    config.instance_group[0].count = 2
-    write_config(folder, config)
+    # Two more that take CUDA-shm inputs on the GPU (no) and copy them into device memory their
+    # engine host exported to them (CUDA IPC).
+    for name, cpu_only_inputs, count in (("resnet_host", "yes", 3), ("resnet_host_ipc", "no", 2)):
+        folder = make_model_folder(repo, name, onnx, profiles,
+                                   ServingOptions(runtime="torch", contexts="2", mode="sync", instance_kind="gpu"))
+        config = read_config(folder)
+        config.parameters["model_file"].string_value = "model.onnx"
+        config.parameters["engine_host"].string_value = "on"
+        config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = cpu_only_inputs
+        config.instance_group[0].count = count
+        write_config(folder, config)
     server = start_server(repo)
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
