@@ -81,7 +81,8 @@ def test_http_and_grpc_match_onnxruntime(gpu_served, model):
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     close_enough(grpc.infer(model, [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
     if model == "resnet_host":  # its input slabs were page-locked: the rows went by DMA from the slab
-        assert "stays pageable" not in server.log_text()
+        log = server.log_text()
+        assert "stays pageable" not in log and "is page-locked in place" in log
 
 
 @pytest.mark.parametrize("model", ["resnet_sync", "resnet_pipelined", "resnet_host", "resnet_host_ipc"])

@@ -46,10 +46,14 @@ def pinned(memory: mmap.mmap | None, what: str) -> PinnedRegion | None:
     if memory is None:
         return None
     try:
-        return PinnedRegion(memory)
+        region = PinnedRegion(memory)
     except cuda.CudaError as exc:
         log.warning("%s stays pageable (its rows go through pinned staging): %s", what, exc)
         return None
+    log.info(
+        "%s is page-locked in place (%s bytes): its rows go to the GPU by DMA from there", what, f"{region.nbytes:,}"
+    )
+    return region
 
 
 def is_pinned(array: np.ndarray) -> bool:

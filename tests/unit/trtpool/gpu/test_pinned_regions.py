@@ -41,3 +41,7 @@ def test_memory_cuda_refuses_to_lock_stays_pageable_and_says_why(fake, caplog):
     assert "cudaErrorHostMemoryAlreadyRegistered" in caplog.text
     first.close()
     assert pinned(None, "nothing") is None
+    with caplog.at_level(logging.INFO, logger="trtpool"):
+        again = pinned(memory, "the input slab of instance pid 8")
+    assert again is not None and "the input slab of instance pid 8 is page-locked in place (4,096 bytes)" in caplog.text
+    again.close()
