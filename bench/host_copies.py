@@ -9,8 +9,11 @@
 
 each with the batch gathered in one piece then copied (what trtpool did before)
 and in slices on the default threads, and with the batch as 32 requests of one
-row (batch-1 clients) and as one request of 32 (a batch-32 client). Medians of
---repeats runs after warm-up.
+row (batch-1 clients) and as one request of 32 (a batch-32 client). Then
+in_place_requests_32x1: the 32 rows side by side in one page-locked mapping, as an
+engine host reads an instance's input slab (trtpool.gpu.pinned_regions), copied to
+the device by DMA from where they lie, with no staging. Medians of --repeats runs
+after warm-up.
 
     python bench/host_copies.py --model resnet50 --onnx /tmp/resnet50.onnx --precision fp16 \\
         --output bench/results/h200/host_copies.json
@@ -18,6 +21,7 @@ row (batch-1 clients) and as one request of 32 (a batch-32 client). Medians of
 
 from __future__ import annotations
 
+import mmap
 import statistics
 import sys
 import time
@@ -26,10 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np
+
 from bench.inprocess import example_options, inputs_for, load, parse_args
 from bench.record import provenance, write_json
 from trtpool.gpu import cuda
 from trtpool.gpu.host_upload import ONE_PIECE, SLICE_BYTES, HostUploader, default_threads
+from trtpool.gpu.pinned_regions import PinnedRegion
 from trtpool.runtimes.base import Parts
 from trtpool_builder.examples import write_example
 
@@ -84,6 +91,18 @@ def whole_batch(parts: Parts, context: Any, repeats: int) -> dict[str, float]:
     return {"submit_host_ms": median_ms(submit), "submit_to_complete_ms": median_ms(total)}
 
 
+def in_place(batch: dict[str, np.ndarray]) -> tuple[Parts, list[PinnedRegion]]:
+    """Each input's rows as adjacent one-row views of a page-locked mapping of its own."""
+    parts, regions = {}, []
+    for name, tensor in batch.items():
+        memory = mmap.mmap(-1, tensor.nbytes)
+        slab = np.frombuffer(memory, tensor.dtype, tensor.size).reshape(tensor.shape)
+        slab[...] = tensor
+        regions.append(PinnedRegion(memory))
+        parts[name] = [slab[i : i + 1] for i in range(tensor.shape[0])]
+    return parts, regions
+
+
 def main() -> None:
     args = parse_args([*sys.argv[1:], "--runtime", "torch", "--contexts", "1", "--batches", str(BATCH)])
     repeats = 20
@@ -116,6 +135,17 @@ def main() -> None:
                 }
                 report[f"{name}_{layout}"] = row
                 print(f"{name:9s} {layout:14s} {row}", file=sys.stderr, flush=True)
+        parts, regions = in_place({name: t for name, [t] in batch.items()})
+        try:
+            row = {
+                "upload": upload_alone(runtime.uploader, parts, context, repeats),
+                "batch": whole_batch(parts, context, repeats),
+            }
+        finally:
+            for region in regions:
+                region.close()
+        report["in_place_requests_32x1"] = row
+        print(f"in place  requests_32x1 {row}", file=sys.stderr, flush=True)
     finally:
         context.close()
         runtime.close()

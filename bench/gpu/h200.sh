@@ -49,8 +49,8 @@
 #   host-path-inprocess, host-path-served  the same in two calls on one warm machine (the in-process
 #             section first; the whole stage did not fit one 10-minute call on 2026-12-03)
 #   host-copies  bench/host_copies.py (issue 23): a batch of 32 host images into the device,
-#             gathered in one piece vs in slices, by CUDA events; submit/complete through the
-#             torch runtime -> host_copies.json
+#             gathered in one piece vs in slices, and (issue 36) by DMA from a page-locked slab in place,
+#             by CUDA events; submit/complete through the torch runtime -> host_copies.json
 #   memory-breakdown  bench/memory_breakdown.py (issue 21): where one instance's GPU memory goes,
 #             step by step (CUDA context, weights, each context, graphs at the served shapes and at
 #             the largest), BERT-base and ResNet-50, 4 contexts -> memory_breakdown_*.json
