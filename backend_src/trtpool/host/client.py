@@ -4,9 +4,10 @@
 sends one message and waits for the answer; the outputs come back as views of the
 host's output slab, valid until the next run. Inputs that Triton left on the GPU are
 copied device to device into the host's memory instead (trtpool.host.device_slab): the
-instance's one piece of CUDA work, and only where its inputs come on the GPU. A host that goes away fails the batch
-in flight with Unavailable naming it and how it ended; the next run finds or starts
-a new one (trtpool.host.launch), so the model serves again once it has loaded.
+instance's one piece of CUDA work, and only where its inputs come on the GPU. A host
+that goes away fails the batch in flight with Unavailable naming it and how it ended;
+the next run finds or starts a new one (trtpool.host.launch), so the model serves again
+once it has loaded.
 """
 
 from __future__ import annotations
@@ -177,9 +178,10 @@ class HostClient:
         if held is not None and held.size >= needed:
             return held
         assert self._sock is not None
-        wire.send(self._sock, {"op": "device_slab", "bytes": max(needed, 2 * held.size if held else 0)})
+        grown = max(needed, 2 * held.size if held else 0)
+        self._drop_device_slab()  # unmapped here before the host frees it
+        wire.send(self._sock, {"op": "device_slab", "bytes": grown})
         reply, _ = self._receive(self._sock, "a device slab")
-        self._drop_device_slab()
         try:
             if "refused" in reply:
                 raise TrtpoolError(str(reply["refused"]))
