@@ -125,20 +125,17 @@ class HostClient:
 
     def _exchange(self, requests: list[dict[str, Any]], probes: list[bool]) -> list[Answer]:
         assert self._sock is not None
-        requests = self._placed(requests)
-        gpu_bytes = room_for_device([t for tensors in requests for t in tensors.values() if is_device(t)])
-        device_slab = self._device_room(gpu_bytes)
-        if gpu_bytes and device_slab is None:  # the host took none: this batch's GPU inputs go to host memory too
-            requests = self._placed(requests)
-        on_gpu = [{n: t for n, t in r.items() if is_device(t)} for r in requests]
-        in_host = [{n: t for n, t in r.items() if not is_device(t)} for r in requests]
+        in_host, on_gpu, device_slab = requests, None, None
+        if any(is_device(t) for tensors in requests for t in tensors.values()):
+            in_host, on_gpu, device_slab = self._split(requests)
         slab = self._inputs.room(room_for(t for tensors in in_host for t in tensors.values()))
         wired: list[dict[str, Any]] = [
             {"probe": probe, "inputs": descriptors}
-            for probe, descriptors in zip(probes, input_major(slab.write, in_host), strict=True)
+            for probe, descriptors in zip(probes, input_major(slab.write_tensor, in_host), strict=True)
         ]
-        if device_slab is not None:  # else _placed() left no GPU tensor
-            for entry, descriptors in zip(wired, input_major(device_slab.write, on_gpu), strict=True):
+        if device_slab is not None and on_gpu is not None:
+            cuda.set_device(self.device_index)  # the current device is per thread
+            for entry, descriptors in zip(wired, input_major(device_slab.write_tensor, on_gpu), strict=True):
                 if descriptors:
                     entry["device_inputs"] = descriptors
             device_slab.finish()
@@ -153,6 +150,20 @@ class HostClient:
                 f"the engine host of model '{self.name}' answered {reply['op']} {reply.get('id')} to run {run_id}"
             )
         return [self._answer(entry) for entry in reply["answers"]]
+
+    def _split(
+        self, requests: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, ImportedSlab | None]:
+        """A batch with GPU inputs: its tensors for the input slab, those for the device slab and
+        the device slab (None, None where the host takes none: all of them to host memory)."""
+        requests = self._placed(requests)
+        device_slab = self._device_room(
+            room_for_device([t for tensors in requests for t in tensors.values() if is_device(t)])
+        )
+        if device_slab is None:  # the host took none: this batch's GPU inputs go to host memory too
+            return self._placed(requests), None, None
+        in_host = [{n: t for n, t in r.items() if not is_device(t)} for r in requests]
+        return in_host, [{n: t for n, t in r.items() if is_device(t)} for r in requests], device_slab
 
     def _placed(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The batch with each input on one side for every request: on the GPU where all of the

@@ -79,20 +79,15 @@ class ImportedSlab:
         self.size = size
         self._stream = cuda.Stream()
 
-    def write(self, tensors: dict[str, Any], offset: int) -> tuple[list[Descriptor], int]:
-        """Queue copies of GPU tensors in from `offset`; their descriptors and the offset after
-        them. Call finish() before the host may read them."""
-        cuda.set_device(self.device_index)  # the current device is per thread
-        descriptors = []
-        for name, tensor in tensors.items():
-            offset = aligned(offset)
-            nbytes = device_nbytes(tensor)
-            if offset + nbytes > self.size:
-                raise ValueError(f"device tensor '{name}' does not fit the {self.size:,}-byte device slab")
-            cuda.memcpy_dtod_async(self.ptr + offset, device_pointer(tensor), nbytes, self._stream)
-            descriptors.append([name, TRITON_DTYPES[dtype_of(tensor)], list(tensor.shape), offset, nbytes])
-            offset += nbytes
-        return descriptors, offset
+    def write_tensor(self, name: str, tensor: Any, offset: int) -> tuple[Descriptor, int]:
+        """Queue the copy of one GPU tensor in at `offset` (aligned up); its descriptor and the
+        offset after it. Call finish() before the host may read it."""
+        offset = aligned(offset)
+        nbytes = device_nbytes(tensor)
+        if offset + nbytes > self.size:
+            raise ValueError(f"device tensor '{name}' does not fit the {self.size:,}-byte device slab")
+        cuda.memcpy_dtod_async(self.ptr + offset, device_pointer(tensor), nbytes, self._stream)
+        return [name, TRITON_DTYPES[dtype_of(tensor)], list(tensor.shape), offset, nbytes], offset + nbytes
 
     def finish(self) -> None:
         """Wait for the copies queued by write()."""

@@ -67,20 +67,21 @@ def room_for(tensors: Iterable[np.ndarray]) -> int:
     return sum(aligned(nbytes_of(t)) for t in tensors)
 
 
-Write = Callable[[dict[str, Any], int], tuple[list[Descriptor], int]]
+WriteTensor = Callable[[str, Any, int], tuple[Descriptor, int]]
 
 
-def input_major(write: Write, batch: list[dict[str, Any]]) -> list[list[Descriptor]]:
+def input_major(write: WriteTensor, batch: list[dict[str, Any]]) -> list[list[Descriptor]]:
     """Each request's descriptors, its tensors written input by input (every request's first
     input, then every request's second, ...): one input's rows lie side by side, so the host
     copies them to the device in one piece where each is a multiple of ALIGN bytes."""
     descriptors: list[list[Descriptor]] = [[] for _ in batch]
     offset = 0
-    for name in dict.fromkeys(name for tensors in batch for name in tensors):
-        for index, tensors in enumerate(batch):
+    names = next(iter(batch)).keys() if len(batch) == 1 else dict.fromkeys(n for tensors in batch for n in tensors)
+    for name in names:
+        for written, tensors in zip(descriptors, batch, strict=True):
             if name in tensors:
-                written, offset = write({name: tensors[name]}, offset)
-                descriptors[index] += written
+                descriptor, offset = write(name, tensors[name], offset)
+                written.append(descriptor)
     return descriptors
 
 
@@ -151,14 +152,18 @@ class Slab:
         """Copy tensors in from `offset`; their descriptors and the offset after them."""
         descriptors = []
         for name, array in tensors.items():
-            data_type = TRITON_DTYPES.get(array.dtype)
-            if data_type is None:
-                raise TypeError(f"tensor '{name}': numpy {array.dtype} has no Triton data type")
-            offset = aligned(offset)
-            size = self._put(array, offset)
-            descriptors.append([name, data_type, list(array.shape), offset, size])
-            offset += size
+            descriptor, offset = self.write_tensor(name, array, offset)
+            descriptors.append(descriptor)
         return descriptors, offset
+
+    def write_tensor(self, name: str, array: np.ndarray, offset: int) -> tuple[Descriptor, int]:
+        """Copy one tensor in at `offset` (aligned up); its descriptor and the offset after it."""
+        data_type = TRITON_DTYPES.get(array.dtype)
+        if data_type is None:
+            raise TypeError(f"tensor '{name}': numpy {array.dtype} has no Triton data type")
+        offset = aligned(offset)
+        size = self._put(array, offset)
+        return [name, data_type, list(array.shape), offset, size], offset + size
 
     def _put(self, array: np.ndarray, offset: int) -> int:
         assert self.memory is not None
