@@ -23,7 +23,7 @@ from trtpool.host.slab import ALIGN, MAX_TENSORS, Descriptor, aligned, checked
 from trtpool.host.wire import MessageError
 from trtpool.model.dtypes import STRING, TRITON_DTYPES, dtype_of
 
-MAX_DEVICE_SLAB_BYTES = 1 << 36  # a request beyond this is refused without asking CUDA
+MAX_DEVICE_SLAB_BYTES = 1 << 36  # a request beyond this is a bad message, not asked of CUDA
 
 
 def room_for_device(tensors: list[Any]) -> int:
@@ -45,8 +45,6 @@ class ExportedSlab:
     """The host's side: `nbytes` of its GPU's memory, and the handle that lets one instance map it."""
 
     def __init__(self, nbytes: int, device_index: int) -> None:
-        if not 0 < nbytes <= MAX_DEVICE_SLAB_BYTES:
-            raise MessageError(f"a device slab of {nbytes!r:.20} bytes was asked for (1..{MAX_DEVICE_SLAB_BYTES:,})")
         cuda.set_device(device_index)
         self.buffer = cuda.DeviceBuffer(aligned(nbytes))
         self.size = self.buffer.nbytes
@@ -64,9 +62,6 @@ class ExportedSlab:
                 raise MessageError(f"device tensor '{name}': BYTES, or an offset ({offset}) off the {ALIGN}-byte grid")
             tensors[name] = DeviceArray(self.buffer, self.buffer.ptr + offset, shape, dtype)
         return tensors
-
-    def close(self) -> None:
-        self.buffer.close()
 
 
 class ImportedSlab:
@@ -90,7 +85,7 @@ class ImportedSlab:
         return [name, TRITON_DTYPES[dtype_of(tensor)], list(tensor.shape), offset, nbytes], offset + nbytes
 
     def finish(self) -> None:
-        """Wait for the copies queued by write()."""
+        """Wait for the copies queued by write_tensor()."""
         self._stream.synchronize()
 
     def close(self) -> None:

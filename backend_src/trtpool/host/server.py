@@ -35,7 +35,7 @@ from trtpool.gpu import cuda
 from trtpool.gpu.device_tensors import is_device
 from trtpool.gpu.pinned_regions import PinnedRegion, pinned
 from trtpool.host import protocol, wire
-from trtpool.host.device_slab import ExportedSlab
+from trtpool.host.device_slab import MAX_DEVICE_SLAB_BYTES, ExportedSlab
 from trtpool.host.engine import Answer, Merger, Reply
 from trtpool.host.slab import GrowingSlab, Slab, room_for
 from trtpool.instance import ModelInstance
@@ -176,8 +176,10 @@ class Connection:
         it), or why there is none."""
         if self._running is not None:
             raise wire.MessageError(f"a device slab was asked for while run {self._running} is in flight")
-        if not isinstance(nbytes, int):
-            raise wire.MessageError(f"a device slab's 'bytes' must be an integer, got {nbytes!r:.40}")
+        if not isinstance(nbytes, int) or not 0 < nbytes <= MAX_DEVICE_SLAB_BYTES:
+            raise wire.MessageError(
+                f"a device slab's 'bytes' must be an integer from 1 to {MAX_DEVICE_SLAB_BYTES:,}, got {nbytes!r:.40}"
+            )
         self.device_inputs = None
         try:
             self.device_inputs = self.host.device_slab(nbytes)

@@ -197,7 +197,9 @@ def test_a_host_on_the_cpu_refuses_a_device_slab_saying_why(make_spec):
 
 
 @pytest.mark.parametrize("message, error", [
-    ({"op": "device_slab", "bytes": "a lot"}, "a device slab's 'bytes' must be an integer"),
+    ({"op": "device_slab", "bytes": "a lot"}, "a device slab's 'bytes' must be an integer from 1 to"),
+    ({"op": "device_slab", "bytes": 1 << 40}, "a device slab's 'bytes' must be an integer from 1 to"),
+    ({"op": "device_slab", "bytes": 0}, "got 0"),
     ({"op": "run", "id": 1, "requests": [{"inputs": [], "device_inputs": [["INPUT0", "TYPE_FP32", [1, 16], 0, 64]]}]},
      "a run named device inputs before a device slab was asked for"),
 ])
