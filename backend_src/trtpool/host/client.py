@@ -37,6 +37,7 @@ log = logging.getLogger("trtpool")
 START_TIMEOUT_S = 600.0  # the host loads the model before it answers (a large engine, a first build)
 RUN_TIMEOUT_S = 300.0  # one batch, queued behind every other instance's at the host
 INPUT_SLAB_BYTES = 1 << 20
+DEVICE_SLAB_TIMEOUT_S = 60.0  # the host allocates and exports device memory (between its batches)
 
 Answer = dict[str, np.ndarray] | TrtpoolError
 
@@ -192,6 +193,7 @@ class HostClient:
         grown = max(needed, 2 * held.size if held else 0)
         self._drop_device_slab()  # unmapped here before the host frees it
         wire.send(self._sock, {"op": "device_slab", "bytes": grown})
+        self._sock.settimeout(DEVICE_SLAB_TIMEOUT_S)
         reply, _ = self._receive(self._sock, "a device slab")
         try:
             if "refused" in reply:
