@@ -1,6 +1,7 @@
 """Each corpus model written by trtpool-model and served on CPU by a real tritonserver: answers
 compared with ONNX Runtime in-process at several shapes, over HTTP and gRPC, and from concurrent
-clients sending mixed shapes.
+clients sending mixed shapes, to the model as written and to a copy whose two instances forward
+to one engine host (engine_host on: the batches of both merged, the slabs written input by input).
 
 They rely on the runtime's real-model support (issue 12); a model that
 trtpool-model refuses or the server does not load fails with that message.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +23,14 @@ from tritonclient.utils import np_to_triton_dtype
 from tests.corpus.manifest import CORPUS, CorpusModel
 from tests.harness.server import TritonServer
 from trtpool.errors import TrtpoolError
-from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder
+from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config
 from trtpool_ops.probe import probe_model
 
 pytestmark = pytest.mark.corpus_runtime
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 QUEUE_DELAY_US = 20_000  # concurrent requests of one shape meet in a batch
+HOSTED = "_host"  # the name's suffix of each model's copy served through an engine host
 CONCURRENT_REQUESTS = 24
 
 
@@ -63,18 +65,25 @@ def corpus_server(start_server, corpus_files: dict[str, Path], tmp_path_factory)
     repo = tmp_path_factory.mktemp("corpus_repo")
     refused = {}
     options = ServingOptions(instance_kind="cpu", max_queue_delay_microseconds=QUEUE_DELAY_US)
+    hosted = replace(options, parameters=(("engine_host", "on"),))
     for entry in CORPUS:
         try:
             make_model_folder(repo, entry.name, corpus_files[entry.name], entry.profile_texts(), options)
+            folder = make_model_folder(repo, entry.name + HOSTED, corpus_files[entry.name], entry.profile_texts(),
+                                       hosted)
+            config = read_config(folder)
+            config.instance_group[0].count = 2
+            write_config(folder, config)
         except TrtpoolError as exc:
-            refused[entry.name] = str(exc)
+            refused[entry.name] = refused[entry.name + HOSTED] = str(exc)
     server = start_server(repo, "--exit-on-error=false", "--strict-readiness=false")
     served = CorpusServer(server, refused)
     deadline = time.monotonic() + 180
     with httpclient.InferenceServerClient(server.http_url) as client:
         while time.monotonic() < deadline:
             states = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
-            if all(states.get(e.name) in ("READY", "UNAVAILABLE") for e in CORPUS if e.name not in refused):
+            names = [e.name + variant for e in CORPUS for variant in ("", HOSTED) if e.name not in refused]
+            if all(states.get(name) in ("READY", "UNAVAILABLE") for name in names):
                 break
             time.sleep(0.5)
     for entry in CORPUS:
@@ -114,17 +123,17 @@ def _expect_same(entry: CorpusModel, served: CorpusServer, feed: dict[str, np.nd
                                    err_msg=f"{entry.name} output '{name}' {where}")
 
 
-def _available(entry: CorpusModel, served: CorpusServer) -> None:
-    why = served.why_unavailable(entry.name)
+def _available(name: str, served: CorpusServer) -> None:
+    why = served.why_unavailable(name)
     if why:
-        pytest.fail(f"{entry.name}: {why}")
+        pytest.fail(f"{name}: {why}")
 
 
 @pytest.mark.parametrize("protocol", sorted(CLIENTS))
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda m: m.name)
 def test_answers_like_onnxruntime_at_several_shapes(entry: CorpusModel, protocol: str,
                                                    corpus_server: CorpusServer) -> None:
-    _available(entry, corpus_server)
+    _available(entry.name, corpus_server)
     outputs = [o.name for o in corpus_server.sessions[entry.name].get_outputs()]
     reshaped = corpus_server.reshaped(entry.name)
     client = corpus_server.client(protocol)
@@ -138,25 +147,27 @@ def test_answers_like_onnxruntime_at_several_shapes(entry: CorpusModel, protocol
         client.close()
 
 
+@pytest.mark.parametrize("variant", ["", HOSTED], ids=["instance", "engine_host"])
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda m: m.name)
-def test_concurrent_clients_with_mixed_shapes(entry: CorpusModel, corpus_server: CorpusServer) -> None:
-    _available(entry, corpus_server)
+def test_concurrent_clients_with_mixed_shapes(entry: CorpusModel, variant: str, corpus_server: CorpusServer) -> None:
+    name = entry.name + variant
+    _available(name, corpus_server)
     outputs = [o.name for o in corpus_server.sessions[entry.name].get_outputs()]
-    reshaped = corpus_server.reshaped(entry.name)
+    reshaped = corpus_server.reshaped(name)
     feeds = [entry.make_inputs(entry.shapes[i % len(entry.shapes)], np.random.default_rng(200 + i))
              for i in range(CONCURRENT_REQUESTS)]
 
     def one(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         client = corpus_server.client("grpc")
         try:
-            return _infer(grpcclient, client, entry.name, feed, outputs, reshaped)
+            return _infer(grpcclient, client, name, feed, outputs, reshaped)
         finally:
             client.close()
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(one, feeds))
     for index, (feed, got) in enumerate(zip(feeds, answers)):
-        _expect_same(entry, corpus_server, feed, got, f"in concurrent request {index}")
+        _expect_same(entry, corpus_server, feed, got, f"in concurrent request {index} to {name}")
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda m: m.name)
@@ -164,6 +175,6 @@ def test_the_liveness_probe_answers_without_an_error(entry: CorpusModel, corpus_
     """trtpool-health and the watchdog probe at the profile's smallest shapes: a healthy model whose
     profile starts above 1 (silero_vad_streaming's 512 samples: 1 breaks its Pad) answers the probe
     itself, not with an error that only proves its stub is alive."""
-    _available(entry, corpus_server)
+    _available(entry.name, corpus_server)
     result = probe_model(corpus_server.server.grpc_url, entry.name)
     assert (result.alive, result.detail) == (True, "answered"), result
