@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 
 from trtpool.gpu import cuda
-from trtpool.gpu.pinned_regions import is_pinned
+from trtpool.gpu.pinned_regions import any_pinned, is_pinned
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
 DMA_WORTH_BYTES = 32 << 10  # a copy call costs what gathering this many bytes does (a few µs)
@@ -59,6 +59,8 @@ def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarr
 def pinned_runs(parts: Sequence[np.ndarray], dtype: np.dtype) -> list[tuple[int, int]] | None:
     """The parts as (address, nbytes) runs of adjacent memory where every one is C-contiguous,
     of `dtype` and page-locked in place; else None (they go through staging)."""
+    if not any_pinned():  # an ordinary instance: no per-part look on its request path
+        return None
     runs: list[tuple[int, int]] = []
     for part in parts:
         if part.dtype != dtype or not part.flags.c_contiguous or not is_pinned(part):

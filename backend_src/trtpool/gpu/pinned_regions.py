@@ -56,6 +56,11 @@ def pinned(memory: mmap.mmap | None, what: str) -> PinnedRegion | None:
     return region
 
 
+def any_pinned() -> bool:
+    """Whether any region is registered now (none outside an engine host): a cheap first look."""
+    return bool(_regions)
+
+
 def is_pinned(array: np.ndarray) -> bool:
     """Whether all of a C-contiguous array's bytes lie in one registered region."""
     start = int(array.ctypes.data)
