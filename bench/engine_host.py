@@ -9,7 +9,9 @@
     resnet50, bert_base
                the tensor path: host_xN against today's sync instances (now_x1, now_x2), batch-1
                clients over plain gRPC and, on a GPU, CUDA shared memory; with --host-gpu-inputs
-               also host_ipc_xN over CUDA shared memory (the inputs reach the host by CUDA IPC)
+               also host_ipc_xN over CUDA shared memory (the inputs reach the host by CUDA IPC); and
+               null_xN (bench/null_model.py with as many instances as the largest host_xN): what
+               Triton's Python backend itself passes with these inputs, the yardstick for the goals
     tiny       the same on the CPU (ONNX Runtime), for engine_host: auto's CPU decision
 
 The JPEG files (jpeg, ceiling): the bench's, of mixed sizes; with --file-set small, 500x375 ones as
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import gpu_memory  # noqa: E402
+from bench.ceiling import add_null_model  # noqa: E402
 from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
 from bench.jpeg_probe import FILE_SETS, file_set  # noqa: E402
 from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
@@ -161,6 +164,12 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
             parameters=parameters,
         )
         variants[name] = f"{args.case}_{name}"
+    # Triton's own ceiling for these inputs: the null Python-backend model, as many instances as the host's
+    # largest arrangement, inputs copied to host memory as for host_xN.
+    null = f"{args.case}_null_x{max(args.host_instances)}"
+    add_null_model(repo, variants["now_x1"], null, FORCE_CPU_ONLY_INPUT_TENSORS="yes")
+    set_instances(repo / null, max(args.host_instances), "gpu" if gpu(args) else "cpu")
+    variants[f"null_x{max(args.host_instances)}"] = null
     return variants
 
 
@@ -264,6 +273,11 @@ def headline(case: str, result: dict) -> dict:
                 f"{key}_host_best": host_name,
                 f"{key}_now_best": now_name,
             }
+            null_name, null = family_best(best, "null_")
+            if null:  # what Triton's Python backend passes with these inputs and no work: the yardstick
+                figures |= {f"{key}_null": null["infer_per_s"], f"{key}_null_best": null_name}
+                if host.get("infer_per_s"):
+                    figures[f"{key}_host_over_null"] = round(host["infer_per_s"] / null["infer_per_s"], 3)
         if host.get("infer_per_s") and now.get("infer_per_s"):
             figures[f"{key}_host_over_now"] = round(host["infer_per_s"] / now["infer_per_s"], 3)
     memory = result["gpu_memory_mib"]

@@ -1,7 +1,8 @@
 """The Python backend's own ceiling: a model that does no work. Each request is
-answered with zeros of the output's shape (a ResNet-50's 1000 logits per
-image), sliced from one array made at load, so what it measures is Triton's
-and the stub's cost per request and nothing of a model's.
+answered with zeros of each output's shape (a ResNet-50's 1000 logits per
+image; a dimension the config leaves open takes the first input's size in the
+same place, as BERT's sequence), made once per shape, so what it measures is
+Triton's and the stub's cost per request and nothing of a model's.
 
 Parameter `answer`: `return` (default) returns the responses from execute(),
 one round trip to the server for the whole batch; `send` answers each request
@@ -20,16 +21,27 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        [output] = config["output"]
         self.input_name = config["input"][0]["name"]
-        self.output_name = output["name"]
-        self.zeros = np.zeros([max(1, int(config["max_batch_size"])), *map(int, output["dims"])], np.float32)
+        self.outputs = [
+            (o["name"], [int(d) for d in o["dims"]], pb_utils.triton_string_to_numpy(o["data_type"]))
+            for o in config["output"]
+        ]
+        self.zeros = {}  # (shape, dtype) -> zeros of them
         self.send = parameters.get("answer", "return") == "send"
         self.senders = ThreadPoolExecutor(int(parameters.get("send_threads", "1")))
 
+    def _zeros(self, shape, dtype):
+        if (shape, dtype) not in self.zeros:
+            self.zeros[shape, dtype] = np.zeros(shape, dtype)
+        return self.zeros[shape, dtype]
+
     def _response(self, request):
-        batch = pb_utils.get_input_tensor_by_name(request, self.input_name).shape()[0]
-        return pb_utils.InferenceResponse([pb_utils.Tensor(self.output_name, self.zeros[:batch])])
+        batch, *sizes = pb_utils.get_input_tensor_by_name(request, self.input_name).shape()
+        tensors = []
+        for name, dims, dtype in self.outputs:
+            shape = (batch, *(sizes[i] if d < 0 and i < len(sizes) else max(d, 1) for i, d in enumerate(dims)))
+            tensors.append(pb_utils.Tensor(name, self._zeros(shape, dtype)))
+        return pb_utils.InferenceResponse(tensors)
 
     def _send(self, request):
         request.get_response_sender().send(self._response(request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

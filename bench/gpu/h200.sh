@@ -140,10 +140,12 @@
 #             perf_analyzer at 64, 256, 512 clients; then (f), the in-process ceiling with 1, 2, 4 threads
 #             -> engine_host.json (kept in /tmp/engine_host.json on the machine across calls)
 #   engine-host-tensor  the same record's tensor cases: ResNet-50 224 and BERT-base 128 fp16, batch-1 clients at
-#             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances
+#             64 over plain gRPC and CUDA shm, the host with 6 instances against 1 and 2 sync instances and the
+#             null Python-backend model with 6 (Triton's own ceiling for those inputs)
 #   engine-host-ipc  ResNet-50 224 fp16 with host_ipc_x6 beside the tensor case's variants: 6 thin instances whose
 #             CUDA-shm inputs reach the host through CUDA IPC (FORCE_CPU_ONLY_INPUT_TENSORS no), against host_x6
-#             (Triton copies the inputs to host memory) and 1 and 2 sync instances, 64 clients -> engine_host_ipc.json
+#             (Triton copies the inputs to host memory), 1 and 2 sync instances and the null model with 6, 64 clients
+#             (plain gRPC too, where host_ipc_x6 is host_x6) -> engine_host_ipc.json
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
 #   ceiling-profile  issue 36: (f), the in-process ceiling (2 and 4 threads at Python switch intervals of 5, 1 and
@@ -212,13 +214,13 @@ for stage in "$@"; do
       ;;
     engine-host-tensor)
       for case in resnet50 bert_base; do
-        timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
+        timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case $case --concurrency 64 \
           --host-instances 6 --stability 50 --out /tmp/engine_host.json 2>&1 | grep -v '^[IWE]12' | tail -n 16
       done
       cp /tmp/engine_host.json "$OUT/engine_host.json"
       ;;
     engine-host-ipc)
-      timeout -s INT 280 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
+      timeout -s INT 330 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
         --host-instances 6 --host-gpu-inputs --stability 50 --out "$OUT/engine_host_ipc.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 18
       ;;
