@@ -264,8 +264,9 @@ def stepping(step: Step, batches: list[list], first: int) -> Callable[[], int]:
 
 @dataclass(frozen=True)
 class Exchange:
-    """Split's queues, made by the parent: the slots (their block) handed from the engine to the decoders,
-    and the indices of the free slots and of the filled ones."""
+    """Split's queues, made by the parent: the slots (their block) handed from the engine to the decoders
+    (and each decoder's last word back, RELEASED: on the filled queue it could overtake another decoder's
+    stop), and the indices of the free slots and of the filled ones."""
 
     handout: Any
     free: Any
@@ -352,7 +353,7 @@ def engine(
                 raise RuntimeError(f"slots {sorted(back)} came back of {len(slots)}")
             results.put({"set": name, "rank": 0, "images": done, "seconds": round(seconds, 3)})
         for _ in range(decoders):  # the slots go with this process: not before every decoder let go of them
-            if exchange.filled.get(timeout=STALL_S) != RELEASED:
+            if exchange.handout.get(timeout=STALL_S) != RELEASED:
                 raise RuntimeError(f"a decoder's last word was not {RELEASED!r}")
     except Exception as error:  # noqa: BLE001 - any failure is the arrangement's figure: said, not raised
         report_failure(0, error, barrier, results)
@@ -410,7 +411,7 @@ def decoder(
                 {"set": name, "rank": rank, "decoded": decoded, "seconds": round(time.perf_counter() - begun, 3)}
             )
         del slots, block  # the engine's memory let go before the engine ends
-        exchange.filled.put(RELEASED)
+        exchange.handout.put(RELEASED)
     except Exception as error:  # noqa: BLE001 - any failure is the arrangement's figure: said, not raised
         report_failure(rank, error, barrier, results)
 
