@@ -499,10 +499,9 @@ def _engine_host(setting: str, mode: str) -> str:
 
 def engine_host_on(cfg: PoolConfig) -> bool:
     """Whether this instance forwards to its model's engine host (trtpool.host). auto is off: measured
-    side by side, the host served less than today's instances on the CPU (0.74-0.75x,
-    bench/results/engine_host_cpu.json) and on the GPU for JPEG and CUDA-shm clients (H200 0.47x and
-    0.62x, bench/results/h200/engine_host.json; H100 after the host's cuts 0.71-0.78x and 0.54-0.60x,
-    bench/results/h100/engine_host*.json): one process decodes one JPEG batch at a time (torchvision's
-    one decoder) and its Python runs under one GIL. `on` is the choice where GPU memory is: one copy
-    of the model for every instance."""
+    side by side on one H200 (bench/results/h200/engine_host.json), the host served more than the best
+    ordinary instances only for tensor clients over plain gRPC (1.09-1.17x), less over CUDA shm
+    (0.73-1.0x), for JPEG (0.87x) and on the CPU (0.75x, bench/results/engine_host_cpu.json); which
+    wins depends on the clients' transport, which the config cannot see. `on` is the choice for
+    gRPC/HTTP tensor clients and where GPU memory is short: one copy of the model for every instance."""
     return cfg.engine_host == "on"

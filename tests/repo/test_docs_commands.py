@@ -297,6 +297,10 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh stash-gpu setup decoder-hw", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh engine-host-ipc engine-host-tensor", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup host-copies", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup jpeg-probe", H200, not_here=ON_H200),
+    command("bench/jpeg_probe.py", BENCH_HELP, not_here=ON_H200),
     # docs/benchmarks.md: the engine host (issue 36)
     command(".venv/bin/python bench/host_roundtrip.py --out bench/results/host_roundtrip_cpu.json", BENCH_HELP,
             not_here=LONG_BENCH),
