@@ -62,7 +62,7 @@ from trtpool_builder.examples.repo import make_example_folder  # noqa: E402
 from trtpool_builder.folder.load_check import as_triton_hands_it  # noqa: E402
 from trtpool_builder.folder.model_folder import read_config, write_config  # noqa: E402
 
-IPC = "host_ipc_x"  # the host variants whose CUDA-shm inputs stay on the GPU (--host-gpu-inputs)
+IPC = "host_ipc_"  # the host variants whose CUDA-shm inputs stay on the GPU (--host-gpu-inputs)
 JPEG_BATCH = 64  # today's record batches up to 64 files (README)
 KEYS = {  # the issue's headline keys: (case, variant family, transport)
     "resnet50_b1_grpc": ("resnet50", "none"),
@@ -106,14 +106,25 @@ def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
     return folder
 
 
+def host_shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    """(name's tail, instances, contexts) of each host variant: x6, or x6_c2 where several
+    --host-contexts are swept."""
+    swept = len(args.host_contexts) > 1
+    return [
+        (f"x{count}_c{contexts}" if swept else f"x{count}", count, contexts)
+        for count in args.host_instances
+        for contexts in args.host_contexts
+    ]
+
+
 def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     """The host variants, and (unless --profile-host) today's arrangement and the null model."""
     jpeg = jpeg_folder(repo, args)
     kind = "gpu" if gpu(args) else "cpu"
     variants = {}
-    for count in args.host_instances:
-        name = f"host_x{count}"
-        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(args.host_contexts), engine_host="on")
+    for tail, count, contexts in host_shapes(args):
+        name = f"host_{tail}"
+        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(contexts), engine_host="on")
         set_instances(hosted, count, kind)
         if args.host_decoder:
             set_process_settings(hosted, decoder=args.host_decoder, decoder_backends=args.host_decoder_backends)
@@ -145,10 +156,10 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     write_example(args.case, onnx, **({"image_size": args.image_size} if args.case == "resnet50" else {}))
     # Triton copies CUDA-shm inputs to host memory for the thin instances: they hold no CUDA context.
     hosted = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"}
-    arrangements = [(f"host_x{count}", count, args.host_contexts, hosted) for count in args.host_instances]
+    arrangements = [(f"host_{tail}", count, contexts, hosted) for tail, count, contexts in host_shapes(args)]
     if args.host_gpu_inputs:  # CUDA-shm inputs stay on the GPU and reach the host by CUDA IPC
         on_gpu = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
-        arrangements += [(f"{IPC}{count}", count, args.host_contexts, on_gpu) for count in args.host_instances]
+        arrangements += [(f"{IPC}{tail}", count, contexts, on_gpu) for tail, count, contexts in host_shapes(args)]
     arrangements += [(f"now_x{count}", count, 1, {"engine_host": "off"}) for count in (1, 2)]
     variants = {}
     for name, count, contexts, parameters in arrangements:
@@ -485,7 +496,12 @@ def main() -> int:
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--host-instances", type=lambda t: [int(x) for x in t.split(",")], default=[2, 4, 6])
-    parser.add_argument("--host-contexts", type=int, default=4)
+    parser.add_argument(
+        "--host-contexts",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=[4],
+        help="the host's contexts; several: each instance count with each (variants host_xN_cC)",
+    )
     parser.add_argument(
         "--host-gpu-inputs",
         action="store_true",

@@ -146,6 +146,12 @@
 #             CUDA-shm inputs reach the host through CUDA IPC (FORCE_CPU_ONLY_INPUT_TENSORS no), against host_x6
 #             (Triton copies the inputs to host memory), 1 and 2 sync instances and the null model with 6, 64 clients
 #             (plain gRPC too, where host_ipc_x6 is host_x6) -> engine_host_ipc.json
+#   engine-host-sweep  issue 36 after the seventh session (the host's GPU was 55-58% busy, its GIL held 36%: it waits
+#             for the instances): ResNet-50 224 fp16, the host with 6, 8 and 12 instances x 2 and 4 contexts beside 1
+#             and 2 sync instances and the null model with 12, 64 clients over plain gRPC and CUDA shm
+#             -> engine_host_sweep_resnet50.json
+#   engine-host-jpeg-sweep  the same knobs for JPEG: 6 and 8 instances x 2 and 4 contexts beside 6 sync instances
+#             and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
 #   ceiling-profile  issue 36: (f), the in-process ceiling (2 and 4 threads at Python switch intervals of 5, 1 and
@@ -223,6 +229,16 @@ for stage in "$@"; do
       timeout -s INT 330 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
         --host-instances 6 --host-gpu-inputs --stability 50 --out "$OUT/engine_host_ipc.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 18
+      ;;
+    engine-host-sweep)
+      timeout -s INT 420 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
+        --host-instances 6,8,12 --host-contexts 2,4 --stability 50 --out "$OUT/engine_host_sweep_resnet50.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 20
+      ;;
+    engine-host-jpeg-sweep)
+      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 512 \
+        --host-instances 6,8 --host-contexts 2,4 --out "$OUT/engine_host_sweep_jpeg.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 16
       ;;
     engine-host-profile)
       timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256 \
