@@ -177,10 +177,11 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
         variants[name] = f"{args.case}_{name}"
     # Triton's own ceiling for these inputs: the null Python-backend model, as many instances as the host's
     # largest arrangement, inputs copied to host memory as for host_xN.
-    null = f"{args.case}_null_x{max(args.host_instances)}"
+    largest = max(args.host_instances)
+    null = f"{args.case}_null_x{largest}"
     add_null_model(repo, variants["now_x1"], null, FORCE_CPU_ONLY_INPUT_TENSORS="yes")
-    set_instances(repo / null, max(args.host_instances), "gpu" if gpu(args) else "cpu")
-    variants[f"null_x{max(args.host_instances)}"] = null
+    set_instances(repo / null, largest, "gpu" if gpu(args) else "cpu")
+    variants[f"null_x{largest}"] = null
     return variants
 
 
