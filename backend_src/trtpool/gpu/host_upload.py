@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 
 from trtpool.gpu import cuda
-from trtpool.gpu.pinned_regions import any_pinned, is_pinned
+from trtpool.gpu.pinned_regions import any_pinned, range_is_pinned
 
 SLICE_BYTES = 2 << 20  # a slice must be worth a thread hop (tens of µs) and a DMA call
 DMA_WORTH_BYTES = 32 << 10  # a copy call costs what gathering this many bytes does (a few µs)
@@ -57,20 +57,22 @@ def copy_rows(parts: Sequence[np.ndarray], offsets: Sequence[int], out: np.ndarr
 
 
 def pinned_runs(parts: Sequence[np.ndarray], dtype: np.dtype) -> list[tuple[int, int]] | None:
-    """The parts as (address, nbytes) runs of adjacent memory where every one is C-contiguous,
-    of `dtype` and page-locked in place; else None (they go through staging)."""
-    if not any_pinned():  # an ordinary instance: no per-part look on its request path
+    """The parts as (address, nbytes) runs of adjacent memory where every part is C-contiguous
+    and of `dtype`, and every run lies in one page-locked region; else None (they go through
+    staging). The regions are looked up once a run, not once a part: a batch's rows written
+    side by side in a slab are one run."""
+    if not any_pinned():  # an ordinary instance: no look at all on its request path
         return None
     runs: list[tuple[int, int]] = []
     for part in parts:
-        if part.dtype != dtype or not part.flags.c_contiguous or not is_pinned(part):
+        if part.dtype != dtype or not part.flags.c_contiguous:
             return None
         address = int(part.ctypes.data)
         if runs and sum(runs[-1]) == address:
             runs[-1] = (runs[-1][0], runs[-1][1] + part.nbytes)
         else:
             runs.append((address, part.nbytes))
-    return runs
+    return runs if all(range_is_pinned(address, nbytes) for address, nbytes in runs) else None
 
 
 class HostUploader:

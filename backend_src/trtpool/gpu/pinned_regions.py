@@ -63,7 +63,11 @@ def any_pinned() -> bool:
 
 def is_pinned(array: np.ndarray) -> bool:
     """Whether all of a C-contiguous array's bytes lie in one registered region."""
-    start = int(array.ctypes.data)
-    end = start + array.nbytes
+    return range_is_pinned(int(array.ctypes.data), array.nbytes)
+
+
+def range_is_pinned(start: int, nbytes: int) -> bool:
+    """Whether the bytes [start, start + nbytes) lie in one registered region."""
+    end = start + nbytes
     with _lock:
         return any(low <= start and end <= high for low, high in _regions.items())
