@@ -106,15 +106,20 @@ def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
     return folder
 
 
-def host_shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
-    """(name's tail, instances, contexts) of each host variant: x6, or x6_c2 where several
-    --host-contexts are swept."""
-    swept = len(args.host_contexts) > 1
-    return [
-        (f"x{count}_c{contexts}" if swept else f"x{count}", count, contexts)
-        for count in args.host_instances
-        for contexts in args.host_contexts
-    ]
+def host_shapes(args: argparse.Namespace) -> list[tuple[str, int, dict[str, str]]]:
+    """(name's tail, instances, the host's parameters) of each host variant: x6, or x6_c2_w500
+    where several --host-contexts or --host-batch-waits are swept (each with each)."""
+    tails = []
+    for count in args.host_instances:
+        for contexts in args.host_contexts:
+            for wait in args.host_batch_waits:
+                tail = f"x{count}" + (f"_c{contexts}" if len(args.host_contexts) > 1 else "")
+                tail += f"_w{wait}" if len(args.host_batch_waits) > 1 else ""
+                parameters = {"contexts": str(contexts), "engine_host": "on"}
+                if wait:
+                    parameters["batch_wait_microseconds"] = str(wait)
+                tails.append((tail, count, parameters))
+    return tails
 
 
 def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
@@ -122,9 +127,9 @@ def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     jpeg = jpeg_folder(repo, args)
     kind = "gpu" if gpu(args) else "cpu"
     variants = {}
-    for tail, count, contexts in host_shapes(args):
+    for tail, count, parameters in host_shapes(args):
         name = f"host_{tail}"
-        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", contexts=str(contexts), engine_host="on")
+        hosted = add_mode(jpeg, "sync", f"jpeg_{name}", **parameters)
         set_instances(hosted, count, kind)
         if args.host_decoder:
             set_process_settings(hosted, decoder=args.host_decoder, decoder_backends=args.host_decoder_backends)
@@ -155,21 +160,25 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
     onnx = repo.parent / f"{args.case}.onnx"
     write_example(args.case, onnx, **({"image_size": args.image_size} if args.case == "resnet50" else {}))
     # Triton copies CUDA-shm inputs to host memory for the thin instances: they hold no CUDA context.
-    hosted = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "yes"}
-    arrangements = [(f"host_{tail}", count, contexts, hosted) for tail, count, contexts in host_shapes(args)]
+    arrangements = [
+        (f"host_{tail}", count, host | {"FORCE_CPU_ONLY_INPUT_TENSORS": "yes"})
+        for tail, count, host in host_shapes(args)
+    ]
     if args.host_gpu_inputs:  # CUDA-shm inputs stay on the GPU and reach the host by CUDA IPC
-        on_gpu = {"engine_host": "on", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
-        arrangements += [(f"{IPC}{tail}", count, contexts, on_gpu) for tail, count, contexts in host_shapes(args)]
-    arrangements += [(f"now_x{count}", count, 1, {"engine_host": "off"}) for count in (1, 2)]
+        arrangements += [
+            (f"{IPC}{tail}", count, host | {"FORCE_CPU_ONLY_INPUT_TENSORS": "no"})
+            for tail, count, host in host_shapes(args)
+        ]
+    arrangements += [(f"now_x{count}", count, {"contexts": "1", "engine_host": "off"}) for count in (1, 2)]
     variants = {}
-    for name, count, contexts, parameters in arrangements:
+    for name, count, parameters in arrangements:
         add_model(
             repo,
             onnx,
             f"{args.case}_{name}",
             args.case,
             args,
-            contexts=contexts,
+            contexts=int(parameters.pop("contexts")),
             mode="sync",
             instances=count,
             parameters=parameters,
@@ -222,7 +231,7 @@ def point(
 def measure_all(
     server: TritonServer, variants: dict[str, str], args: argparse.Namespace, input_data: Path | None
 ) -> dict:
-    transports = ["none"] + (["cuda"] if gpu(args) and input_data is None else [])
+    transports = [t for t in args.transports if t == "none" or (gpu(args) and input_data is None)]
     table: dict = {t: {v: {} for v in variants} for t in transports}
     memory = {v: {"after_load": memory_mib(server, m)} for v, m in variants.items()}
     turn = 0
@@ -502,6 +511,19 @@ def main() -> int:
         type=lambda t: [int(x) for x in t.split(",")],
         default=[4],
         help="the host's contexts; several: each instance count with each (variants host_xN_cC)",
+    )
+    parser.add_argument(
+        "--host-batch-waits",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=[0],
+        help="the host's batch_wait_microseconds (its wait for other instances' batches); several: "
+        "each with each of the above (variants host_xN_wW)",
+    )
+    parser.add_argument(
+        "--transports",
+        type=lambda t: t.split(","),
+        default=["none", "cuda"],
+        help="tensor cases: plain gRPC (none) and, on a GPU, CUDA shared memory (cuda)",
     )
     parser.add_argument(
         "--host-gpu-inputs",

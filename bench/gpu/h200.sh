@@ -147,11 +147,17 @@
 #             (Triton copies the inputs to host memory), 1 and 2 sync instances and the null model with 6, 64 clients
 #             (plain gRPC too, where host_ipc_x6 is host_x6) -> engine_host_ipc.json
 #   engine-host-sweep  issue 36 after the seventh session (the host's GPU was 55-58% busy, its GIL held 36%: it waits
-#             for the instances): ResNet-50 224 fp16, the host with 6, 8 and 12 instances x 2 and 4 contexts beside 1
-#             and 2 sync instances and the null model with 12, 64 clients over plain gRPC and CUDA shm
-#             -> engine_host_sweep_resnet50.json
-#   engine-host-jpeg-sweep  the same knobs for JPEG: 6 and 8 instances x 2 and 4 contexts beside 6 sync instances
-#             and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
+#             for the instances, and serves each instance's batch of ~6 at once): ResNet-50 224 fp16 over plain gRPC,
+#             the host with 6 and 12 instances x 1, 2 and 4 contexts x a batch wait of 0 and 1000 us beside 1 and 2
+#             sync instances and the null model with 12, 64 clients -> engine_host_sweep_resnet50.json
+#   engine-host-jpeg-sweep  the instances and contexts for JPEG: 6 and 12 instances x 2 and 4 contexts beside 6 sync
+#             instances and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
+#   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the record's tensor cases again with the
+#             sweep's best host shape: ResNet-50 (with host_ipc) and BERT-base, plain gRPC and CUDA shm, beside 1 and
+#             2 sync instances and the null model -> engine_host_best.json
+#   engine-host-profile-resnet50  the host (6 instances) under ResNet-50 gRPC load, 64 clients: py-spy's GIL holder,
+#             then every thread of the host and of one front stub, waits included -> host_gil_resnet50.txt,
+#             waits_resnet50_{host,stub}.txt
 #   engine-host-profile  issue 36's next step: py-spy's samples of the JPEG model's engine host (6 instances),
 #             the thread holding the GIL only, under 256 clients -> host_profile.txt, engine_host_profile.json
 #   ceiling-profile  issue 36: (f), the in-process ceiling (2 and 4 threads at Python switch intervals of 5, 1 and
@@ -231,14 +237,36 @@ for stage in "$@"; do
         | grep -v '^[IWE]12' | tail -n 18
       ;;
     engine-host-sweep)
-      timeout -s INT 420 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
-        --host-instances 6,8,12 --host-contexts 2,4 --stability 50 --out "$OUT/engine_host_sweep_resnet50.json" 2>&1 \
-        | grep -v '^[IWE]12' | tail -n 20
+      timeout -s INT 450 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 --transports none \
+        --host-instances 6,12 --host-contexts 1,2,4 --host-batch-waits 0,1000 --stability 50 \
+        --out /tmp/engine_host_sweep_resnet50.json 2>&1 | grep -v '^[IWE]12' | tail -n 24
+      cp /tmp/engine_host_sweep_resnet50.json "$OUT/"
       ;;
     engine-host-jpeg-sweep)
       timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 512 \
-        --host-instances 6,8 --host-contexts 2,4 --out "$OUT/engine_host_sweep_jpeg.json" 2>&1 \
+        --host-instances 6,12 --host-contexts 2,4 --out "$OUT/engine_host_sweep_jpeg.json" 2>&1 \
         | grep -v '^[IWE]12' | tail -n 16
+      ;;
+    engine-host-best)
+      shape=$(python3 - /tmp/engine_host_sweep_resnet50.json <<'PY'
+import json, re, sys
+name = json.load(open(sys.argv[1]))["resnet50_b1_grpc_host_best"]
+count, contexts, wait = re.fullmatch(r"host_x(\d+)_c(\d+)_w(\d+)", name).groups()
+print(f"--host-instances {count} --host-contexts {contexts} --host-batch-waits {wait}")
+PY
+      ) || exit 7
+      echo "the sweep's best host shape: $shape"
+      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 $shape \
+        --host-gpu-inputs --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 18
+      timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case bert_base --concurrency 64 $shape \
+        --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
+      ;;
+    engine-host-profile-resnet50)
+      timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
+        --host-instances 6 --profile-host "$OUT/host_gil_resnet50.txt" --profile-waits "$OUT/waits_resnet50.txt" \
+        --out "$OUT/engine_host_profile_resnet50.json" 2>&1 | grep -v '^[IWE]12' | tail -n 4
+      python3 bench/profile_summary.py "$OUT/host_gil_resnet50.txt" --rate 200 --seconds 12 --top 16
+      for side in host stub; do python3 bench/profile_summary.py "$OUT/waits_resnet50_$side.txt" --by-thread --top 10; done
       ;;
     engine-host-profile)
       timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 256 \
