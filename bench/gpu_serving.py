@@ -18,6 +18,7 @@ no GPU memory figures), which is how its logic is checked without a GPU.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,27 +85,69 @@ def add_model(
 
 
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+METRICS_INTERVAL_S = 1.1  # trtpool hands its counts to Triton every metrics_interval_ms (1000 by default)
 
 
-def server_counters(server: TritonServer, model: str) -> dict[str, int]:
-    """Triton's cumulative statistics for `model`: executions, inferences, ns per stage."""
+def server_counters(server: TritonServer, model: str) -> dict[str, float]:
+    """Triton's cumulative statistics for `model` (executions, inferences, ns per stage) and trtpool's
+    series. Read after a pause of one metrics interval: trtpool hands its counts to Triton every second."""
+    time.sleep(METRICS_INTERVAL_S)
     client = httpclient.InferenceServerClient(server.http_url)
     [stats] = client.get_inference_statistics(model)["model_stats"]
     counters = {"executions": int(stats["execution_count"]), "inferences": int(stats["inference_count"])}
     for stage in STAGES:
         counters[f"{stage}_count"] = int(stats["inference_stats"][stage]["count"])
         counters[f"{stage}_ns"] = int(stats["inference_stats"][stage]["ns"])
-    return counters
+    return counters | trtpool_counters(server, model)
 
 
-def server_breakdown(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+# trtpool's own series (docs/reference/metrics.md) summed per model: counter -> (metric, label weighting it)
+TRTPOOL_COUNTERS = {
+    "batches": ("trtpool_batches_total", None),
+    "rows": ("trtpool_batches_total", "batch_size"),
+    "merged": ("trtpool_host_merged_batches_total", None),
+    "messages": ("trtpool_host_merged_batches_total", "messages"),
+    "context_wait_us": ("trtpool_queue_wait_us_total", None),
+    "context_busy_us": ("trtpool_context_busy_us_total", None),
+    "context_runs": ("trtpool_context_runs_total", None),
+}
+SERIES = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
+
+
+def trtpool_counters(server: TritonServer, model: str) -> dict[str, float]:
+    """trtpool's cumulative series for `model` from /metrics (zeros for a model that is not trtpool's)."""
+    totals = dict.fromkeys(TRTPOOL_COUNTERS, 0.0)
+    for line in server.metrics().splitlines():
+        match = SERIES.match(line)
+        if not match:
+            continue
+        name, labels, value = match.group(1), dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))), match.group(3)
+        if labels.get("model") != model:
+            continue
+        for counter, (metric, weight) in TRTPOOL_COUNTERS.items():
+            if metric == name:
+                totals[counter] += float(value) * (float(labels[weight]) if weight else 1.0)
+    return totals
+
+
+def server_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Where a request's time went inside the server during one measurement: Triton's
     average batch per execute and microseconds per request in each stage. For a
-    decoupled model compute_infer ends when execute() returns, not at the response."""
+    decoupled model compute_infer ends when execute() returns, not at the response.
+    From trtpool's series, where the model has them (an engine host's are the host's): rows per
+    engine batch, instances' batches merged per host batch, and per engine batch the wait for a
+    context and the context's time from taken to given back."""
     delta = {key: after[key] - before[key] for key in after}
     breakdown = {"inferences_per_execute": round(delta["inferences"] / max(delta["executions"], 1), 2)}
     for stage in STAGES:
         breakdown[f"{stage}_us"] = round(delta[f"{stage}_ns"] / max(delta[f"{stage}_count"], 1) / 1000, 1)
+    if delta["batches"] > 0:
+        breakdown["engine_batch_rows"] = round(delta["rows"] / delta["batches"], 2)
+        breakdown["context_wait_us_per_batch"] = round(delta["context_wait_us"] / delta["batches"], 1)
+    if delta["context_runs"] > 0:
+        breakdown["context_busy_us_per_batch"] = round(delta["context_busy_us"] / delta["context_runs"], 1)
+    if delta["merged"] > 0:
+        breakdown["host_messages_per_batch"] = round(delta["messages"] / delta["merged"], 2)
     return breakdown
 
 
