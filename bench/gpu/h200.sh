@@ -148,8 +148,8 @@
 #             (plain gRPC too, where host_ipc_x6 is host_x6) -> engine_host_ipc.json
 #   engine-host-sweep  issue 36 after the seventh session (the host's GPU was 55-58% busy, its GIL held 36%: it waits
 #             for the instances, and serves each instance's batch of ~6 at once): ResNet-50 224 fp16 over plain gRPC,
-#             the host with 6 and 12 instances x 1, 2 and 4 contexts x a batch wait of 0 and 1000 us beside 1 and 2
-#             sync instances and the null model with 12, 64 clients -> engine_host_sweep_resnet50.json
+#             the host with 6 and 12 instances x 2 and 4 contexts beside 1 and 2 sync instances and the null model
+#             with 12, 64 and 128 clients -> engine_host_sweep_resnet50.json
 #   engine-host-jpeg-sweep  the instances and contexts for JPEG: 6 and 12 instances x 2 and 4 contexts beside 6 sync
 #             instances and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
 #   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the record's tensor cases again with the
@@ -237,8 +237,8 @@ for stage in "$@"; do
         | grep -v '^[IWE]12' | tail -n 18
       ;;
     engine-host-sweep)
-      timeout -s INT 450 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 --transports none \
-        --host-instances 6,12 --host-contexts 1,2,4 --host-batch-waits 0,1000 --stability 50 \
+      timeout -s INT 450 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 --transports none \
+        --host-instances 6,12 --host-contexts 2,4 --stability 50 \
         --out /tmp/engine_host_sweep_resnet50.json 2>&1 | grep -v '^[IWE]12' | tail -n 24
       cp /tmp/engine_host_sweep_resnet50.json "$OUT/"
       ;;
@@ -251,12 +251,12 @@ for stage in "$@"; do
       shape=$(python3 - /tmp/engine_host_sweep_resnet50.json <<'PY'
 import json, re, sys
 name = json.load(open(sys.argv[1]))["resnet50_b1_grpc_host_best"]
-count, contexts, wait = re.fullmatch(r"host_x(\d+)_c(\d+)_w(\d+)", name).groups()
-print(f"--host-instances {count} --host-contexts {contexts} --host-batch-waits {wait}")
+count, contexts, wait = re.fullmatch(r"host_x(\d+)(?:_c(\d+))?(?:_w(\d+))?", name).groups()
+print(f"--host-instances {count} --host-contexts {contexts or 4} --host-batch-waits {wait or 0}")
 PY
       ) || exit 7
       echo "the sweep's best host shape: $shape"
-      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 $shape \
+      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 $shape \
         --host-gpu-inputs --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 18
       timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case bert_base --concurrency 64 $shape \
         --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
