@@ -152,9 +152,10 @@
 #             with 12, 64 and 128 clients -> engine_host_sweep_resnet50.json
 #   engine-host-jpeg-sweep  the instances and contexts for JPEG: 6 and 12 instances x 2 and 4 contexts beside 6 sync
 #             instances and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
-#   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the record's tensor cases again with the
-#             sweep's best host shape: ResNet-50 (with host_ipc) and BERT-base, plain gRPC and CUDA shm, beside 1 and
-#             2 sync instances and the null model -> engine_host_best.json
+#   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the
+#             record's other tensor cases with the sweep's best host shape, 64 and 128 clients: ResNet-50 over CUDA shm
+#             (host_ipc too), BERT-base over plain gRPC and CUDA shm, beside 1 and 2 sync instances and the null model
+#             -> engine_host_best.json
 #   engine-host-profile-resnet50  the host (6 instances) under ResNet-50 gRPC load, 64 clients: py-spy's GIL holder,
 #             then every thread of the host and of one front stub, waits included -> host_gil_resnet50.txt,
 #             waits_resnet50_{host,stub}.txt
@@ -256,10 +257,11 @@ print(f"--host-instances {count} --host-contexts {contexts or 4} --host-batch-wa
 PY
       ) || exit 7
       echo "the sweep's best host shape: $shape"
-      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 $shape \
-        --host-gpu-inputs --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 18
-      timeout -s INT 240 python3 bench/engine_host.py --runtime torch --case bert_base --concurrency 64 $shape \
-        --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 16
+      timeout -s INT 230 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 $shape \
+        --transports cuda --host-gpu-inputs --stability 50 --out "$OUT/engine_host_best.json" 2>&1 \
+        | grep -v '^[IWE]12' | tail -n 16
+      timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case bert_base --concurrency 64,128 $shape \
+        --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 20
       ;;
     engine-host-profile-resnet50)
       timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
