@@ -149,7 +149,7 @@
 #   engine-host-sweep  issue 36 after the seventh session (the host's GPU was 55-58% busy, its GIL held 36%: it waits
 #             for the instances, and serves each instance's batch of ~6 at once): ResNet-50 224 fp16 over plain gRPC,
 #             the host with 6 and 12 instances x 1, 2 and 4 contexts beside 1 and 2 sync instances and the null model
-#             with 12, 64 and 128 clients -> engine_host_sweep_resnet50.json
+#             with 12, 64 and 128 clients (SWEEP_S: its time limit, 450 s) -> engine_host_sweep_resnet50.json
 #   engine-host-jpeg-sweep  the instances and contexts for JPEG: 6 and 12 instances x 2 and 4 contexts beside 6 sync
 #             instances and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
 #   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the
@@ -238,7 +238,7 @@ for stage in "$@"; do
         | grep -v '^[IWE]12' | tail -n 18
       ;;
     engine-host-sweep)
-      timeout -s INT 450 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 --transports none \
+      timeout -s INT "${SWEEP_S:-450}" python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64,128 --transports none \
         --host-instances 6,12 --host-contexts 1,2,4 --stability 50 \
         --out /tmp/engine_host_sweep_resnet50.json 2>&1 | grep -v '^[IWE]12' | tail -n 24
       cp /tmp/engine_host_sweep_resnet50.json "$OUT/"
