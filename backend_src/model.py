@@ -132,7 +132,7 @@ class TritonPythonModel:
             )
             client.attach()
             self.host_client = client
-            self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms, lambda: client.launcher.started)
+            self.metrics.start_hosted(client.stats, cfg.metrics_interval_ms, client.counts)
             self.handler = HostHandler(pb_utils, client, self.metrics)
             return
         self.instance = ModelInstance(

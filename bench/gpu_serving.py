@@ -110,6 +110,8 @@ TRTPOOL_COUNTERS = {
     "context_wait_us": ("trtpool_queue_wait_us_total", None),
     "context_busy_us": ("trtpool_context_busy_us_total", None),
     "context_runs": ("trtpool_context_runs_total", None),
+    "host_runs": ("trtpool_host_runs_total", None),
+    "host_round_trip_us": ("trtpool_host_round_trip_us_total", None),
 }
 SERIES = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
 
@@ -135,8 +137,9 @@ def server_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[
     average batch per execute and microseconds per request in each stage. For a
     decoupled model compute_infer ends when execute() returns, not at the response.
     From trtpool's series, where the model has them (an engine host's are the host's): rows per
-    engine batch, instances' batches merged per host batch, and per engine batch the wait for a
-    context and the context's time from taken to given back."""
+    engine batch, instances' batches merged per host batch, per engine batch the wait for a
+    context and the context's time from taken to given back, and an instance's time from sending
+    a batch to the host's answer (the rest of compute_infer is the instance's own work)."""
     delta = {key: after[key] - before[key] for key in after}
     breakdown = {"inferences_per_execute": round(delta["inferences"] / max(delta["executions"], 1), 2)}
     for stage in STAGES:
@@ -148,6 +151,8 @@ def server_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[
         breakdown["context_busy_us_per_batch"] = round(delta["context_busy_us"] / delta["context_runs"], 1)
     if delta["merged"] > 0:
         breakdown["host_messages_per_batch"] = round(delta["messages"] / delta["merged"], 2)
+    if delta["host_runs"] > 0:
+        breakdown["host_round_trip_us"] = round(delta["host_round_trip_us"] / delta["host_runs"], 1)
     return breakdown
 
 

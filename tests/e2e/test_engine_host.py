@@ -81,6 +81,9 @@ def test_the_hosts_metrics_are_published_under_the_model(server):
                  "trtpool_host_busy_share", "trtpool_context_runs_total", "trtpool_host_connections"):
         assert any(line.startswith(name + "{") and 'model="tiny_host"' in line for line in metrics.splitlines()), name
     assert server.wait_for_metric("trtpool_host_connections", "tiny_host", INSTANCES) == INSTANCES
+    # the instances' own: the batches they sent, and their time to the answer (more than a µs each)
+    runs = server.wait_for_metric("trtpool_host_runs_total", "tiny_host", 1)
+    assert server.wait_for_metric("trtpool_host_round_trip_us_total", "tiny_host", runs) >= runs
     busy = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
             if line.startswith('trtpool_host_busy_share{model="tiny_host"')]
     assert len(busy) == 1 and 0.0 <= busy[0] <= 1.0

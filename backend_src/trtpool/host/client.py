@@ -58,6 +58,8 @@ class HostClient:
         self._device_slab: ImportedSlab | None = None
         self._device_refused: str | None = None  # why GPU inputs go through host memory instead
         self._ids = itertools.count(1)
+        self._runs = 0  # batches sent to a host and answered
+        self._round_trip_ns = 0  # from sending each of them to its answer
 
     def attach(self) -> None:
         """Connect (starting the host if none runs) and learn the model's signature. The
@@ -141,9 +143,12 @@ class HostClient:
                     entry["device_inputs"] = descriptors
             device_slab.finish()
         run_id = next(self._ids)
+        sent = time.monotonic_ns()
         wire.send(self._sock, {"op": "run", "id": run_id, "requests": wired}, self._inputs.handover())
         self._sock.settimeout(RUN_TIMEOUT_S)
         reply, fds = self._receive(self._sock, "a batch's answers")
+        self._runs += 1
+        self._round_trip_ns += time.monotonic_ns() - sent
         if fds:
             self._outputs = Slab.attach(fds[0])
         if reply["op"] != "answer" or reply.get("id") != run_id:
@@ -241,6 +246,10 @@ class HostClient:
             f"the engine host of model '{self.name}'{pid} went away while it held this request "
             f"({cause}{ended}); it is being restarted: retry"
         )
+
+    def counts(self) -> dict[str, int]:
+        """This instance's own running totals for its metrics (trtpool.triton.metrics.INSTANCE_COUNTERS)."""
+        return {"starts": self.launcher.started, "runs": self._runs, "round_trip_us": self._round_trip_ns // 1000}
 
     def stats(self) -> dict[str, Any] | None:
         """The host's totals for the metrics, or None while there is no host."""

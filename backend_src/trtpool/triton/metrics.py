@@ -32,6 +32,19 @@ SIZE_GAUGES = {
     "minimum": ("trtpool_contexts_min", "The fewest execution contexts the pool keeps"),
     "maximum": ("trtpool_contexts_max", "The most execution contexts the pool may hold"),
 }
+# A thin instance's own counts (engine_host on), each instance adding its own to the model's series
+# whoever publishes the host's totals: the key in its counts (HostClient.counts) -> name, description.
+INSTANCE_COUNTERS = {
+    "starts": (
+        "trtpool_host_starts_total",
+        "Engine host: hosts started for the model by its instances (above 1: restarts)",
+    ),
+    "runs": ("trtpool_host_runs_total", "Engine host: batches the instances sent to it"),
+    "round_trip_us": (
+        "trtpool_host_round_trip_us_total",
+        "Engine host: microseconds from an instance sending a batch to the host's answer",
+    ),
+}
 CHANGE_COUNTERS = {
     "grown": ("trtpool_contexts_grown_total", "Execution contexts an elastic pool added under load"),
     "shrunk": ("trtpool_contexts_shrunk_total", "Idle execution contexts an elastic pool closed"),
@@ -84,17 +97,17 @@ class PoolMetrics:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start_hosted(self, fetch: Any, interval_ms: int, hosts_started: Callable[[], int] = lambda: 0) -> None:
-        """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None. `hosts_started()`:
-        the engine hosts this instance started, which it publishes itself (Launcher.started)."""
+    def start_hosted(self, fetch: Any, interval_ms: int, own_counts: Callable[[], dict[str, int]] = dict) -> None:
+        """Publish an engine host's totals: `fetch()` returns them (Host.stats) or None. `own_counts()`:
+        this instance's running totals by INSTANCE_COUNTERS key (HostClient.counts), which it publishes
+        itself."""
         self._fetch = fetch
-        self._hosts_started = hosts_started
-        self._starts_published = 0
-        self._starts_family = self._family(
-            name="trtpool_host_starts_total",
-            kind=self._family.COUNTER,
-            description="Engine host: hosts started for the model by its instances (above 1: restarts)",
-        )
+        self._own_counts = own_counts
+        self._own_published: Counter[str] = Counter()
+        self._own_families = {
+            key: self._family(name=name, kind=self._family.COUNTER, description=text)
+            for key, (name, text) in INSTANCE_COUNTERS.items()
+        }
         self._host_pid: int | None = None  # the host whose totals this instance publishes
         self._host_gauges: dict[str, MetricFamily] | None = None
         self._host_last = (0, 0)  # busy_ns, uptime_ns at the previous flush
@@ -106,10 +119,10 @@ class PoolMetrics:
     def _adopt(self) -> None:
         """The hosts this instance started; the host's snapshot as this instance's totals, when this
         instance is its publisher."""
-        started = self._hosts_started()  # this instance's own count: no publisher, host or rebase applies
-        if started > self._starts_published:
-            self._metric(self._starts_family).increment(started - self._starts_published)
-            self._starts_published = started
+        for key, total in self._own_counts().items():  # this instance's own: no publisher, host or rebase applies
+            if total > self._own_published[key]:
+                self._metric(self._own_families[key]).increment(total - self._own_published[key])
+                self._own_published[key] = total
         snapshot = self._fetch()
         if not snapshot or not snapshot.get("publisher"):
             self._stats = None

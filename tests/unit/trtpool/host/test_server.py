@@ -66,13 +66,21 @@ def test_instances_share_one_host_whose_merged_batches_match_onnxruntime(make_sp
                     expected = session.run(None, request)[0]
                     worst = max(worst, float(np.abs(answer["OUTPUT0"] - expected).max()))
             return worst
+        began = time.monotonic_ns()
         with ThreadPoolExecutor(3) as pool:
             worst = max(pool.map(work, clients, range(3)))
+        elapsed_us = (time.monotonic_ns() - began) // 1000
         assert worst <= 1e-5   # the same ONNX Runtime in another process, other batch compositions
         stats = clients[0].stats()
         assert max(int(size) for size in stats["batch_sizes"]) <= 64
         assert any(int(messages) >= 2 for messages in stats["merged"]), stats["merged"]   # across instances
         assert stats["connections"] == 3 and stats["queue_depth"] == 0
+        # each instance's own counts for its metrics: its 15 runs (one of them started the host), and their
+        # round trips, within its time in work() and above one batch wait of 20 ms (each run waits in a
+        # merged batch's window of up to 20 ms; the three send again at once, so each is near 20 ms)
+        counts = [c.counts() for c in clients]
+        assert [c["runs"] for c in counts] == [15] * 3 and sum(c["starts"] for c in counts) == 1
+        assert all(20_000 <= c["round_trip_us"] <= elapsed_us for c in counts), (counts, elapsed_us)
     finally:
         close(clients)
 

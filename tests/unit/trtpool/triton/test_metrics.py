@@ -15,6 +15,7 @@ PAGE = ROOT / "docs" / "reference" / "metrics.md"
 HOSTED = {"trtpool_host_queue_depth", "trtpool_host_merged_batches_total", "trtpool_context_in_flight",
           "trtpool_host_busy_share", "trtpool_host_connections"}
 STARTS = "trtpool_host_starts_total"   # every thin instance's own: made when it starts publishing a host
+OWN = {STARTS, "trtpool_host_runs_total", "trtpool_host_round_trip_us_total"}
 
 
 def listed() -> dict[str, str]:
@@ -40,14 +41,14 @@ def stats(runs: int = 0, busy_ns: int = 0, wait_ns: int = 0, current: int = 2) -
 
 def test_the_families_are_those_the_reference_page_lists_with_their_kinds(pb_utils):
     expected = listed()
-    assert len(expected) == 21
+    assert len(expected) == 23
     plain = PoolMetrics(pb_utils.MetricFamily, "m")   # kept: its families go with it
-    assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED | {STARTS}}
+    assert kinds(pb_utils) == {name: kind for name, kind in expected.items() if name not in HOSTED | OWN}
     host = {"now": None}
     hosted = PoolMetrics(pb_utils.MetricFamily, "m")
     hosted.start_hosted(lambda: host["now"], 60_000)
-    hosted.flush()   # no snapshot: nothing published, and no host family made yet but its own count's
-    assert not HOSTED & set(kinds(pb_utils)) and STARTS in kinds(pb_utils)
+    hosted.flush()   # no snapshot: nothing published, and no host family made yet but its own counts'
+    assert not HOSTED & set(kinds(pb_utils)) and OWN <= set(kinds(pb_utils))
     host["now"] = snapshot(0, 0, 0)
     hosted.flush()   # this instance publishes the host's totals: the host's families too
     assert kinds(pb_utils) == expected
@@ -184,8 +185,8 @@ def test_the_hosts_started_are_counted_by_the_instances_that_started_them(pb_uti
     started = {"a": 1, "b": 0}
     state = {"a": snapshot(0, 0, 0), "b": snapshot(0, 0, 0, publisher=False)}
     first, second = PoolMetrics(pb_utils.MetricFamily, "m"), PoolMetrics(pb_utils.MetricFamily, "m")
-    first.start_hosted(lambda: state["a"], 60_000, lambda: started["a"])
-    second.start_hosted(lambda: state["b"], 60_000, lambda: started["b"])
+    first.start_hosted(lambda: state["a"], 60_000, lambda: {"starts": started["a"]})
+    second.start_hosted(lambda: state["b"], 60_000, lambda: {"starts": started["b"]})
     for metrics in (first, second, first):
         metrics.flush()
     assert value(pb_utils, STARTS) == 1
@@ -200,6 +201,28 @@ def test_the_hosts_started_are_counted_by_the_instances_that_started_them(pb_uti
     for metrics in (first, second):
         metrics.flush()
     assert value(pb_utils, STARTS) == 2
+    for metrics in (first, second):
+        metrics.close()
+
+
+def test_each_instance_adds_its_own_round_trips_to_the_models_series(pb_utils):
+    """trtpool_host_runs_total and trtpool_host_round_trip_us_total: every thin instance adds what its own
+    counts gained since its last flush, whether or not it publishes the host's totals."""
+    own = {"a": {"runs": 3, "round_trip_us": 900}, "b": {"runs": 2, "round_trip_us": 500}}
+    state = {"a": snapshot(0, 0, 0), "b": snapshot(0, 0, 0, publisher=False)}
+    first, second = PoolMetrics(pb_utils.MetricFamily, "m"), PoolMetrics(pb_utils.MetricFamily, "m")
+    first.start_hosted(lambda: state["a"], 60_000, lambda: own["a"])
+    second.start_hosted(lambda: state["b"], 60_000, lambda: own["b"])
+    for metrics in (first, second):
+        metrics.flush()
+    assert value(pb_utils, "trtpool_host_runs_total") == 5
+    assert value(pb_utils, "trtpool_host_round_trip_us_total") == 1_400
+    own["b"] = {"runs": 4, "round_trip_us": 1_100}
+    state["b"] = None   # no host answers this one now: its own counts still go out
+    for metrics in (first, second, second):
+        metrics.flush()
+    assert value(pb_utils, "trtpool_host_runs_total") == 7
+    assert value(pb_utils, "trtpool_host_round_trip_us_total") == 2_000
     for metrics in (first, second):
         metrics.close()
 
