@@ -150,6 +150,10 @@
 #             for the instances, and serves each instance's batch of ~6 at once): ResNet-50 224 fp16 over plain gRPC,
 #             the host with 6 and 12 instances x 1, 2 and 4 contexts beside 1 and 2 sync instances and the null model
 #             with 12, 64 and 128 clients (SWEEP_S: its time limit, 450 s) -> engine_host_sweep_resnet50.json
+#   engine-host-contexts  the sweep's question in one short call: ResNet-50 over plain gRPC, 64 clients, the host
+#             with 6 instances and 1 or 4 contexts (1: two batches at once, so the instances' batches merge)
+#             beside 1 and 2 sync instances and the null model, each point with trtpool's breakdown
+#             (SWEEP_S: its time limit, 200 s) -> engine_host_contexts.json
 #   engine-host-jpeg-sweep  the instances and contexts for JPEG: 6 and 12 instances x 2 and 4 contexts beside 6 sync
 #             instances and the null JPEG model, 512 clients -> engine_host_sweep_jpeg.json
 #   engine-host-best  (after engine-host-sweep, on the same warm machine: it reads the sweep's /tmp copy) the
@@ -242,6 +246,11 @@ for stage in "$@"; do
         --host-instances 6,12 --host-contexts 1,2,4 --stability 50 \
         --out /tmp/engine_host_sweep_resnet50.json 2>&1 | grep -v '^[IWE]12' | tail -n 24
       cp /tmp/engine_host_sweep_resnet50.json "$OUT/"
+      ;;
+    engine-host-contexts)
+      timeout -s INT "${SWEEP_S:-200}" python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \
+        --transports none --host-instances 6 --host-contexts 1,4 --stability 50 \
+        --out "$OUT/engine_host_contexts.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
       ;;
     engine-host-jpeg-sweep)
       timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case jpeg --concurrency 512 \
