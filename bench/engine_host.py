@@ -109,7 +109,7 @@ def jpeg_folder(repo: Path, args: argparse.Namespace) -> Path:
 def host_shapes(args: argparse.Namespace) -> list[tuple[str, int, dict[str, str]]]:
     """(name's tail, instances, the host's parameters) of each host variant: x6, or x6_c2_w500
     where several --host-contexts or --host-batch-waits are swept (each with each)."""
-    tails = []
+    shapes = []
     for count in args.host_instances:
         for contexts in args.host_contexts:
             for wait in args.host_batch_waits:
@@ -118,8 +118,8 @@ def host_shapes(args: argparse.Namespace) -> list[tuple[str, int, dict[str, str]
                 parameters = {"contexts": str(contexts), "engine_host": "on"}
                 if wait:
                     parameters["batch_wait_microseconds"] = str(wait)
-                tails.append((tail, count, parameters))
-    return tails
+                shapes.append((tail, count, parameters))
+    return shapes
 
 
 def build_jpeg(repo: Path, args: argparse.Namespace) -> dict[str, str]:

@@ -117,8 +117,8 @@ class PoolMetrics:
         self._thread.start()
 
     def _adopt(self) -> None:
-        """The hosts this instance started; the host's snapshot as this instance's totals, when this
-        instance is its publisher."""
+        """This instance's own counts (INSTANCE_COUNTERS); the host's snapshot as this instance's totals,
+        when this instance is its publisher."""
         for key, total in self._own_counts().items():  # this instance's own: no publisher, host or rebase applies
             if total > self._own_published[key]:
                 self._metric(self._own_families[key]).increment(total - self._own_published[key])
