@@ -61,11 +61,6 @@ def any_pinned() -> bool:
     return bool(_regions)
 
 
-def is_pinned(array: np.ndarray) -> bool:
-    """Whether all of a C-contiguous array's bytes lie in one registered region."""
-    return range_is_pinned(int(array.ctypes.data), array.nbytes)
-
-
 def range_is_pinned(start: int, nbytes: int) -> bool:
     """Whether the bytes [start, start + nbytes) lie in one registered region."""
     end = start + nbytes

@@ -10,7 +10,7 @@ import pytest
 
 from tests.doubles.cuda_double import FakeCudart
 from trtpool.gpu import cuda
-from trtpool.gpu.pinned_regions import PinnedRegion, is_pinned, pinned
+from trtpool.gpu.pinned_regions import PinnedRegion, pinned, range_is_pinned
 
 
 @pytest.fixture
@@ -18,6 +18,11 @@ def fake(monkeypatch) -> FakeCudart:
     double = FakeCudart()
     monkeypatch.setattr(cuda, "_cudart", double)
     return double
+
+
+def is_pinned(array: np.ndarray) -> bool:
+    """Whether all of a C-contiguous array's bytes lie in one registered region."""
+    return range_is_pinned(int(array.ctypes.data), array.nbytes)
 
 
 def test_arrays_inside_a_registered_mapping_are_pinned_until_it_is_closed(fake):
