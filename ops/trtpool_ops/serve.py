@@ -232,6 +232,15 @@ def ask_to_stop(process: subprocess.Popen, signum: int, grace: float = 60.0) -> 
         timer.start()
 
 
+def wait_interruptibly(process: subprocess.Popen) -> int:
+    """process.wait() in slices. Python runs a signal handler in the main thread, between bytecodes; the
+    kernel may hand SIGINT to another thread (the watchdog's, the output relay's), and a main thread asleep in
+    one blocking waitpid would then never run the handler, nor stop the server. In slices it runs within 50 ms."""
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return process.wait(timeout=1.0)
+
+
 def exit_timeout(passthrough: Sequence[str]) -> str:
     """tritonserver's --exit-timeout-secs as given (30 by default)."""
     for i, argument in enumerate(passthrough):
@@ -345,7 +354,7 @@ def run_server(args: argparse.Namespace, passthrough: list[str]) -> int:
     if args.watch_interval > 0:
         start_watchdog(args, url, process, stopping, dead_stub)
     say("Ctrl-C stops the server.")
-    code = process.wait()
+    code = wait_interruptibly(process)
     kill_group(process)
     output.finish()
     if log:

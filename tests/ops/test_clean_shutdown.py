@@ -11,6 +11,7 @@ trtpool-health and in process, and by a plain stream; then the server must stop 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -132,3 +133,31 @@ def test_a_killed_serve_command_takes_its_tritonserver_and_stubs_with_it(reposit
             serve.stop()
         if server is not None and not ended(server):  # this test failed: stop what it left
             os.killpg(server, signal.SIGKILL)
+
+
+SYS_TGKILL = 234  # x86-64 (asm/unistd_64.h)
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def signal_thread(pid: int, tid: int, signum: int) -> None:
+    """Send `signum` to one thread of `pid`, as the kernel may when it picks a thread of its own."""
+    if _LIBC.syscall(SYS_TGKILL, pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {signum})")
+
+
+def test_a_signal_taken_by_another_thread_still_stops_the_server(repository, tmp_path):
+    """The kernel hands a process's signal to any thread that does not block it. Python runs the handler
+    only in the main thread and only between bytecodes, so a main thread blocked in waitpid would never see
+    a SIGINT that the watchdog's thread took (the flake of 2026-12-06: no handler ran, killed after 120 s)."""
+    serve = trtpool_serve(repository, tmp_path / "server.log", "--watch-interval=0.2")
+    try:
+        serve.wait_for("Ctrl-C stops the server.", timeout=300)
+        pid = serve.process.pid
+        others = sorted(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if int(task.name) != pid)
+        assert others, "trtpool-serve runs threads beside its main one (its output relay, the watchdog)"
+        signal_thread(pid, others[-1], signal.SIGINT)
+        code = serve.process.wait(STOPPED_WITHIN_S)
+    finally:
+        serve.stop(timeout=30)
+    assert code == 0, serve.output()
+    assert "[serve] stopping tritonserver" in serve.output()
