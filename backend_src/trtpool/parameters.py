@@ -499,7 +499,7 @@ def _engine_host(setting: str, mode: str) -> str:
 
 def engine_host_on(cfg: PoolConfig) -> bool:
     """Whether this instance forwards to its model's engine host (trtpool.host). auto is off: measured
-    side by side on one H200 (bench/results/h200/engine_host.json), the host served more than the best
+    side by side on one H200 (bench/results/h200/engine_host_seventh.json), the host served more than the best
     ordinary instances only for tensor clients over plain gRPC (1.09-1.17x), less over CUDA shm
     (0.73-1.0x), for JPEG (0.87x) and on the CPU (0.75x, bench/results/engine_host_cpu.json); which
     wins depends on the clients' transport, which the config cannot see. `on` is the choice for
