@@ -31,9 +31,12 @@ log = logging.getLogger("trtpool")
 # largest profile); pipelined gained from a second context and nothing from a third and fourth;
 # decoupled gained up to four. Beyond these, contexts only cost memory.
 AUTO_CONTEXTS = {"sync": 1, "pipelined": 2, "decoupled": 4}
-# An engine host overlaps the batches of every instance on its contexts, as decoupled mode's
-# workers do within one instance.
-HOSTED_CONTEXTS = AUTO_CONTEXTS["decoupled"]
+# An engine host overlaps the batches of every instance on its contexts. Two, measured on an H200 with 6
+# and 12 thin instances x 1, 2 and 4 contexts (bench/results/h200/engine_host_sweep_resnet50.json,
+# engine_host_sweep_jpeg.json): ResNet-50 over gRPC served 1.10-1.21x with two than with four (fewer,
+# larger engine batches; one was within 0.98-1.06x of two), JPEG 0.98-1.03x, and four held 1.8-2.0x the
+# GPU memory under load.
+HOSTED_CONTEXTS = 2
 
 
 def describe(model_config: dict[str, Any], version_dir: Path) -> Signature:

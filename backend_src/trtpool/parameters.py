@@ -39,6 +39,8 @@ MAX_SEQUENCE_BUCKET = 1_048_576
 MAX_FILE_NAME, MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
 SWITCHES = ("on", "off")
 ENGINE_HOST = ("auto", "on", "off")
+PROCESS_FILE = "process.py"  # a version folder's process file (trtpool.process.file reads it)
+AUTO_HOST_INSTANCES = 4  # instances on one GPU from which auto hands a tensor model to its engine host
 # Unset, an engine host waits for nothing: Triton's dynamic batcher already waited for this
 # batch, and the batches that queue while the host's workers are busy are merged anyway.
 HOST_BATCH_WAIT_US = 0
@@ -301,7 +303,8 @@ PARAMETERS = {
             "engine_host",
             choice(ENGINE_HOST),
             "auto",
-            "on: one process per device owns the model and its contexts; auto is off",
+            "on: one process per device owns the model and its contexts; auto: on for a sync model "
+            f"without a process file with {AUTO_HOST_INSTANCES} or more instances on one GPU",
         ),
         Parameter(
             "FORCE_CPU_ONLY_INPUT_TENSORS",
@@ -368,7 +371,7 @@ class PoolConfig:
     postprocess_threads: int  # process.py's postprocess workers (auto: stage_threads)
     preprocess_processes: int  # worker processes running preprocess (0: on the pre threads)
     process_faces: str  # which of process.py's faces serve (trtpool.process.faces.choose_faces)
-    engine_host: str  # auto | on | off (engine_host_on)
+    engine_host: str  # on | off, auto settled by load (engine_host_on)
 
     @property
     def most_contexts(self) -> int | None:
@@ -483,25 +486,54 @@ def load(model_config: dict[str, Any], version_dir: Path, device: str) -> PoolCo
         postprocess_threads=value(params, "postprocess_threads") or stage_threads(),
         preprocess_processes=value(params, "preprocess_processes"),
         process_faces=value(params, "process_faces"),
-        engine_host=_engine_host(value(params, "engine_host"), mode),
+        engine_host=_engine_host(
+            value(params, "engine_host"),
+            mode,
+            device,
+            instances_on(model_config, device),
+            (version_dir / PROCESS_FILE).exists(),
+        ),
     )
 
 
-def _engine_host(setting: str, mode: str) -> str:
+def instances_on(model_config: Mapping[str, Any], device: str) -> int:
+    """How many instances of the model Triton puts on `device`'s GPU (0 for "cpu"): every GPU group
+    (KIND_AUTO is one on a GPU machine) that lists the GPU, or lists none and so covers every GPU."""
+    if device == "cpu":
+        return 0
+    gpu = int(device.split(":")[1])
+    return sum(
+        int(group.get("count", 1))
+        for group in model_config.get("instance_group", [])
+        if group.get("kind", "KIND_AUTO") in ("KIND_GPU", "KIND_AUTO")
+        and (not group.get("gpus") or gpu in [int(g) for g in group["gpus"]])
+    )
+
+
+def _engine_host(setting: str, mode: str, device: str, instances: int, process_file: bool) -> str:
+    """on or off, auto decided (engine_host_on says by what)."""
     if setting == "on" and mode != "sync":
         raise ConfigError(
             f"parameter 'engine_host' is 'on' but mode is '{mode}': instances that forward to an "
             "engine host are sync instances (the host overlaps every instance's batches on its "
             "contexts); set mode sync, or engine_host off"
         )
-    return setting
+    if setting != "auto":
+        return setting
+    tensor_model = not process_file  # a process file's GPU decode lost to ordinary instances (0.87-0.89x)
+    many = instances >= AUTO_HOST_INSTANCES and device != "cpu"
+    return "on" if mode == "sync" and tensor_model and many else "off"
 
 
 def engine_host_on(cfg: PoolConfig) -> bool:
-    """Whether this instance forwards to its model's engine host (trtpool.host). auto is off: measured
-    side by side on one H200 (bench/results/h200/engine_host_seventh.json), the host served more than the best
-    ordinary instances only for tensor clients over plain gRPC (1.09-1.17x), less over CUDA shm
-    (0.73-1.0x), for JPEG (0.87x) and on the CPU (0.75x, bench/results/engine_host_cpu.json); which
-    wins depends on the clients' transport, which the config cannot see. `on` is the choice for
-    gRPC/HTTP tensor clients and where GPU memory is short: one copy of the model for every instance."""
+    """Whether this instance forwards to its model's engine host (trtpool.host); `load` settles auto.
+
+    auto is on for a sync model without a process file that has AUTO_HOST_INSTANCES or more instances on
+    one GPU, off otherwise. Measured on one H200 (bench/results/h200/engine_host.json, 2026-12-06): six
+    thin instances and their host against the best ordinary arrangement (two sync instances; four served
+    2,300 against two's 3,862 on 2026-12-03, bench/journal/tensor-ceiling.md), batch-1 clients at 64-512: ResNet-50 over
+    plain gRPC 1.51-1.85x, BERT-base over gRPC 1.17-2.16x and over CUDA shm 1.11-1.25x, ResNet-50 over
+    CUDA shm 0.73x at 64 clients, 0.92x at 128, 1.31x at 256; one copy of the weights instead of one per
+    instance. A process file's JPEG decode in the host served 0.87-0.89x of six ordinary instances, and
+    on the CPU the host served 0.75x (bench/results/engine_host_cpu.json): auto keeps it off there."""
     return cfg.engine_host == "on"

@@ -23,8 +23,8 @@ from typing import Any
 
 from trtpool.errors import ConfigError
 from trtpool.model.config_pbtxt import SECTIONS
+from trtpool.parameters import PROCESS_FILE
 
-PROCESS_FILE = "process.py"
 _loaded = itertools.count()  # each instance gets its own module object
 
 Tensors = dict[str, Any]

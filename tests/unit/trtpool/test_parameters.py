@@ -65,3 +65,29 @@ def test_the_engine_host_takes_sync_instances_and_refuses_the_other_modes_by_nam
               "parameters": {"engine_host": {"string_value": "on"}, "mode": {"string_value": mode}}}
     with pytest.raises(ConfigError, match=f"'engine_host' is 'on' but mode is '{mode}'.*set mode sync"):
         parameters.load(config, tmp_path, "cpu")
+
+
+def _auto(tmp_path: Path, device: str, groups: list[dict], mode: str = "sync", **values: str) -> str:
+    config = {"name": "m", "instance_group": groups,
+              "parameters": {k: {"string_value": v} for k, v in {"mode": mode, **values}.items()}}
+    return parameters.load(config, tmp_path, device).engine_host
+
+
+def test_auto_hands_a_tensor_model_with_four_or_more_instances_on_a_gpu_to_its_engine_host(tmp_path: Path):
+    """The measured rule (engine_host_on): six thin instances and a host served tensor clients 1.5-2.2x
+    the best ordinary arrangement on the H200; a process file's JPEG path and the CPU lost."""
+    assert parameters.AUTO_HOST_INSTANCES == 4
+    gpu = "KIND_GPU"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 6, "gpus": [0]}]) == "on"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 2, "gpus": [0]}] * 2) == "on"  # groups add up
+    assert _auto(tmp_path, "cuda:1", [{"kind": gpu, "count": 4}]) == "on"  # no gpus listed: every GPU
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 3, "gpus": [0]}]) == "off"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 6, "gpus": [1]}]) == "off"  # on another GPU
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 3, "gpus": [0]},
+                                      {"kind": "KIND_CPU", "count": 6}]) == "off"
+    assert _auto(tmp_path, "cpu", [{"kind": "KIND_CPU", "count": 8}]) == "off"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 6, "gpus": [0]}], mode="pipelined") == "off"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 6, "gpus": [0]}], engine_host="off") == "off"
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 1, "gpus": [0]}], engine_host="on") == "on"
+    (tmp_path / "process.py").write_text("")
+    assert _auto(tmp_path, "cuda:0", [{"kind": gpu, "count": 6, "gpus": [0]}]) == "off"
