@@ -160,6 +160,11 @@
 #             record's other tensor cases with the sweep's best host shape, 64 and 128 clients: ResNet-50 over CUDA shm
 #             (host_ipc too), BERT-base over plain gRPC and CUDA shm, beside 1 and 2 sync instances and the null model
 #             -> engine_host_best.json
+#   engine-host-high  (the ninth session's runs after engine-host-best, as they were typed by hand) the host with 2
+#             contexts at more clients: ResNet-50 over plain gRPC at 128 and 256 (6 and 12 instances) and at 512 (6),
+#             over CUDA shm at 256 (host_ipc too), BERT-base over plain gRPC at 256, each beside 1 and 2 sync
+#             instances and the null model -> engine_host_c256_resnet50.json, engine_host_c512_resnet50.json,
+#             engine_host_c256_cudashm.json, engine_host_c256_bert.json (about 400 s on the H200, 2026-12-06)
 #   engine-host-profile-resnet50  the host (6 instances) under ResNet-50 gRPC load, 64 clients: py-spy's GIL holder,
 #             then every thread of the host and of one front stub, waits included -> host_gil_resnet50.txt,
 #             waits_resnet50_{host,stub}.txt
@@ -271,6 +276,17 @@ PY
         | grep -v '^[IWE]12' | tail -n 16
       timeout -s INT 300 python3 bench/engine_host.py --runtime torch --case bert_base --concurrency 64,128 $shape \
         --stability 50 --out "$OUT/engine_host_best.json" 2>&1 | grep -v '^[IWE]12' | tail -n 20
+      ;;
+    engine-host-high)
+      high() {  # NAME SECONDS ARGS...: one run of bench/engine_host.py, the host with 2 contexts
+        local name=$1 seconds=$2; shift 2
+        timeout -s INT "$seconds" python3 bench/engine_host.py --runtime torch --host-contexts 2 --stability 50 "$@" \
+          --out "$OUT/engine_host_$name.json" 2>&1 | grep -v '^[IWE]12' | tail -n 12
+      }
+      high c256_resnet50 330 --case resnet50 --concurrency 128,256 --transports none --host-instances 6,12
+      high c512_resnet50 250 --case resnet50 --concurrency 512 --transports none --host-instances 6
+      high c256_cudashm 165 --case resnet50 --concurrency 256 --transports cuda --host-gpu-inputs --host-instances 6
+      high c256_bert 165 --case bert_base --concurrency 256 --transports none --host-instances 6
       ;;
     engine-host-profile-resnet50)
       timeout -s INT 200 python3 bench/engine_host.py --runtime torch --case resnet50 --concurrency 64 \

@@ -297,9 +297,14 @@ INVENTORY = (
     command("bash bench/gpu/h200.sh lean-runtime", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup engine-host-jpeg", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh stash-gpu setup decoder-hw", H200, not_here=ON_H200),
-    command("bash bench/gpu/h200.sh engine-host-ipc engine-host-tensor", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup host-copies", H200, not_here=ON_H200),
     command("bash bench/gpu/h200.sh setup jpeg-probe", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh setup engine-host-sweep", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh engine-host-best", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh engine-host-high", H200, not_here=ON_H200),
+    command("bash bench/gpu/h200.sh engine-host-jpeg-sweep", H200, not_here=ON_H200),
+    command("bench/engine_host_record.py", BENCH_HELP,
+            "tests/repo/test_engine_host_record.py::test_the_committed_record_is_what_the_script_makes_from_the_runs_it_names"),
     command("bench/jpeg_probe.py", BENCH_HELP, not_here=ON_H200),
     # docs/benchmarks.md: the engine host (issue 36)
     command(".venv/bin/python bench/host_roundtrip.py --out bench/results/host_roundtrip_cpu.json", BENCH_HELP,
@@ -318,6 +323,8 @@ INVENTORY = (
     text('{"op": "error"}', "the host's answer to a bad message (trtpool.host.protocol)"),
     # docs/modes.md: the engine host (issue 36)
     text("engine_host: on", "the parameter that turns the engine host on (docs/configuration.md lists it)"),
+    text("engine_host: auto", "the parameter's default, settled by trtpool.parameters (tests/unit/trtpool/test_parameters.py: "
+         "test_auto_hands_a_tensor_model_with_four_or_more_instances_on_a_gpu_to_its_engine_host)"),
     text("python -m trtpool.host MODEL DEVICE SERVER_PID",
          "the host's command line, which tests/harness/server.py's host_pids reads in tests/e2e/test_engine_host.py"),
     text("tritonserver -> instance 1..N (check the batch, write its tensors once into shared memory)",
