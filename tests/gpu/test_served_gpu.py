@@ -28,6 +28,7 @@ import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: E402
 from bench.gpu_memory import by_process  # noqa: E402
 from tests.harness.clients import grpc_input, http_input  # noqa: E402
 from tests.harness.host_faults import kill_host_under_load  # noqa: E402
+from trtpool.parameters import AUTO_HOST_INSTANCES  # noqa: E402
 from trtpool_builder.examples import get_example, write_example  # noqa: E402
 from trtpool_builder.folder.model_folder import ServingOptions, make_model_folder, read_config, write_config  # noqa: E402
 
@@ -66,6 +67,13 @@ def gpu_served(start_server, tmp_path_factory):
         config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = cpu_only_inputs
         config.instance_group[0].count = count
         write_config(folder, config)
+    # Four sync instances on the GPU with engine_host left at auto: auto hands them to an engine host.
+    folder = make_model_folder(repo, "resnet_auto", onnx, profiles,
+                               ServingOptions(runtime="torch", mode="sync", instance_kind="gpu"))
+    config = read_config(folder)
+    config.parameters["model_file"].string_value = "model.onnx"
+    config.instance_group[0].count = AUTO_HOST_INSTANCES
+    write_config(folder, config)
     server = start_server(repo)
     reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     return server, reference
@@ -208,6 +216,16 @@ def test_concurrent_cuda_shared_memory_load(gpu_served, model):
         log = server.log_text()
         assert "writes its GPU inputs into" in log and "CUDA IPC" in log
         assert "GPU inputs go to the engine host through host memory" not in log
+
+
+def test_auto_hands_four_gpu_instances_to_one_engine_host_and_leaves_one_instance_alone(gpu_served):
+    server, reference = gpu_served
+    assert "engine_host" not in read_config(server.repository / "resnet_auto").parameters  # auto, the default
+    assert len(server.host_pids("resnet_auto")) == 1 and not server.host_pids("resnet_sync")
+    x = np.random.default_rng(4).standard_normal((2, 3, IMAGE, IMAGE)).astype(np.float32)
+    [expected] = reference.run(None, {"input": x})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    close_enough(client.infer("resnet_auto", [grpc_input("input", x, "FP32")]).as_numpy("logits"), expected)
 
 
 def test_engine_host_instances_hold_no_gpu_memory_and_the_host_holds_the_model(gpu_served):
