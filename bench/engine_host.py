@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import gpu_memory  # noqa: E402
 from bench.ceiling import add_null_model  # noqa: E402
-from bench.gpu_serving import INPUTS, add_model, measure  # noqa: E402
+from bench.gpu_serving import INPUTS, add_model, measure, model_processes  # noqa: E402
 from bench.jpeg_probe import FILE_SETS, file_set  # noqa: E402
 from bench.pipeline import NULL_JPEG_MODEL, GpuUtilization, perf_row, write_input_data  # noqa: E402
 from bench.record import provenance, write_json  # noqa: E402
@@ -198,8 +198,9 @@ def build_tensor(repo: Path, args: argparse.Namespace) -> dict[str, str]:
 
 
 def processes_of(server: TritonServer, model: str) -> list[int]:
-    stubs = [pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    return stubs + server.host_pids(model)
+    """The model's stubs and its engine host."""
+    processes = model_processes(server, model)
+    return processes["stubs"] + processes["host"]
 
 
 def memory_mib(server: TritonServer, model: str) -> int | None:

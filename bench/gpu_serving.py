@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import tritonclient.http as httpclient  # noqa: E402
 
-from bench import gpu_memory  # noqa: E402
+from bench import cpu_account, gpu_memory  # noqa: E402
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.perf import PerfAnalyzerFailed, perf_analyzer  # noqa: E402
 from tests.harness.repository import set_parameters  # noqa: E402
@@ -86,6 +86,13 @@ def add_model(
 
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 METRICS_INTERVAL_S = 1.1  # trtpool hands its counts to Triton every metrics_interval_ms (1000 by default)
+
+
+def model_processes(server: TritonServer, model: str) -> dict[str, list[int]]:
+    """tritonserver's own process, the model's stubs and its engine host (none unless engine_host is on)."""
+    stubs = [pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert server.process is not None, "the server was started"
+    return {"tritonserver": [server.process.pid], "stubs": stubs, "host": server.host_pids(model)}
 
 
 def server_counters(server: TritonServer, model: str) -> dict[str, float]:
@@ -185,43 +192,50 @@ def measure(
         extra += ["--stability-percentage", str(stability)]
         result["stability_percentage"] = stability
     before = server_counters(server, model)
-    try:
+    with cpu_account.measuring(lambda: model_processes(server, model)) as cpu:
         try:
-            [row] = perf_analyzer(
-                model,
-                server.grpc_url,
-                concurrency=str(concurrency or 1),
-                interval_ms=interval_ms,
-                max_trials=4 if stability is None else 8,
-                extra=tuple(extra),
-            )
+            try:
+                [row] = perf_analyzer(
+                    model,
+                    server.grpc_url,
+                    concurrency=str(concurrency or 1),
+                    interval_ms=interval_ms,
+                    max_trials=4 if stability is None else 8,
+                    extra=tuple(extra),
+                )
+            except PerfAnalyzerFailed as exc:
+                if "stable measurement" not in str(exc) or rate is not None or stability is not None:
+                    raise
+                # Once more with longer windows and a looser stability criterion (recorded).
+                result["stability_percentage"] = 25
+                [row] = perf_analyzer(
+                    model,
+                    server.grpc_url,
+                    concurrency=str(concurrency or 1),
+                    interval_ms=2 * interval_ms,
+                    max_trials=6,
+                    extra=(*extra, "--stability-percentage", "25"),
+                )
         except PerfAnalyzerFailed as exc:
-            if "stable measurement" not in str(exc) or rate is not None or stability is not None:
-                raise
-            # Once more with longer windows and a looser stability criterion (recorded).
-            result["stability_percentage"] = 25
-            [row] = perf_analyzer(
-                model,
-                server.grpc_url,
-                concurrency=str(concurrency or 1),
-                interval_ms=2 * interval_ms,
-                max_trials=6,
-                extra=(*extra, "--stability-percentage", "25"),
-            )
-    except PerfAnalyzerFailed as exc:
-        return {"error": str(exc)[-2000:]}
+            return {"error": str(exc)[-2000:]}
+    after = server_counters(server, model)
     # perf_analyzer's inferences/s already count batch items: requests/s x client batch.
     result.update(
         {
             "infer_per_s": row["Inferences/Second"],
             "p50_ms": row["p50 latency"] / 1000,
             "p99_ms": row["p99 latency"] / 1000,
-            "server": server_breakdown(before, server_counters(server, model)),
+            "server": server_breakdown(before, after),
+            # CPU per request by process (bench/cpu_account.py): on a machine whose cores are all busy,
+            # throughput follows what each request costs
+            "cpu_us_per_inference": cpu.per_request_us(after["inferences"] - before["inferences"]),
+            "machine_cpu_busy_percent": cpu.machine_busy_percent,
         }
     )
     print(
         f"{model:14s} b={batch:2d} c={concurrency} rate={rate} stream={streaming} shm={shm}: "
-        f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms {result['server']}",
+        f"{result['infer_per_s']:9.1f} infer/s p99 {result['p99_ms']:.2f} ms {result['server']} "
+        f"CPU µs per inference {result['cpu_us_per_inference']} (machine {result['machine_cpu_busy_percent']}% busy)",
         flush=True,
     )
     return result

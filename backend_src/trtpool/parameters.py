@@ -534,6 +534,7 @@ def engine_host_on(cfg: PoolConfig) -> bool:
     2,300 against two's 3,862 on 2026-12-03, bench/journal/tensor-ceiling.md), batch-1 clients at 64-512:
     ResNet-50 over plain gRPC 1.51-1.85x, BERT-base over gRPC 1.17-2.16x and over CUDA shm 1.11-1.25x,
     ResNet-50 over CUDA shm 0.73x at 64 clients, 0.92x at 128, 1.31x at 256; one copy of the weights
-    instead of one per instance. A process file's JPEG decode in the host served 0.87-0.89x of six ordinary instances, and
-    on the CPU the host served 0.75x (bench/results/engine_host_cpu.json): auto keeps it off there."""
+    instead of one per instance. A process file's JPEG decode in the host served 0.87-0.89x of six
+    ordinary instances, and on the CPU the host served 0.75x (bench/results/engine_host_cpu.json): auto
+    keeps it off for both."""
     return cfg.engine_host == "on"
