@@ -90,9 +90,8 @@ METRICS_INTERVAL_S = 1.1  # trtpool hands its counts to Triton every metrics_int
 
 def model_processes(server: TritonServer, model: str) -> dict[str, list[int]]:
     """tritonserver's own process, the model's stubs and its engine host (none unless engine_host is on)."""
-    stubs = [pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert server.process is not None, "the server was started"
-    return {"tritonserver": [server.process.pid], "stubs": stubs, "host": server.host_pids(model)}
+    return {"tritonserver": [server.process.pid], "stubs": server.stub_pids(model), "host": server.host_pids(model)}
 
 
 def server_counters(server: TritonServer, model: str) -> dict[str, float]:
@@ -191,33 +190,34 @@ def measure(
     if stability is not None:
         extra += ["--stability-percentage", str(stability)]
         result["stability_percentage"] = stability
-    before = server_counters(server, model)
-    with cpu_account.measuring(lambda: model_processes(server, model)) as cpu:
+
+    def run(interval: int, trials: int, options: tuple[str, ...]) -> dict:
+        [row] = perf_analyzer(
+            model,
+            server.grpc_url,
+            concurrency=str(concurrency or 1),
+            interval_ms=interval,
+            max_trials=trials,
+            extra=options,
+        )
+        return row
+
+    def stable_row() -> dict:
         try:
-            try:
-                [row] = perf_analyzer(
-                    model,
-                    server.grpc_url,
-                    concurrency=str(concurrency or 1),
-                    interval_ms=interval_ms,
-                    max_trials=4 if stability is None else 8,
-                    extra=tuple(extra),
-                )
-            except PerfAnalyzerFailed as exc:
-                if "stable measurement" not in str(exc) or rate is not None or stability is not None:
-                    raise
-                # Once more with longer windows and a looser stability criterion (recorded).
-                result["stability_percentage"] = 25
-                [row] = perf_analyzer(
-                    model,
-                    server.grpc_url,
-                    concurrency=str(concurrency or 1),
-                    interval_ms=2 * interval_ms,
-                    max_trials=6,
-                    extra=(*extra, "--stability-percentage", "25"),
-                )
+            return run(interval_ms, 4 if stability is None else 8, tuple(extra))
         except PerfAnalyzerFailed as exc:
-            return {"error": str(exc)[-2000:]}
+            if "stable measurement" not in str(exc) or rate is not None or stability is not None:
+                raise
+        # Once more with longer windows and a looser stability criterion (recorded).
+        result["stability_percentage"] = 25
+        return run(2 * interval_ms, 6, (*extra, "--stability-percentage", "25"))
+
+    before = server_counters(server, model)
+    try:
+        with cpu_account.measuring(lambda: model_processes(server, model)) as cpu:
+            row = stable_row()
+    except PerfAnalyzerFailed as exc:
+        return {"error": str(exc)[-2000:]}
     after = server_counters(server, model)
     # perf_analyzer's inferences/s already count batch items: requests/s x client batch.
     result.update(

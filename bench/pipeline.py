@@ -773,10 +773,7 @@ def gpu_memory_by_model(server: TritonServer, models: list[str]) -> dict[str, in
     held = by_process()
     memory = {}
     for model in models:
-        stubs = [
-            pid for pid in server.stub_pids() if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
-        memory[model] = sum(held[pid][1] for pid in stubs if pid in held) if held else None
+        memory[model] = sum(held[pid][1] for pid in server.stub_pids(model) if pid in held) if held else None
     return memory
 
 

@@ -8,7 +8,6 @@ Tolerance: max |served - reference| <= 1e-3 * max(1, max |reference|) in fp32
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,7 +230,7 @@ def test_auto_hands_four_gpu_instances_to_one_engine_host_and_leaves_one_instanc
 def test_engine_host_instances_hold_no_gpu_memory_and_the_host_holds_the_model(gpu_served):
     """nvidia-smi's compute processes: the host of resnet_host is one, its three stubs none."""
     server, _ = gpu_served
-    stubs = [pid for pid in server.stub_pids() if b"/resnet_host/" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    stubs = server.stub_pids("resnet_host")
     hosts = server.host_pids("resnet_host")
     held = by_process()
     print({pid: held.get(pid) for pid in stubs + hosts})

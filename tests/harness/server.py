@@ -177,9 +177,10 @@ class TritonServer(LoopbackEndpoints):
         """This server's shared-memory regions in /dev/shm."""
         return sorted(SHM.glob(self.shm_prefix + "*"))
 
-    def stub_pids(self) -> list[int]:
+    def stub_pids(self, model: str | None = None) -> list[int]:
         """The Python backend stub processes of this server (one per model instance, plus
-        one while a model's config is auto-completed): they carry its region prefix."""
+        one while a model's config is auto-completed): they carry its region prefix. Of one
+        model: its command line names the model's folder."""
         pids = []
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
@@ -188,7 +189,8 @@ class TritonServer(LoopbackEndpoints):
                 except OSError:  # gone meanwhile
                     continue
                 if len(cmdline) > 2 and cmdline[0].endswith(STUB.encode()) and \
-                        cmdline[2].startswith(self.shm_prefix.encode()):
+                        cmdline[2].startswith(self.shm_prefix.encode()) and \
+                        (model is None or f"/{model}/".encode() in b"\0".join(cmdline)):
                     pids.append(int(entry.name))
         return pids
 
@@ -208,14 +210,8 @@ class TritonServer(LoopbackEndpoints):
         return pids
 
     def stub_pid(self, model: str) -> int | None:
-        """A stub of `model`'s instances: its command line names the model's folder."""
-        for pid in self.stub_pids():
-            try:
-                if f"/{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    return pid
-            except OSError:
-                continue
-        return None
+        """A stub of `model`'s instances."""
+        return next(iter(self.stub_pids(model)), None)
 
     def rss_bytes(self) -> int:
         """The server process's resident memory (its stubs not included)."""
