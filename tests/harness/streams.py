@@ -3,15 +3,14 @@ answer per request.
 
 An answer is the request's outputs (by request id) or an error. A stream error
 carries no request id (ModelStreamInferResponse has only error_message), so
-errors are collected as a list. With `status_codes`, the stream asks Triton
-(24.08 and later) for gRPC status codes through the `triton_grpc_error`
-header: the first error the model sends then ends the stream with its code.
-Triton's own refusals before the model (a wrong rank or dtype) still come
-as a message without a code (status() None), and the stream goes on.
+errors are collected as a list; a decoupled trtpool model's error message
+ends with its code (`[status <CODE>]`, trtpool.triton.status_relay).
 
-A stream with that header carries one request in flight at a time: Triton 2.51
-aborts when a model's error ends such a stream while other responses of it are
-being written (tests/reliability/test_grpc_error_stream_abort.py).
+`status_codes` asks Triton (24.08 and later) for gRPC status codes through the
+`triton_grpc_error` header instead: the first error the model sends then ends
+the stream with its code. Only the tests and the probe of that header's fault
+use it: Triton 2.51 dies on such streams when models refuse requests
+(tests/reliability/test_grpc_error_stream_abort.py, docs/reliability.md).
 """
 from __future__ import annotations
 
@@ -34,21 +33,14 @@ class Answers:
 
 
 class StreamClient:
-    def __init__(self, url: str, status_codes: bool = False, in_flight: int | None = None) -> None:
-        """`in_flight` caps the requests sent and not yet answered: by default 1 with
-        `status_codes` (above), no cap without."""
+    def __init__(self, url: str, status_codes: bool = False) -> None:
         self.client = grpcclient.InferenceServerClient(url)
         self._answers: queue.Queue = queue.Queue()
         self._unanswered = 0
-        self._in_flight = in_flight if in_flight is not None else 1 if status_codes else None
         self.client.start_stream(callback=lambda result, error: self._answers.put((result, error)),
                                  headers={"triton_grpc_error": "true"} if status_codes else None)
 
     def send(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> None:
-        if self._in_flight is not None and self._unanswered >= self._in_flight:
-            raise RuntimeError(f"{self._unanswered} request(s) unanswered on a stream that takes {self._in_flight}: "
-                               "a stream with the triton_grpc_error header takes one request in flight at a time "
-                               "(Triton 2.51 aborts otherwise, docs/reliability.md); collect first")
         tensors = []
         for name, array in inputs.items():
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))

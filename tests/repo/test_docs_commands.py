@@ -212,6 +212,8 @@ INVENTORY = (
     command("bench/soak.py --duration 600", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right",
             not_here="10 minutes; the suite's short soak runs the same tests/harness/soak.py"),
     command("bench/soak.py", BENCH_HELP, "tests/reliability/test_soak.py::test_mixed_traffic_gets_every_answer_right"),
+    command("bench/grpc_error_header.py", BENCH_HELP,
+            "tests/bench/test_grpc_error_header.py::test_streams_without_the_header_survive_refusals_and_are_counted"),
     command(".venv/bin/trtpool-tune model_repository/tiny --concurrency 4 --modes sync,pipelined --contexts 1,2 --budget 5",
             TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
     message("[tune] next: ...", TUNE + "test_a_tune_writes_its_report_plot_and_a_config_that_serves"),
@@ -277,7 +279,7 @@ INVENTORY = (
     # docs/reliability.md
     text("# the plugin package's pyproject.toml", "an entry-point example"),
     text('parameters { key: "runtime" value: { string_value: "my_runtime" } }', "a config.pbtxt example"),
-    text("triton_grpc_error: true", "a gRPC header (tests/e2e/test_status_codes.py sends it)"),
+    text("triton_grpc_error: true", "a gRPC header (tests/reliability/test_grpc_error_stream_abort.py sends it)"),
     message("[status <CODE>]", "tests/reliability/test_status_relay.py::test_a_code_survives_the_hop"),
     text("dynamic_batching { default_queue_policy { default_timeout_microseconds } }", "a config.pbtxt field"),
     text("[1, 2^59+5, 8]", "a tensor shape"),
