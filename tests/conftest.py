@@ -14,15 +14,15 @@ sys.path.insert(0, str(ROOT))  # tests.harness, tests.doubles
 
 from tests.harness.server import TritonServer  # noqa: E402
 
-_running: list[TritonServer] = []
-
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """A failing test's report carries the log of every server started and not yet stopped: the
+    session's and the test's own (a fixture's server is stopped after the report is made)."""
     outcome = yield
     report = outcome.get_result()
-    if report.failed and _running:
-        for server in _running:
+    if report.failed:
+        for server in TritonServer.RUNNING:
             report.sections.append((f"tritonserver log ({server.repository})", server.log_tail(300)))
 
 
@@ -35,17 +35,8 @@ def start_server(tmp_path_factory) -> Iterator[Callable[..., TritonServer]]:
         log = tmp_path_factory.mktemp("tritonserver") / "server.log"
         server = TritonServer(repository, log, args, env).start()
         started.append(server)
-        _running.append(server)
         return server
 
     yield start
     for server in started:
         server.stop()
-        if server in _running:
-            _running.remove(server)
-
-
-def stop_server(server: TritonServer) -> None:
-    server.stop()
-    if server in _running:
-        _running.remove(server)

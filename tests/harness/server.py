@@ -99,6 +99,8 @@ class LoopbackEndpoints:
 
 
 class TritonServer(LoopbackEndpoints):
+    RUNNING: list["TritonServer"] = []  # started and not yet killed: a failing test's report shows their logs
+
     def __init__(self, repository: Path, log_path: Path, args: tuple[str, ...] = (),
                  env: dict[str, str | None] | None = None) -> None:
         """`env` is laid over this process's environment; a None value removes that variable."""
@@ -130,6 +132,7 @@ class TritonServer(LoopbackEndpoints):
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in {**os.environ, **self.env}.items() if v is not None}, cwd=DOUBLES,
         )
+        TritonServer.RUNNING.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -172,6 +175,8 @@ class TritonServer(LoopbackEndpoints):
             time.sleep(0.05)
         for region in self.shm_regions():
             region.unlink(missing_ok=True)
+        if self in TritonServer.RUNNING:
+            TritonServer.RUNNING.remove(self)
 
     def shm_regions(self) -> list[Path]:
         """This server's shared-memory regions in /dev/shm."""

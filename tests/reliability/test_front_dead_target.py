@@ -23,7 +23,6 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import stop_server
 from tests.doubles.flaky_runtime import SLOW, SLOW_SECONDS
 from tests.harness.clients import http_input
 from tests.harness.repository import FLAKY_RUNTIME, add_example, set_parameters
@@ -108,7 +107,7 @@ def test_a_front_gives_up_on_a_dead_target_serves_again_once_it_is_reloaded_and_
     assert not isinstance(answer, InferenceServerException), f"after the reload: {answer}"
     np.testing.assert_allclose(answer, tiny_reference(x), rtol=1e-5, atol=1e-5)
 
-    stop_server(server)
+    server.stop()
     assert server.process.returncode != -signal.SIGKILL, "the stop outlasted the harness's grace"
     log = server.log_text()
     assert "Waiting for in-flight requests to complete." in log
