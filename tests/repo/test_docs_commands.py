@@ -229,6 +229,7 @@ INVENTORY = (
     command(".venv/bin/python scripts/parameters_page.py",
             "tests/repo/test_docs.py::test_the_parameters_page_is_what_the_table_generates"),
     text("contexts: auto", "a config parameter"),
+    text("contexts: 1", "a config parameter"),
     text('backend: "trtpool"', "a config.pbtxt field"),
     message("process.py preprocess() refused input 'IMAGE' element [0]: ...",
             "tests/e2e/test_pipelines.py::test_images_in_labels_out_equal_the_reference_loop"),
