@@ -29,10 +29,10 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from bench.record import default_out, provenance, write_json  # noqa: E402
 from tests.harness.refusing_model import MODEL, refusing_request, write_refusing_model  # noqa: E402
-from tests.harness.server import TritonServer  # noqa: E402
+from tests.harness.server import DEATH_LINES, TritonServer  # noqa: E402
 from tests.harness.streams import StreamClient  # noqa: E402
 
-FATAL = ("Signal (6) received.", "Signal (11) received.", "ASSERTION FAILED", "API misuse")
+FATAL = (*DEATH_LINES, "ASSERTION FAILED", "API misuse")
 
 
 def _streams(server: TritonServer, header: bool, until: float, tally: Counter[str]) -> None:

@@ -33,6 +33,7 @@ DOUBLES = ROOT / "tests" / "doubles"
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 TEST_SHM_PREFIX = "trtpool_test_"   # every test server's Python backend regions begin so (a prefix each)
+DEATH_LINES = ("Signal (6) received.", "Signal (11) received.")  # tritonserver's log as it aborts or segfaults
 
 
 _HANDED_OUT: set[int] = set()

@@ -22,13 +22,12 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.harness.refusing_model import MODEL, refusing_request, write_refusing_model
-from tests.harness.server import TritonServer
+from tests.harness.server import DEATH_LINES, TritonServer
 from tests.harness.streams import StreamClient
 
 PER_STREAM = 16
 ABORT_WITHIN_S = 30.0        # it died within 0.4 s of the first streams, in 5 of 5 runs on a 2-core machine
 WORKAROUND_STREAMS = 100
-DIED = ("Signal (6) received.", "Signal (11) received.")
 
 
 @pytest.fixture
@@ -64,7 +63,7 @@ def test_an_error_among_responses_in_flight_on_a_header_stream_aborts_tritonserv
         pass  # it survived: the assertion below says so
     assert server.process.returncode in (-6, -11), "tritonserver survived errors on triton_grpc_error streams: " \
         "fixed upstream? Then update docs/reliability.md's table and tests/harness/streams.py"
-    assert any(line in server.log_text() for line in DIED)
+    assert any(line in server.log_text() for line in DEATH_LINES)
 
 
 def test_the_same_streams_without_the_header_are_served(server):
